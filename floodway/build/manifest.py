@@ -1,0 +1,84 @@
+"""`manifest.json`: what a build produced, from what, with which tools, checked how.
+
+A pydantic model, so the loader validates it before trusting any path it names.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+MANIFEST_NAME = "manifest.json"
+SCHEMA_VERSION = 1
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SourceInfo(_Model):
+    kind: str                           # "hf" | "local"
+    display: str                        # hf://repo@rev or file://path
+    repo_id: str | None = None
+    revision: str | None = None
+    files: dict[str, str] = Field(default_factory=dict)   # relative path -> sha256
+
+
+class Hardware(_Model):
+    hardware_class: str = "cpu"         # "cpu" or the GPU name
+    gpu_name: str | None = None
+    compute_capability: str | None = None
+    tensorrt_version: str | None = None
+
+
+class TensorSpec(_Model):
+    name: str
+    dtype: str
+    shape: list[str | int]              # symbolic axes as names ("batch", "seq")
+
+
+class IOSignature(_Model):
+    inputs: list[TensorSpec]
+    outputs: list[TensorSpec]
+
+
+class FileEntry(_Model):
+    bytes: int
+    sha256: str
+
+
+class ParityCheck(_Model):
+    rows: int
+    seq_len: int
+    padded: bool
+    max_abs_err: float
+    atol: float
+    passed: bool
+
+
+class Manifest(_Model):
+    """Written last at publish time; its presence marks a complete build."""
+
+    schema_version: int = SCHEMA_VERSION
+    endpoint: str
+    build_key: str
+    created_at: str
+    source: SourceInfo
+    build: dict[str, object]
+    toolchain: dict[str, str]
+    hardware: Hardware
+    io: IOSignature
+    max_seq_len: int
+    artifacts: dict[str, FileEntry]     # relative path -> size and hash
+    parity: list[ParityCheck] = Field(default_factory=list)
+    timings_s: dict[str, float] = Field(default_factory=dict)
+
+    def write(self, folder: Path) -> Path:
+        path = folder / MANIFEST_NAME
+        path.write_text(self.model_dump_json(indent=2))
+        return path
+
+    @classmethod
+    def read(cls, folder: Path) -> Manifest:
+        return cls.model_validate_json((folder / MANIFEST_NAME).read_text())

@@ -1,0 +1,100 @@
+"""The `floodway` command: build, serve, hub-seed."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+from floodway.errors import FloodwayError
+
+cli = typer.Typer(help="Serverless GPU model endpoints that survive traffic spikes.",
+                  no_args_is_help=True, add_completion=False)
+console = Console(stderr=True, soft_wrap=True)
+
+AppArg = Annotated[str, typer.Argument(
+    help="FILE.py or module, optionally ::ENDPOINT (e.g. modal_app.py::embed)")]
+StoreOpt = Annotated[Path | None, typer.Option(
+    help="artifact store root (default: $FLOODWAY_STORE or the user cache)")]
+
+
+def _fail(e: Exception) -> typer.Exit:
+    console.print(f"[bold red]error:[/] {e}")
+    return typer.Exit(code=2)
+
+
+@cli.command()
+def build(app: AppArg, store: StoreOpt = None,
+          force: Annotated[bool, typer.Option(help="rebuild even if unchanged")] = False) -> None:
+    """Build cold-start artifacts: fetch -> snapshot -> export -> verify -> publish."""
+    from floodway.build.pipeline import STAGES, build_endpoint
+    from floodway.build.store import ArtifactStore
+    from floodway.functions.discover import load_app
+
+    try:
+        _, eps = load_app(app)
+        st = ArtifactStore(store)
+        for ep in eps:
+            with Progress(SpinnerColumn(), TextColumn("[bold]{task.description}"), BarColumn(),
+                          TextColumn("{task.fields[msg]}"), TimeElapsedColumn(),
+                          console=console, transient=False) as progress:
+                task = progress.add_task(f"build {ep.name}", total=len(STAGES), msg="")
+
+                def report(stage: str, msg: str, progress=progress, task=task) -> None:
+                    progress.update(task, completed=STAGES.index(stage), msg=f"{stage}: {msg}")
+
+                res = build_endpoint(ep, st, report=report, force=force)
+                progress.update(task, completed=len(STAGES))
+            verdict = "unchanged (no-op)" if res.cached else "built"
+            console.print(f"{ep.name}: {verdict} {res.path} in {res.seconds:.2f}s")
+            if ep.build.tensorrt:
+                console.print(f"{ep.name}: TensorRT engine skipped: no CUDA GPU on this machine "
+                              "(engines are compiled per GPU type where the endpoint runs)")
+    except FloodwayError as e:
+        raise _fail(e) from None
+
+
+@cli.command()
+def serve(app: AppArg, host: Annotated[str, typer.Option()] = "127.0.0.1",
+          port: Annotated[int, typer.Option()] = 8000, store: StoreOpt = None,
+          containers: Annotated[int | None, typer.Option(
+              help="containers per endpoint (default: warm pool min + buffer)")] = None,
+          show_example: Annotated[bool, typer.Option(
+              help="once ready, send one real request and print it as a curl line")] = False,
+          ) -> None:
+    """Serve endpoints locally: a router on HOST:PORT and worker-process containers."""
+    from floodway.runtime.server import serve as run
+
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        run(app, host=host, port=port, store=store, containers=containers,
+            show_example=show_example)
+    except FloodwayError as e:
+        raise _fail(e) from None
+
+
+@cli.command("hub-seed")
+def hub_seed(folder: Annotated[Path, typer.Argument(help="a local HF-format model folder")],
+             repo_id: Annotated[str, typer.Argument()], revision: Annotated[str, typer.Argument()],
+             cache_dir: Annotated[Path | None, typer.Option(
+                 help="Hub cache (default: HF_HUB_CACHE)")] = None) -> None:
+    """Place a local model folder in the Hugging Face cache as REPO_ID at REVISION, so that
+    builds resolve it through huggingface_hub with HF_HUB_OFFLINE=1."""
+    from floodway.build.fetch import seed_hub_cache
+
+    t = time.perf_counter()
+    snap = seed_hub_cache(folder, repo_id, revision, cache_dir)
+    console.print(f"seeded {repo_id}@{revision[:12]} -> {snap} ({time.perf_counter() - t:.2f}s)")
+
+
+def main() -> None:
+    cli()
+
+
+if __name__ == "__main__":
+    main()

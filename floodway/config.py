@@ -1,0 +1,284 @@
+"""Endpoint configuration: frozen dataclasses with units in their names.
+
+Constructing one never raises: `@app.endpoint(...)` collects the problems of every config
+object (and of the combination) and raises one `ConfigError` naming the endpoint, each field,
+its bad value and the allowed range. That way a definition reports all its mistakes at once.
+
+Ranges that mirror Modal come from Modal's own client checks (modal 1.x): `scaledown_window`
+2..3600 s, `@modal.batched` `max_batch_size` 1..1000 and `wait_ms` 0..600000.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from floodway.errors import Problem
+
+MODAL_SCALEDOWN_MIN_S = 2
+MODAL_SCALEDOWN_MAX_S = 3600
+MODAL_MAX_BATCH_SIZE = 1000
+MODAL_MAX_BATCH_WAIT_MS = 600_000
+MAX_CONTAINERS_LIMIT = 1000
+SPILL_TARGETS = ("cold", "async")
+
+_SHA_RE = re.compile(r"^[0-9a-f]{40}$")
+_REPO_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_num(value: object) -> bool:
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value))
+
+
+def check_int(out: list[Problem], name: str, value: object, lo: int, hi: int | None) -> None:
+    """Append a Problem unless `value` is an int in [lo, hi] (hi None: no upper bound)."""
+    ok = _is_int(value) and value >= lo and (hi is None or value <= hi)
+    if not ok:
+        rng = f"an integer >= {lo}" if hi is None else f"an integer in [{lo}, {hi}]"
+        out.append(Problem(name, value, rng))
+
+
+def check_num(out: list[Problem], name: str, value: object, lo: float, hi: float,
+              *, lo_open: bool = False) -> None:
+    """Append a Problem unless `value` is a finite number in [lo, hi] ((lo, hi] if lo_open)."""
+    ok = _is_num(value) and (value > lo if lo_open else value >= lo) and value <= hi
+    if not ok:
+        left = "(" if lo_open else "["
+        out.append(Problem(name, value, f"a number in {left}{lo:g}, {hi:g}]"))
+
+
+def check_bool(out: list[Problem], name: str, value: object) -> None:
+    if not isinstance(value, bool):
+        out.append(Problem(name, value, "True or False"))
+
+
+class _Config:
+    """Mixin: `problems(prefix)` validates every field; subclasses define `_check`."""
+
+    def problems(self, prefix: str) -> list[Problem]:
+        out: list[Problem] = []
+        self._check(out, prefix)  # type: ignore[attr-defined]
+        return out
+
+
+# ---------------------------------------------------------------- model sources
+
+@dataclass(frozen=True)
+class HFModel(_Config):
+    """A model repository on the Hugging Face Hub, pinned to a commit.
+
+    `revision` must be a full 40-hex commit sha so that a build is reproducible (a branch name
+    such as ``main`` moves). Fetched with `huggingface_hub.snapshot_download`, which honours
+    ``HF_HUB_OFFLINE`` and ``HF_HUB_CACHE``. `allow_pickle` opts in to ``*.bin``/``*.pt`` weights,
+    which are then loaded with ``torch.load(weights_only=True)``.
+    """
+
+    repo_id: str
+    revision: str
+    allow_pickle: bool = False
+
+    def _check(self, out: list[Problem], p: str) -> None:
+        if not isinstance(self.repo_id, str) or not _REPO_RE.match(self.repo_id):
+            out.append(Problem(f"{p}.repo_id", self.repo_id, "a Hub repo id such as 'org/name'"))
+        if not isinstance(self.revision, str) or not _SHA_RE.match(self.revision):
+            out.append(Problem(f"{p}.revision", self.revision,
+                               "a full 40-character lowercase hex commit sha (branches move)"))
+        check_bool(out, f"{p}.allow_pickle", self.allow_pickle)
+
+    @property
+    def display(self) -> str:
+        return f"hf://{self.repo_id}@{self.revision}"
+
+
+@dataclass(frozen=True)
+class LocalModel(_Config):
+    """A local folder in Hugging Face format (config.json, tokenizer files, *.safetensors)."""
+
+    path: str | Path
+    allow_pickle: bool = False
+
+    def _check(self, out: list[Problem], p: str) -> None:
+        if not isinstance(self.path, (str, Path)) or not str(self.path):
+            out.append(Problem(f"{p}.path", self.path, "a path to an existing folder"))
+        elif not Path(self.path).is_dir():
+            out.append(Problem(f"{p}.path", str(self.path), "a path to an existing folder"))
+        check_bool(out, f"{p}.allow_pickle", self.allow_pickle)
+
+    @property
+    def display(self) -> str:
+        return f"file://{Path(self.path).resolve()}"
+
+
+ModelSource = HFModel | LocalModel
+
+
+# ---------------------------------------------------------------- build
+
+@dataclass(frozen=True)
+class Build(_Config):
+    """What `floodway build` produces for an endpoint.
+
+    `max_batch_rows` and `max_seq_len` bound the exported graph's dynamic axes and the
+    TensorRT optimization profile; inputs longer than `max_seq_len` tokens are truncated.
+    `parity_atol` is the largest absolute difference allowed between PyTorch and ONNX Runtime
+    outputs at build time.
+    """
+
+    onnx: bool = True
+    tensorrt: bool = False
+    max_batch_rows: int = 64
+    max_seq_len: int = 256
+    opset: int = 17
+    parity_atol: float = 1e-3
+
+    def _check(self, out: list[Problem], p: str) -> None:
+        check_bool(out, f"{p}.onnx", self.onnx)
+        check_bool(out, f"{p}.tensorrt", self.tensorrt)
+        check_int(out, f"{p}.max_batch_rows", self.max_batch_rows, 1, 4096)
+        check_int(out, f"{p}.max_seq_len", self.max_seq_len, 1, 8192)
+        check_int(out, f"{p}.opset", self.opset, 14, 21)
+        check_num(out, f"{p}.parity_atol", self.parity_atol, 0.0, 1.0, lo_open=True)
+        if self.tensorrt is True and self.onnx is False:
+            out.append(Problem(f"{p}.onnx", self.onnx,
+                               "True when tensorrt=True (engines are compiled from the "
+                               "ONNX graph)"))
+
+
+# ---------------------------------------------------------------- warm pools
+
+@dataclass(frozen=True)
+class Window(_Config):
+    """A scheduled warm window: from each `cron` match, for `duration_s`, keep at least
+    `min_containers` warm. `lead_s` starts warming that much earlier (cold start included).
+    `cron` is a 5-field crontab expression evaluated in `timezone` (IANA name)."""
+
+    cron: str
+    duration_s: float
+    min_containers: int
+    timezone: str = "UTC"
+    lead_s: float = 60.0
+
+    def _check(self, out: list[Problem], p: str) -> None:
+        from croniter import croniter
+
+        if not isinstance(self.cron, str) or len(self.cron.split()) != 5 \
+                or not croniter.is_valid(self.cron):
+            out.append(Problem(f"{p}.cron", self.cron,
+                               "a 5-field crontab expression such as '55 8 * * 1-5'"))
+        check_num(out, f"{p}.duration_s", self.duration_s, 0, 7 * 86400, lo_open=True)
+        check_int(out, f"{p}.min_containers", self.min_containers, 0, MAX_CONTAINERS_LIMIT)
+        check_num(out, f"{p}.lead_s", self.lead_s, 0, 3600)
+        try:
+            from zoneinfo import ZoneInfo
+
+            ZoneInfo(self.timezone)
+        except Exception:
+            out.append(Problem(f"{p}.timezone", self.timezone, "an IANA time zone such as 'UTC'"))
+
+
+@dataclass(frozen=True)
+class WarmPool(_Config):
+    """The warm pool, with Modal's autoscaler names and meanings.
+
+    `min_containers` stay warm even when idle; `buffer_containers` extra idle containers are kept
+    while the endpoint is active; an idle container is stopped after `scaledown_window_s`;
+    never more than `max_containers` (None: `MAX_CONTAINERS_LIMIT`). `windows` raise the floor
+    on a schedule; `predictive` enables the history-based policy.
+    """
+
+    min_containers: int = 0
+    buffer_containers: int = 0
+    scaledown_window_s: float = 60
+    max_containers: int | None = None
+    windows: tuple[Window, ...] = ()
+    predictive: bool = False
+
+    def __post_init__(self) -> None:
+        # Accept a list for `windows` but store a tuple so the config stays hashable.
+        if isinstance(self.windows, list):
+            object.__setattr__(self, "windows", tuple(self.windows))
+
+    def _check(self, out: list[Problem], p: str) -> None:
+        check_int(out, f"{p}.min_containers", self.min_containers, 0, MAX_CONTAINERS_LIMIT)
+        check_int(out, f"{p}.buffer_containers", self.buffer_containers, 0, MAX_CONTAINERS_LIMIT)
+        check_num(out, f"{p}.scaledown_window_s", self.scaledown_window_s,
+                  MODAL_SCALEDOWN_MIN_S, MODAL_SCALEDOWN_MAX_S)
+        if self.max_containers is not None:
+            check_int(out, f"{p}.max_containers", self.max_containers, 1, MAX_CONTAINERS_LIMIT)
+        check_bool(out, f"{p}.predictive", self.predictive)
+        windows_ok = isinstance(self.windows, tuple) and all(
+            isinstance(w, Window) for w in self.windows)
+        if not windows_ok:
+            out.append(Problem(f"{p}.windows", self.windows, "a list of fw.Window"))
+            return
+        for i, w in enumerate(self.windows):
+            w._check(out, f"{p}.windows[{i}]")
+        cap = self.max_containers
+        if _is_int(cap) and cap >= 1:
+            if _is_int(self.min_containers) and self.min_containers > cap:
+                out.append(Problem(f"{p}.min_containers", self.min_containers,
+                                   f"at most max_containers ({cap})"))
+            for i, w in enumerate(self.windows):
+                if _is_int(w.min_containers) and w.min_containers > cap:
+                    out.append(Problem(f"{p}.windows[{i}].min_containers", w.min_containers,
+                                       f"at most max_containers ({cap})"))
+
+    @property
+    def container_cap(self) -> int:
+        return self.max_containers if self.max_containers is not None else MAX_CONTAINERS_LIMIT
+
+
+# ---------------------------------------------------------------- routing and batching
+
+@dataclass(frozen=True)
+class Route(_Config):
+    """How the router admits a request.
+
+    A container runs at most `max_inflight_per_container` items at once; at most `max_queue`
+    requests wait for a slot; `timeout_s` is the default deadline of a sync request; `spill`
+    lists where a burst may go when warm capacity is full, in order ("cold", "async").
+    """
+
+    max_inflight_per_container: int = 8
+    max_queue: int = 64
+    timeout_s: float = 2.0
+    spill: tuple[str, ...] = ("cold", "async")
+
+    def __post_init__(self) -> None:
+        if isinstance(self.spill, list):
+            object.__setattr__(self, "spill", tuple(self.spill))
+
+    def _check(self, out: list[Problem], p: str) -> None:
+        check_int(out, f"{p}.max_inflight_per_container", self.max_inflight_per_container, 1, 1024)
+        check_int(out, f"{p}.max_queue", self.max_queue, 0, 1_000_000)
+        check_num(out, f"{p}.timeout_s", self.timeout_s, 0, 3600, lo_open=True)
+        ok = isinstance(self.spill, tuple) and all(s in SPILL_TARGETS for s in self.spill) \
+            and len(set(self.spill)) == len(self.spill)
+        if not ok:
+            out.append(Problem(f"{p}.spill", self.spill,
+                               f"a tuple of distinct values from {SPILL_TARGETS}"))
+
+
+@dataclass(frozen=True)
+class Batching(_Config):
+    """Dynamic batching: a batch holds at most `max_batch_rows` input rows and waits at most
+    `wait_ms` for more after its first row arrives (mapped to `@modal.batched` on Modal)."""
+
+    max_batch_rows: int = 32
+    wait_ms: float = 5
+
+    def _check(self, out: list[Problem], p: str) -> None:
+        check_int(out, f"{p}.max_batch_rows", self.max_batch_rows, 1, MODAL_MAX_BATCH_SIZE)
+        check_num(out, f"{p}.wait_ms", self.wait_ms, 0, MODAL_MAX_BATCH_WAIT_MS)
+
+
+__all__ = [
+    "Batching", "Build", "HFModel", "LocalModel", "ModelSource", "Route", "WarmPool", "Window",
+]

@@ -1,0 +1,79 @@
+"""The exception tree: one base, a few leaves.
+
+    FloodwayError
+    ├── ConfigError      an endpoint definition is invalid (raised when the decorator runs)
+    ├── BuildError       a build stage failed (fetch, snapshot, export, parity, publish)
+    ├── ArtifactError    built artifacts are missing, incomplete or do not match their manifest
+    ├── RequestError     a client request is invalid (maps to a 4xx answer)
+    ├── Unavailable      no container can take the work now (503 with Retry-After)
+    └── EndpointError    the endpoint function raised or broke its contract (500)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class FloodwayError(Exception):
+    """Base of every error floodway raises on purpose."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with an endpoint definition.
+
+    `field` is dotted from the endpoint (``route.timeout_s``), `value` is what was given and
+    `allowed` says what would be accepted (a range, a set, a shape).
+    """
+
+    field: str
+    value: object
+    allowed: str
+
+    def describe(self, endpoint: str) -> str:
+        return (f"endpoint {endpoint!r}: {self.field} = {self.value!r} is not allowed; "
+                f"allowed: {self.allowed}")
+
+
+class ConfigError(FloodwayError):
+    """An endpoint definition has one or more problems; all of them are listed at once."""
+
+    def __init__(self, endpoint: str, problems: list[Problem]):
+        self.endpoint = endpoint
+        self.problems = list(problems)
+        lines = [p.describe(endpoint) for p in self.problems]
+        head = f"{len(lines)} problem(s) in the definition of endpoint {endpoint!r}:"
+        super().__init__("\n  ".join([head, *lines]))
+
+
+class BuildError(FloodwayError):
+    """A build stage failed; the message names the stage and what to do."""
+
+    def __init__(self, stage: str, message: str):
+        self.stage = stage
+        super().__init__(f"build stage {stage!r} failed: {message}")
+
+
+class ArtifactError(FloodwayError):
+    """Built artifacts are missing, incomplete, or do not match their manifest."""
+
+
+class RequestError(FloodwayError):
+    """A client request is invalid; `status` is the HTTP status to answer with (4xx)."""
+
+    def __init__(self, message: str, *, status: int = 400, field: str | None = None):
+        self.status = status
+        self.field = field
+        super().__init__(message)
+
+
+class Unavailable(FloodwayError):
+    """No container can take the work now; retry after `retry_after_s` seconds (503)."""
+
+    def __init__(self, message: str, *, retry_after_s: float = 1.0):
+        self.retry_after_s = retry_after_s
+        super().__init__(message)
+
+
+class EndpointError(FloodwayError):
+    """The endpoint function raised, or returned the wrong number of outputs (500)."""

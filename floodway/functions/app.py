@@ -1,0 +1,65 @@
+"""`App` and `@app.endpoint(...)`: the decorator API.
+
+The decorator only records: it validates the definition (raising `ConfigError` with every
+problem at once) and returns an `Endpoint`, which stays callable like the function. Nothing runs
+at import beyond that: builds, servers and Modal objects are made by whoever consumes the App.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from floodway.config import Batching, Build, HFModel, LocalModel, Route, WarmPool
+from floodway.errors import ConfigError, Problem
+from floodway.functions.endpoint import Endpoint, make_endpoint
+
+
+class App:
+    """A named set of endpoints.
+
+    >>> app = App("demo")
+    >>> @app.endpoint(model=LocalModel("model/"))
+    ... def embed(model, texts: list[str]) -> list[list[float]]: ...
+    """
+
+    def __init__(self, name: str):
+        if not isinstance(name, str) or not name:
+            raise ConfigError(str(name), [Problem("App.name", name, "a non-empty string")])
+        self.name = name
+        self._endpoints: dict[str, Endpoint] = {}
+
+    def endpoint(self, *, model: HFModel | LocalModel, name: str | None = None,
+                 build: Build | None = None, gpu: str | None = None,
+                 warm: WarmPool | None = None, route: Route | None = None,
+                 batching: Batching | None = None) -> Callable[[Callable[..., Any]], Endpoint]:
+        """Define an endpoint from a function `fn(model, inputs: list[T]) -> list[R]`.
+
+        Raises ConfigError naming the endpoint, each bad field, its value and the allowed range.
+        """
+
+        def record(fn: Callable[..., Any]) -> Endpoint:
+            ep = make_endpoint(fn, name=name, model=model, build=build or Build(), gpu=gpu,
+                               warm=warm or WarmPool(), route=route or Route(),
+                               batching=batching or Batching())
+            if ep.name in self._endpoints:
+                used = Problem("name", ep.name, f"a name not already used in App {self.name!r}")
+                raise ConfigError(ep.name, [used])
+            self._endpoints[ep.name] = ep
+            return ep
+
+        return record
+
+    @property
+    def endpoints(self) -> dict[str, Endpoint]:
+        return dict(self._endpoints)
+
+    def __getitem__(self, name: str) -> Endpoint:
+        try:
+            return self._endpoints[name]
+        except KeyError:
+            known = ", ".join(sorted(self._endpoints)) or "(none)"
+            raise KeyError(f"App {self.name!r} has no endpoint {name!r}; it has: {known}") from None
+
+    def __iter__(self) -> Iterator[Endpoint]:
+        return iter(self._endpoints.values())

@@ -1,0 +1,125 @@
+"""The Endpoint record: what `@app.endpoint(...)` captured about one decorated function.
+
+An Endpoint is inert: it holds the function and its validated configuration. The App, the
+build pipeline, the local runtime and the Modal deployer consume it.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from floodway.config import Batching, Build, HFModel, LocalModel, Route, WarmPool
+from floodway.errors import ConfigError, Problem
+
+NAME_RE = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
+# Modal's GPU type names (modal.gpu docs); an optional ":N" asks for N GPUs.
+MODAL_GPUS = ("T4", "L4", "A10", "A10G", "A100", "A100-40GB", "A100-80GB", "L40S",
+              "H100", "H100!", "H200", "B200")
+_GPU_RE = re.compile(r"^(?P<kind>[A-Za-z0-9!-]+?)(:(?P<count>[1-8]))?$")
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One model endpoint.
+
+    `fn(model: Loaded, inputs: list[T]) -> list[R]` returns one output per input, in order.
+    `input_type` is T (from the annotation; `Any` if absent) and is what the router validates
+    each item of a request's ``inputs`` against.
+    """
+
+    name: str
+    fn: Callable[..., list[Any]]
+    model: HFModel | LocalModel
+    build: Build
+    gpu: str | None
+    warm: WarmPool
+    route: Route
+    batching: Batching
+    input_type: Any
+
+    def __call__(self, model: Any, inputs: list[Any]) -> list[Any]:
+        return self.fn(model, inputs)
+
+    @property
+    def module_file(self) -> str | None:
+        return inspect.getsourcefile(self.fn)
+
+
+def _input_type(fn: Callable[..., Any], out: list[Problem]) -> Any:
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        out.append(Problem("function", fn, "a Python function"))
+        return Any
+    params = [p for p in sig.parameters.values()
+              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if len(params) != 2 or len(sig.parameters) != 2:
+        out.append(Problem("function", f"{fn.__name__}{sig}",
+                           "a function of exactly two parameters: (model, inputs: list[T])"))
+        return Any
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception:
+        hints = {}
+    ann = hints.get(params[1].name, Any)
+    if ann is Any:
+        return Any
+    if typing.get_origin(ann) is list:
+        args = typing.get_args(ann)
+        return args[0] if args else Any
+    out.append(Problem(f"function.{params[1].name}", ann,
+                       "an annotation of the form list[T] (one T per input row)"))
+    return Any
+
+
+def _check_gpu(gpu: object, out: list[Problem]) -> None:
+    if gpu is None:
+        return
+    m = _GPU_RE.match(gpu) if isinstance(gpu, str) else None
+    if not m or m.group("kind").upper() not in {g.upper() for g in MODAL_GPUS}:
+        out.append(Problem("gpu", gpu, f"None (CPU) or one of {', '.join(MODAL_GPUS)}, "
+                                       "optionally with ':N' for N GPUs (1-8)"))
+
+
+def make_endpoint(fn: Callable[..., Any], *, name: str | None, model: object, build: object,
+                  gpu: object, warm: object, route: object, batching: object) -> Endpoint:
+    """Validate everything about one definition and return its Endpoint.
+
+    Raises ConfigError listing every problem found (not just the first).
+    """
+    ep_name = name if name is not None else getattr(fn, "__name__", repr(fn))
+    out: list[Problem] = []
+    if not isinstance(ep_name, str) or not NAME_RE.match(ep_name):
+        out.append(Problem("name", ep_name,
+                           "lowercase letters, digits, '-' or '_', starting with a letter, "
+                           "at most 63 characters"))
+    if not callable(fn):
+        out.append(Problem("function", fn, "a callable"))
+        raise ConfigError(str(ep_name), out)
+    typed = (("model", model, (HFModel, LocalModel), "fw.HFModel(...) or fw.LocalModel(...)"),
+             ("build", build, (Build,), "fw.Build(...)"),
+             ("warm", warm, (WarmPool,), "fw.WarmPool(...)"),
+             ("route", route, (Route,), "fw.Route(...)"),
+             ("batching", batching, (Batching,), "fw.Batching(...)"))
+    for label, obj, kinds, allowed in typed:
+        if not isinstance(obj, kinds):
+            out.append(Problem(label, obj, allowed))
+        else:
+            out.extend(obj.problems(label))
+    _check_gpu(gpu, out)
+    input_type = _input_type(fn, out)
+    if isinstance(build, Build) and isinstance(batching, Batching):
+        b_rows, e_rows = batching.max_batch_rows, build.max_batch_rows
+        if isinstance(b_rows, int) and isinstance(e_rows, int) and b_rows > e_rows:
+            out.append(Problem("batching.max_batch_rows", b_rows,
+                               f"at most build.max_batch_rows ({e_rows}), the largest batch "
+                               "the built graph is shaped for"))
+    if out:
+        raise ConfigError(str(ep_name), out)
+    return Endpoint(name=ep_name, fn=fn, model=model, build=build, gpu=gpu, warm=warm,
+                    route=route, batching=batching, input_type=input_type)

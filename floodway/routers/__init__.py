@@ -1,0 +1,1 @@
+"""Routing: wire formats and admission; the pure dispatch decision lives here too."""

@@ -1,0 +1,94 @@
+"""Wire formats: ``{"inputs": [...]}`` in, ``{"outputs": [...]}`` out, errors as
+``{"error": {"type", "message", "field"}}``. The same for every endpoint.
+
+`parse_predict` turns raw body bytes into validated inputs or raises RequestError whose
+message names what was wrong (malformed JSON, a missing or unknown field, an empty list, the
+index and problem of a bad item).
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
+
+from floodway.errors import RequestError
+
+
+class PredictRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    inputs: list[Any]
+
+
+class PredictResponse(BaseModel):
+    outputs: list[Any]
+
+
+class ErrorDetail(BaseModel):
+    type: str
+    message: str
+    field: str | None = None
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorDetail
+
+
+@lru_cache(maxsize=64)
+def _items_adapter(item_type: Any) -> TypeAdapter:
+    return TypeAdapter(list[item_type])
+
+
+def _loc(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def parse_predict(body: bytes, item_type: Any = Any) -> list[Any]:
+    """Validate a request body; return its inputs (each validated as `item_type`).
+
+    Raises RequestError(400) for a body that is not a JSON object, RequestError(422) for a
+    missing/unknown field, an empty `inputs`, or an item of the wrong type.
+    """
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise RequestError(f"request body is not valid JSON: {e}", status=400) from None
+    if not isinstance(data, dict):
+        raise RequestError(f'request body must be a JSON object like {{"inputs": [...]}}, '
+                           f"got {type(data).__name__}", status=400)
+    try:
+        req = PredictRequest.model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        field = _loc(err["loc"])
+        if err["type"] == "missing":
+            msg = f"missing required field {field!r}: send {{\"inputs\": [...]}}"
+        elif err["type"] == "extra_forbidden":
+            msg = f"unknown field {field!r}: the only field is 'inputs'"
+        else:
+            msg = f"{field}: {err['msg']}"
+        raise RequestError(msg, status=422, field=field) from None
+    if not req.inputs:
+        raise RequestError("'inputs' is empty: send at least one item", status=422,
+                           field="inputs")
+    try:
+        return _items_adapter(item_type).validate_python(req.inputs)
+    except ValidationError as e:
+        errs = e.errors()
+        first = errs[0]
+        field = "inputs" + _loc(tuple(first["loc"]))
+        more = f" (and {len(errs) - 1} more)" if len(errs) > 1 else ""
+        got = repr(first.get('input'))
+        got = got if len(got) <= 80 else got[:77] + '...'
+        raise RequestError(f"{field}: {first['msg']}, got {got}{more}",
+                           status=422, field=field) from None
+
+
+def error_body(kind: str, message: str, field: str | None = None) -> dict[str, Any]:
+    return ErrorResponse(error=ErrorDetail(type=kind, message=message, field=field)).model_dump(
+        exclude_none=True)

@@ -1,0 +1,1 @@
+"""The local embedded runtime: worker-process containers, the pool, the HTTP router app."""

@@ -1,0 +1,198 @@
+"""A local container: one worker process, driven through an explicit state machine.
+
+    starting -> warming -> ready <-> busy -> draining -> stopped
+         \\________\\_________\\________\\________________-> failed
+
+`ready` has free slots, `busy` has none; `draining` takes no new work and stops once its
+in-flight batches finish. A process that exits unexpectedly makes the container `failed`
+and fails its in-flight batches with Unavailable (the pool decides whether to retry).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import itertools
+import json
+import os
+import sys
+import time
+from typing import Any
+
+from floodway.errors import EndpointError, Unavailable
+from floodway.runtime.worker import SPAWN_ENV
+
+READ_LIMIT = 256 * 1024 * 1024   # one reply line can hold a large batch of outputs
+
+
+class State(enum.StrEnum):
+    STARTING = "starting"
+    WARMING = "warming"
+    READY = "ready"
+    BUSY = "busy"
+    DRAINING = "draining"
+    STOPPED = "stopped"
+    FAILED = "failed"
+
+
+TRANSITIONS: dict[State, frozenset[State]] = {
+    State.STARTING: frozenset({State.WARMING, State.FAILED, State.DRAINING, State.STOPPED}),
+    State.WARMING: frozenset({State.READY, State.FAILED, State.DRAINING, State.STOPPED}),
+    State.READY: frozenset({State.BUSY, State.DRAINING, State.FAILED}),
+    State.BUSY: frozenset({State.READY, State.DRAINING, State.FAILED}),
+    State.DRAINING: frozenset({State.STOPPED, State.FAILED}),
+    State.STOPPED: frozenset(),
+    State.FAILED: frozenset(),
+}
+
+
+class IllegalTransition(RuntimeError):
+    pass
+
+
+class Container:
+    """One worker process for one endpoint. `slots` bounds its in-flight batches."""
+
+    _ids = itertools.count(1)
+
+    def __init__(self, app_spec: str, endpoint: str, store_root: str, *, slots: int,
+                 env: dict[str, str] | None = None):
+        self.id = next(self._ids)
+        self.app_spec, self.endpoint, self.store_root = app_spec, endpoint, store_root
+        self.slots = slots
+        self.env = env or {}
+        self.state = State.STARTING
+        self.history: list[tuple[float, State]] = [(time.monotonic(), State.STARTING)]
+        self.inflight: dict[int, asyncio.Future] = {}
+        self.timings_s: dict[str, float] = {}
+        self.backend: str | None = None
+        self.torch_imported: bool | None = None
+        self.error: str | None = None
+        self.proc: asyncio.subprocess.Process | None = None
+        self._ids_batch = itertools.count(1)
+        self._ready = asyncio.Event()
+        self._reader: asyncio.Task | None = None
+        self._t_spawn = 0.0
+
+    # ------------------------------------------------------------------ state machine
+    def _to(self, new: State) -> None:
+        if new not in TRANSITIONS[self.state]:
+            raise IllegalTransition(f"container {self.id}: {self.state} -> {new}")
+        self.state = new
+        self.history.append((time.monotonic(), new))
+        if new in (State.READY, State.FAILED, State.STOPPED):
+            self._ready.set()
+
+    @property
+    def free_slots(self) -> int:
+        if self.state not in (State.READY, State.BUSY):
+            return 0
+        return max(0, self.slots - len(self.inflight))
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def describe(self) -> dict[str, Any]:
+        return {"id": self.id, "state": str(self.state), "pid": self.pid,
+                "inflight": len(self.inflight), "backend": self.backend,
+                "cold_start_s": self.timings_s, "torch_imported": self.torch_imported,
+                "error": self.error}
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        env = {**os.environ, **self.env, SPAWN_ENV: repr(time.time())}
+        self._t_spawn = time.perf_counter()
+        self.proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "floodway.runtime.worker", self.app_spec, self.endpoint,
+            self.store_root, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            env=env, limit=READ_LIMIT)
+        self._reader = asyncio.create_task(self._read())
+
+    async def wait_ready(self, timeout_s: float | None = None) -> bool:
+        await asyncio.wait_for(self._ready.wait(), timeout_s)
+        return self.state in (State.READY, State.BUSY)
+
+    async def _read(self) -> None:
+        assert self.proc and self.proc.stdout
+        try:
+            while line := await self.proc.stdout.readline():
+                self._handle(json.loads(line))
+        except (ValueError, asyncio.LimitOverrunError) as e:
+            self.error = f"protocol error: {e}"
+        code = await self.proc.wait()
+        if self.state == State.DRAINING and code == 0:
+            self._to(State.STOPPED)   # the exit we asked for by closing stdin
+        elif self.state not in (State.STOPPED, State.FAILED):
+            self.error = self.error or f"worker process exited with code {code}"
+            self._to(State.FAILED)
+        for fut in self.inflight.values():
+            if not fut.done():
+                fut.set_exception(Unavailable(f"container {self.id} of {self.endpoint!r} died: "
+                                              f"{self.error}"))
+        self.inflight.clear()
+
+    def _handle(self, msg: dict[str, Any]) -> None:
+        kind = msg.get("type")
+        if kind == "phase" and self.state == State.STARTING:
+            self._to(State.WARMING)
+        elif kind == "ready":
+            self.timings_s = dict(msg["timings_s"])
+            self.timings_s["total"] = time.perf_counter() - self._t_spawn
+            self.backend, self.torch_imported = msg.get("backend"), msg.get("torch")
+            if self.state == State.STARTING:
+                self._to(State.WARMING)
+            if self.state == State.WARMING:
+                self._to(State.READY)
+        elif kind == "failed":
+            self.error = msg.get("error")
+            if self.state not in (State.STOPPED, State.FAILED):
+                self._to(State.FAILED)
+        elif kind in ("result", "error"):
+            fut = self.inflight.pop(msg["id"], None)
+            if fut and not fut.done():
+                if kind == "result":
+                    fut.set_result(msg["outputs"])
+                else:
+                    fut.set_exception(EndpointError(f"endpoint {self.endpoint!r} raised "
+                                                    f"{msg['error']}"))
+            self._settle()
+
+    def _settle(self) -> None:
+        if self.state == State.BUSY and self.free_slots > 0:
+            self._to(State.READY)
+        elif self.state == State.READY and self.free_slots == 0:
+            self._to(State.BUSY)
+
+    def submit(self, inputs: list[Any]) -> asyncio.Future:
+        """Send one batch; the future resolves to its outputs. Caller checks free_slots."""
+        if self.free_slots <= 0 or not self.proc or not self.proc.stdin:
+            raise Unavailable(f"container {self.id} has no free slot")
+        batch_id = next(self._ids_batch)
+        fut = asyncio.get_running_loop().create_future()
+        self.inflight[batch_id] = fut
+        line = json.dumps({"id": batch_id, "inputs": inputs}, separators=(",", ":")) + "\n"
+        self.proc.stdin.write(line.encode())
+        self._settle()
+        return fut
+
+    async def stop(self, grace_s: float = 10.0) -> None:
+        """Drain: take no new work, let in-flight batches finish, then end the process."""
+        if self.state in (State.STOPPED, State.FAILED):
+            return
+        self._to(State.DRAINING)
+        pending = [f for f in self.inflight.values() if not f.done()]
+        if pending:
+            await asyncio.wait(pending, timeout=grace_s)
+        if self.proc and self.proc.stdin:
+            self.proc.stdin.close()
+        try:
+            if self.proc:
+                await asyncio.wait_for(self.proc.wait(), grace_s)
+        except TimeoutError:
+            self.proc.kill()
+            await self.proc.wait()
+        if self.state == State.DRAINING:
+            self._to(State.STOPPED)
+        if self._reader:
+            await self._reader

@@ -1,0 +1,87 @@
+"""The router's HTTP surface (Starlette), shared by the local runtime and the Modal router.
+
+    POST /v1/<endpoint>   {"inputs": [...]} -> 200 {"outputs": [...]}, one output per input
+    GET  /healthz         200 while the process is up
+    GET  /readyz          200 once a container of every endpoint is warm, else 503; with detail
+
+Where the work runs is a `Backend`: the local pool of worker processes, or Modal classes.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Protocol
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from floodway.errors import EndpointError, RequestError, Unavailable
+from floodway.functions.app import App
+from floodway.routers.schema import error_body, parse_predict
+
+
+class Backend(Protocol):
+    async def predict(self, endpoint: str, inputs: list[Any], *, timeout_s: float) -> list[Any]:
+        """Run `inputs` through the endpoint; one output per input, in order.
+
+        Raises Unavailable (no capacity now), EndpointError (the function failed),
+        TimeoutError (the deadline passed).
+        """
+        ...
+
+    def readiness(self) -> dict[str, Any]:
+        """``{"ready": bool, ...detail}``; ready once each endpoint has a warm container."""
+        ...
+
+
+def _error(status: int, kind: str, message: str, field: str | None = None,
+           headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(error_body(kind, message, field), status_code=status, headers=headers)
+
+
+def make_asgi_app(app: App, backend: Backend, *, lifespan: Any = None) -> Starlette:
+    """The router ASGI app for every endpoint of `app`, running work on `backend`.
+
+    `lifespan` (a Starlette lifespan context) starts and stops the backend with the server.
+    """
+
+    async def predict(request: Request) -> JSONResponse:
+        name = request.path_params["endpoint"]
+        eps = app.endpoints
+        if name not in eps:
+            return _error(404, "not_found", f"no endpoint {name!r}; endpoints: "
+                                            f"{', '.join(sorted(eps)) or '(none)'}")
+        ep = eps[name]
+        try:
+            inputs = parse_predict(await request.body(), ep.input_type)
+        except RequestError as e:
+            return _error(e.status, "invalid_request", str(e), e.field)
+        try:
+            outputs = await backend.predict(name, inputs, timeout_s=ep.route.timeout_s)
+        except Unavailable as e:
+            retry = str(max(1, math.ceil(e.retry_after_s)))
+            return _error(503, "unavailable", str(e), headers={"Retry-After": retry})
+        except TimeoutError:
+            return _error(504, "deadline_exceeded",
+                          f"endpoint {name!r} did not answer within {ep.route.timeout_s:g} s")
+        except EndpointError as e:
+            return _error(500, "endpoint_error", str(e))
+        if len(outputs) != len(inputs):
+            return _error(500, "endpoint_error", f"endpoint {name!r} returned {len(outputs)} "
+                                                 f"outputs for {len(inputs)} inputs")
+        return JSONResponse({"outputs": outputs})
+
+    async def healthz(request: Request) -> JSONResponse:
+        return JSONResponse({"status": "ok"})
+
+    async def readyz(request: Request) -> JSONResponse:
+        detail = backend.readiness()
+        return JSONResponse(detail, status_code=200 if detail.get("ready") else 503)
+
+    return Starlette(routes=[
+        Route("/v1/{endpoint}", predict, methods=["POST"]),
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/readyz", readyz, methods=["GET"]),
+    ], lifespan=lifespan)

@@ -1,0 +1,100 @@
+"""`floodway serve`: the local router (uvicorn on loopback) in front of a Pool of containers."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import json
+import logging
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import uvicorn
+
+from floodway.build.store import ArtifactStore
+from floodway.errors import FloodwayError
+from floodway.functions.discover import load_app
+from floodway.runtime.http import make_asgi_app
+from floodway.runtime.pool import Pool
+
+log = logging.getLogger("floodway.serve")
+EXAMPLE_TEXTS = ["floodway keeps latency flat through traffic spikes.", "Hello, world!"]
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def build_server(app_spec: str, *, store: str | Path | None = None,
+                 containers: int | None = None):
+    """The ASGI app and its Pool for `app_spec` (containers start with the app's lifespan).
+
+    Raises ArtifactError early when an endpoint has no build.
+    """
+    app, eps = load_app(app_spec)
+    st = ArtifactStore(store)
+    for ep in eps:
+        st.latest(ep.name)   # fail now, with the command to run, not in every worker
+    target = app_spec.split("::")[0]
+    pool = Pool(app, target, str(st.root), containers=containers)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app) -> AsyncIterator[None]:
+        await pool.start()
+        try:
+            yield
+        finally:
+            await pool.stop()
+
+    return make_asgi_app(app, pool, lifespan=lifespan), pool
+
+
+async def _show_example(base: str, endpoint: str, pool: Pool, timeout_s: float) -> None:
+    """Wait until ready, then print a curl line and the start of its real answer."""
+    if not await pool.wait_ready(timeout_s):
+        print(f"containers not ready after {timeout_s:g} s: {pool.readiness()}", flush=True)
+        return
+    body = {"inputs": EXAMPLE_TEXTS}
+    print(f"\nready. try:\n  curl -s -X POST {base}/v1/{endpoint} "
+          f"-H 'Content-Type: application/json' -d '{json.dumps(body)}'", flush=True)
+    async with httpx.AsyncClient(timeout=30) as client:
+        r = await client.post(f"{base}/v1/{endpoint}", json=body)
+    text = r.text
+    print(f"answer ({r.status_code}, {len(text)} bytes): {text[:160]}...", flush=True)
+    if r.status_code == 200:
+        outs = r.json()["outputs"]
+        print(f"  {len(outs)} outputs of {len(outs[0])} floats each. Ctrl-C stops the server.\n",
+              flush=True)
+
+
+def serve(app_spec: str, *, host: str = "127.0.0.1", port: int = 8000,
+          store: str | Path | None = None, containers: int | None = None,
+          show_example: bool = False, log_level: str = "info") -> None:
+    """Run the router and containers until interrupted (Ctrl-C)."""
+    if not is_loopback(host):
+        raise FloodwayError(f"--host {host} is not a loopback address; serving beyond this "
+                            "machine needs bearer-token auth, which this version lacks")
+    asgi, pool = build_server(app_spec, store=store, containers=containers)
+    config = uvicorn.Config(asgi, host=host, port=port, log_level=log_level)
+    server = uvicorn.Server(config)
+
+    async def main() -> None:
+        example = None
+        if show_example:
+            first = next(iter(pool.containers))
+            example = asyncio.create_task(
+                _show_example(f"http://{host}:{port}", first, pool, timeout_s=180))
+        try:
+            await server.serve()
+        finally:
+            if example:
+                example.cancel()
+
+    asyncio.run(main())

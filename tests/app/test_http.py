@@ -1,0 +1,108 @@
+"""The router's HTTP surface, in process (ASGI), over a scripted backend."""
+
+import asyncio
+
+import httpx
+import pytest
+
+import floodway as fw
+from floodway.errors import EndpointError, Unavailable
+from floodway.runtime.http import make_asgi_app
+
+app = fw.App("t")
+
+
+@app.endpoint(model=fw.HFModel("org/m", revision="b" * 40), route=fw.Route(timeout_s=0.2))
+def upper(model, texts: list[str]) -> list[str]:
+    return [t.upper() for t in texts]
+
+
+class ScriptedBackend:
+    """Runs the endpoint function in process; `mode` makes it fail in chosen ways."""
+
+    def __init__(self):
+        self.mode = "ok"
+        self.calls: list[tuple[str, list, float]] = []
+        self.ready = True
+
+    async def predict(self, endpoint, inputs, *, timeout_s):
+        self.calls.append((endpoint, inputs, timeout_s))
+        if self.mode == "unavailable":
+            raise Unavailable("all busy", retry_after_s=2.5)
+        if self.mode == "slow":
+            await asyncio.wait_for(asyncio.sleep(10), timeout_s)
+        if self.mode == "raises":
+            raise EndpointError("endpoint 'upper' raised ValueError: boom")
+        if self.mode == "short":
+            return inputs[:-1]
+        return app[endpoint](None, inputs)
+
+    def readiness(self):
+        return {"ready": self.ready, "endpoints": {}}
+
+
+@pytest.fixture
+def backend():
+    return ScriptedBackend()
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+async def _post(client, body, path="/v1/upper"):
+    return await client.post(path, content=body, headers={"Content-Type": "application/json"})
+
+
+@pytest.mark.parametrize("mode,status,kind,retry", [
+    ("ok", 200, None, None),
+    ("unavailable", 503, "unavailable", "3"),
+    ("slow", 504, "deadline_exceeded", None),
+    ("raises", 500, "endpoint_error", None),
+    ("short", 500, "endpoint_error", None),
+])
+def test_backend_outcomes_map_to_status(backend, mode, status, kind, retry):
+    async def go():
+        backend.mode = mode
+        transport = httpx.ASGITransport(app=make_asgi_app(app, backend))
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+            return await _post(c, b'{"inputs": ["a", "b"]}')
+
+    r = run(go())
+    assert r.status_code == status
+    if kind is None:
+        assert r.json() == {"outputs": ["A", "B"]}
+    else:
+        assert r.json()["error"]["type"] == kind
+    assert r.headers.get("retry-after") == retry
+
+
+def test_bad_requests_never_reach_the_backend(backend):
+    async def go():
+        transport = httpx.ASGITransport(app=make_asgi_app(app, backend))
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+            out = [await _post(c, b) for b in
+                   (b"{nope", b'{"inputs": []}', b'{"inputs": [1]}', b'{"x": 1}')]
+            out.append(await _post(c, b'{"inputs": ["a"]}', "/v1/missing"))
+            out.append(await _post(c, b'{"inputs": ["ok"]}'))
+            return out
+
+    *bad, good = run(go())
+    assert [r.status_code for r in bad] == [400, 422, 422, 422, 404]
+    assert "no endpoint 'missing'; endpoints: upper" in bad[-1].json()["error"]["message"]
+    assert good.status_code == 200
+    assert len(backend.calls) == 1 and backend.calls[0] == ("upper", ["ok"], 0.2)
+
+
+def test_health_and_readiness(backend):
+    async def go():
+        transport = httpx.ASGITransport(app=make_asgi_app(app, backend))
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+            backend.ready = False
+            a = await c.get("/readyz")
+            backend.ready = True
+            return await c.get("/healthz"), a, await c.get("/readyz")
+
+    health, not_ready, ready = run(go())
+    assert health.status_code == 200 and health.json() == {"status": "ok"}
+    assert not_ready.status_code == 503 and ready.status_code == 200

@@ -1,0 +1,74 @@
+"""The pool in process, with real worker processes: readiness, and a failing build."""
+
+import asyncio
+import textwrap
+
+import pytest
+
+import modal_app
+from floodway.runtime.pool import Pool
+from floodway.runtime.server import build_server, is_loopback
+from tests.conftest import MODAL_APP
+
+pytestmark = pytest.mark.e2e
+
+
+def test_not_ready_until_a_container_has_warmed_up(built_store):
+    async def go():
+        pool = Pool(modal_app.endpoints, str(MODAL_APP), str(built_store), containers=1)
+        await pool.start()
+        first = pool.readiness()
+        ok = await pool.wait_ready(60)
+        after = pool.readiness()
+        await pool.stop()
+        return first, ok, after, pool.readiness()
+
+    first, ok, after, stopped = asyncio.run(go())
+    assert first["ready"] is False
+    assert first["endpoints"]["embed"][0]["state"] == "starting"
+    assert ok and after["ready"] is True
+    assert after["endpoints"]["embed"][0]["cold_start_s"]["total"] > 0
+    assert [c["state"] for c in stopped["endpoints"]["embed"]] == ["stopped"]
+
+
+def test_container_that_cannot_load_fails_without_crash_loop(tmp_path, built_store):
+    # An endpoint whose function raises at warm-up: containers fail, get replaced with
+    # backoff, and the pool never reports ready.
+    app_file = tmp_path / "broken_app.py"
+    app_file.write_text(textwrap.dedent("""
+        import floodway as fw
+        app = fw.App("broken")
+        @app.endpoint(model=fw.HFModel("org/m", revision="c" * 40), name="embed")
+        def embed(model, texts: list[str]) -> list[str]:
+            raise RuntimeError("cannot warm up")
+    """))
+
+    async def go():
+        from floodway.functions.discover import load_app
+
+        app, _ = load_app(str(app_file))
+        pool = Pool(app, str(app_file), str(built_store), containers=1)
+        await pool.start()
+        await asyncio.sleep(0)   # let the first container start
+        for _ in range(200):
+            if pool._failures["embed"] >= 2:
+                break
+            await asyncio.sleep(0.05)
+        detail = pool.readiness()
+        failures = pool._failures["embed"]
+        await pool.stop()
+        return detail, failures
+
+    detail, failures = asyncio.run(go())
+    assert detail["ready"] is False
+    assert failures >= 2   # replaced at least once, with backoff between attempts
+    assert failures <= 4   # ... but not in a tight loop (backoff 0.5 s, 1 s, ...)
+
+
+def test_serve_refuses_missing_build_and_non_loopback(tmp_path):
+    from floodway.errors import ArtifactError
+
+    with pytest.raises(ArtifactError, match="floodway build"):
+        build_server(str(MODAL_APP), store=tmp_path)
+    assert is_loopback("127.0.0.1") and is_loopback("localhost") and is_loopback("::1")
+    assert not is_loopback("0.0.0.0") and not is_loopback("192.168.1.2")

@@ -1,0 +1,80 @@
+"""End to end: `floodway serve modal_app.py` with real worker processes and the real model."""
+
+import os
+import signal
+
+import numpy as np
+import pytest
+
+from tests.e2e.conftest import wait_until
+
+pytestmark = pytest.mark.e2e
+
+LONG_TEXT = " ".join(
+    ["Traffic to a model endpoint rarely arrives evenly; it comes in bursts that can be many "
+     "times the average rate, and a serving system must decide within milliseconds whether "
+     "to run each request on a warm container, start a cold one, queue it, or refuse it."] * 5)
+
+
+def test_ready_detail_shows_two_torch_free_containers(server):
+    detail = server.readiness()
+    (containers,) = detail["endpoints"].values()
+    assert detail["ready"] is True and len(containers) >= 2
+    for c in containers:
+        assert c["state"] == "ready" and c["backend"] == "onnxruntime-cpu"
+        assert c["torch_imported"] is False
+        assert {"process_start", "imports", "artifact_load", "warmup"} <= set(c["cold_start_s"])
+
+
+def test_embeddings_match_sentence_transformers(server, model_dir):
+    from sentence_transformers import SentenceTransformer
+
+    texts = ["serendipity", LONG_TEXT]
+    assert 180 <= len(LONG_TEXT.split()) <= 240
+    r = server.client.post("/v1/embed", json={"inputs": texts})
+    assert r.status_code == 200
+    got = np.asarray(r.json()["outputs"], dtype=np.float64)
+    assert got.shape == (2, 384)
+    ref = SentenceTransformer(str(model_dir), device="cpu").encode(
+        texts, normalize_embeddings=True)
+    cos = (got * ref).sum(1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(ref, axis=1))
+    assert np.all(cos >= 0.999), cos
+    assert np.allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
+
+
+def test_outputs_in_input_order(server):
+    texts = [f"text number {i}" for i in range(40)]     # > max_batch_rows: split across batches
+    batch = np.asarray(server.client.post("/v1/embed", json={"inputs": texts}).json()["outputs"])
+    for i in (0, 17, 39):
+        one = server.client.post("/v1/embed", json={"inputs": [texts[i]]}).json()["outputs"][0]
+        assert np.allclose(batch[i], one, atol=1e-5)
+
+
+@pytest.mark.parametrize("body,status,needle", [
+    (b'{"inputs": ["a",', 400, "not valid JSON"),
+    (b'{"texts": ["a"]}', 422, "missing required field 'inputs'"),
+    (b'{"inputs": ["a", 7]}', 422, "inputs[1]: Input should be a valid string"),
+    (b'{"inputs": []}', 422, "'inputs' is empty"),
+])
+def test_bad_input_is_4xx_and_server_keeps_serving(server, body, status, needle):
+    r = server.client.post("/v1/embed", content=body,
+                           headers={"Content-Type": "application/json"})
+    assert r.status_code == status
+    assert needle in r.json()["error"]["message"]
+    ok = server.client.post("/v1/embed", json={"inputs": ["still here"]})
+    assert ok.status_code == 200 and len(ok.json()["outputs"][0]) == 384
+
+
+def test_killed_container_is_replaced(server):
+    before = server.readiness()["endpoints"]["embed"]
+    victim = before[0]
+    os.kill(victim["pid"], signal.SIGKILL)
+
+    def replaced():
+        cs = server.readiness()["endpoints"]["embed"]
+        live = [c for c in cs if c["state"] == "ready"]
+        return len(live) >= len(before) and victim["id"] not in [c["id"] for c in cs]
+
+    wait_until(replaced, 60, "a replacement container")
+    r = server.client.post("/v1/embed", json={"inputs": ["after the crash"]})
+    assert r.status_code == 200

@@ -1,0 +1,142 @@
+"""Decorator-time validation: every problem names endpoint, field, value and allowed range."""
+
+import pytest
+
+import floodway as fw
+
+MODEL = fw.HFModel("org/model", revision="a" * 40)
+
+
+def define(**kw):
+    app = fw.App("t")
+    kw.setdefault("model", MODEL)
+
+    @app.endpoint(**kw)
+    def embed(model, texts: list[str]) -> list[list[float]]:
+        return [[0.0] for _ in texts]
+
+    return app, embed
+
+
+def problems(**kw) -> list[str]:
+    with pytest.raises(fw.ConfigError) as info:
+        define(**kw)
+    return [p.describe(info.value.endpoint) for p in info.value.problems]
+
+
+def test_valid_definition_records_endpoint_and_input_type():
+    app, ep = define(warm=fw.WarmPool(min_containers=1, buffer_containers=1))
+    assert app["embed"] is ep
+    assert ep.input_type is str
+    assert ep([None], ["a", "b"]) == [[0.0], [0.0]]
+    assert ep.warm.min_containers == 1
+
+
+def test_message_names_endpoint_field_value_and_range():
+    assert problems(route=fw.Route(timeout_s=-1.0)) == [
+        "endpoint 'embed': route.timeout_s = -1.0 is not allowed; allowed: a number in (0, 3600]"
+    ]
+    assert problems(warm=fw.WarmPool(scaledown_window_s=1)) == [
+        "endpoint 'embed': warm.scaledown_window_s = 1 is not allowed; "
+        "allowed: a number in [2, 3600]"
+    ]
+    assert problems(batching=fw.Batching(max_batch_rows=0)) == [
+        "endpoint 'embed': batching.max_batch_rows = 0 is not allowed; "
+        "allowed: an integer in [1, 1000]"
+    ]
+
+
+def test_several_problems_reported_at_once():
+    with pytest.raises(fw.ConfigError) as info:
+        define(route=fw.Route(timeout_s=0, max_queue=-1, spill=("cold", "nowhere")),
+               warm=fw.WarmPool(min_containers=-2, buffer_containers=True),
+               gpu="Z80")
+    fields = [p.field for p in info.value.problems]
+    assert fields == ["warm.min_containers", "warm.buffer_containers", "route.max_queue",
+                      "route.timeout_s", "route.spill", "gpu"]
+    text = str(info.value)
+    assert text.startswith("6 problem(s) in the definition of endpoint 'embed':")
+    assert "gpu = 'Z80'" in text and "one of T4, L4" in text
+
+
+def test_bool_is_not_an_int():
+    (msg,) = problems(warm=fw.WarmPool(buffer_containers=True))
+    assert "warm.buffer_containers = True" in msg
+
+
+def test_model_revision_must_be_a_pinned_sha():
+    (msg,) = problems(model=fw.HFModel("org/model", revision="main"))
+    assert "model.revision = 'main'" in msg and "40-character" in msg
+
+
+def test_local_model_path_must_exist(tmp_path):
+    (msg,) = problems(model=fw.LocalModel(tmp_path / "nope"))
+    assert "model.path" in msg and "existing folder" in msg
+
+
+def test_wrong_config_type_is_named():
+    (msg,) = problems(route={"timeout_s": 1})
+    assert "route = {'timeout_s': 1}" in msg and "fw.Route(...)" in msg
+
+
+def test_window_cron_timezone_and_cap():
+    msgs = problems(warm=fw.WarmPool(max_containers=2, windows=[
+        fw.Window(cron="61 * * * *", duration_s=60, min_containers=3, timezone="Mars/Base")]))
+    joined = "\n".join(msgs)
+    assert "warm.windows[0].cron = '61 * * * *'" in joined
+    assert "warm.windows[0].timezone = 'Mars/Base'" in joined
+    assert "warm.windows[0].min_containers = 3" in joined and "max_containers (2)" in joined
+
+
+def test_min_above_max_containers():
+    (msg,) = problems(warm=fw.WarmPool(min_containers=5, max_containers=2))
+    assert "warm.min_containers = 5" in msg and "at most max_containers (2)" in msg
+
+
+def test_batch_rows_bounded_by_built_graph():
+    (msg,) = problems(build=fw.Build(max_batch_rows=8), batching=fw.Batching(max_batch_rows=16))
+    assert "batching.max_batch_rows = 16" in msg and "build.max_batch_rows (8)" in msg
+
+
+def test_tensorrt_needs_onnx():
+    (msg,) = problems(build=fw.Build(onnx=False, tensorrt=True))
+    assert "build.onnx = False" in msg
+
+
+def test_function_shape_checked():
+    app = fw.App("t")
+    with pytest.raises(fw.ConfigError, match="exactly two parameters"):
+        app.endpoint(model=MODEL)(lambda texts: texts)
+    with pytest.raises(fw.ConfigError, match=r"function.texts = .*list\[T\]"):
+        @app.endpoint(model=MODEL)
+        def bad(model, texts: str) -> list:
+            return []
+
+
+def test_bad_name_and_duplicate():
+    app = fw.App("t")
+    with pytest.raises(fw.ConfigError, match="name = 'Bad Name'"):
+        app.endpoint(model=MODEL, name="Bad Name")(lambda m, x: x)
+    app.endpoint(model=MODEL, name="dup")(lambda m, x: x)
+    with pytest.raises(fw.ConfigError, match="not already used"):
+        app.endpoint(model=MODEL, name="dup")(lambda m, x: x)
+
+
+def test_gpu_names_and_counts():
+    assert define(gpu="H100:2")[1].gpu == "H100:2"
+    assert define(gpu=None)[1].gpu is None
+    (msg,) = problems(gpu="H100:9")
+    assert "gpu = 'H100:9'" in msg
+
+
+def test_configs_are_frozen():
+    r = fw.Route()
+    with pytest.raises(AttributeError):
+        r.timeout_s = 3  # type: ignore[misc]
+    assert fw.WarmPool(windows=[]).windows == ()
+
+
+def test_unknown_endpoint_lookup_lists_known():
+    app, _ = define()
+    with pytest.raises(KeyError, match="has: embed"):
+        app["nope"]

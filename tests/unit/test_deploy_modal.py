@@ -1,0 +1,282 @@
+"""`to_modal`: the Modal objects generated for modal_app.py, inspected offline (no Modal account).
+
+Settings are read where modal 1.x keeps them before deployment: the public `Function.info()`
+(GPU, volumes, batching, concurrency, web info) and, for what only the deploy request carries
+(autoscaler settings, memory snapshot), the variables the function's loader closes over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import importlib.util
+import os
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import modal
+import numpy as np
+import pytest
+from modal._partial_function import (
+    _find_partial_methods_for_user_cls,
+    _PartialFunctionFlags,
+)
+from modal._runtime.user_code_imports import (
+    _get_cls_or_user_cls,
+    import_single_function_service,
+)
+from modal._utils.async_utils import synchronizer
+from modal_proto import api_pb2
+
+import floodway as fw
+from floodway.deploy import ModalBackend
+from floodway.deploy.modal_objects import class_name
+from floodway.errors import EndpointError, FloodwayError
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def modal_app():
+    """modal_app.py imported as Modal's CLI and containers import it: module ``modal_app``."""
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))
+    return importlib.import_module("modal_app")
+
+
+def _impl(obj):
+    """The implementation object behind a synchronicity wrapper (modal.Cls -> _Cls, ...)."""
+    return synchronizer._translate_in(obj)
+
+
+def _deploy_settings(function) -> dict:
+    """What `modal deploy` would send for `function`, from its loader's closure.
+
+    modal keeps autoscaler settings and `enable_memory_snapshot` only inside the loader that
+    builds the FunctionCreate request; offline, its closure is the one place to read them.
+    """
+    load = _impl(function)._load
+    return {name: cell.cell_contents
+            for name, cell in zip(load.__code__.co_freevars, load.__closure__, strict=True)}
+
+
+def _service_function(cls):
+    return cls._get_class_service_function()
+
+
+# ---------------------------------------------------------------- the generated objects
+
+def test_app_and_globals(modal_app):
+    assert isinstance(modal_app.app, modal.App)
+    assert modal_app.app.name == "floodway-demo"
+    assert isinstance(modal_app.Embed, modal.Cls)
+    assert isinstance(modal_app.router, modal.Function)
+
+
+def test_embed_class_settings(modal_app):
+    service = _service_function(modal_app.Embed)
+    info = service.info()
+    assert info.gpus == [("L4", 1)]
+    assert info.batching_info.max_batch_size == 32
+    assert info.batching_info.wait_ms == 5
+    assert info.method_names == ["predict"]
+    mount = info.volumes["/artifacts"]
+    assert mount.name == "floodway-artifacts"
+    assert mount.read_only is True
+
+    deploy = _deploy_settings(service)
+    assert deploy["enable_memory_snapshot"] is True
+    auto = deploy["autoscaler_settings"]
+    assert (auto.min_containers, auto.buffer_containers, auto.scaledown_window,
+            auto.max_containers) == (1, 1, 120, 8)
+
+
+def test_embed_class_lifecycle_and_batched_method(modal_app):
+    cls = _impl(modal_app.Embed)
+    params = cls._method_partials["predict"].params
+    assert (params.batch_max_size, params.batch_wait_ms) == (32, 5)
+    flags = _PartialFunctionFlags
+    snap = _find_partial_methods_for_user_cls(cls._user_cls, flags.ENTER_PRE_SNAPSHOT)
+    post = _find_partial_methods_for_user_cls(cls._user_cls, flags.ENTER_POST_SNAPSHOT)
+    assert list(snap) == ["load"]
+    assert list(post) == ["to_gpu"]
+
+
+def test_router_is_asgi_web_endpoint(modal_app):
+    router = _impl(modal_app.router)
+    assert router._webhook_config.type == api_pb2.WEBHOOK_TYPE_ASGI_APP
+    info = modal_app.router.info()
+    assert info.gpus == []                      # a CPU function
+    assert info.web_info is not None
+    assert info.concurrency_info.max_inputs >= 1
+    deploy = _deploy_settings(modal_app.router)
+    assert deploy["autoscaler_settings"].min_containers == 1   # embed keeps a GPU warm
+    assert deploy["enable_memory_snapshot"] is False
+
+
+def test_objects_are_found_as_a_container_finds_them(modal_app):
+    """Not serialized: the container imports ``modal_app`` and looks each name up there."""
+    for fn, impl_name in ((_service_function(modal_app.Embed), "Embed.*"),
+                          (modal_app.router, "router")):
+        source = _impl(fn)._source_info
+        assert not source.is_serialized()
+        assert (source.module_name, source.implementation_name) == ("modal_app", impl_name)
+    file_def = api_pb2.Function.DEFINITION_TYPE_FILE
+    cls_def = api_pb2.Function(module_name="modal_app", implementation_name="Embed.*",
+                               definition_type=file_def)
+    assert _get_cls_or_user_cls(cls_def, None) is modal_app.Embed
+    fn_def = api_pb2.Function(module_name="modal_app", implementation_name="router",
+                              definition_type=file_def)
+    imported = import_single_function_service(fn_def, None)
+    assert imported.app is _impl(modal_app.app)
+
+
+def test_router_serves_the_http_surface(modal_app):
+    from starlette.testclient import TestClient
+
+    asgi = _impl(modal_app.router)._raw_f()
+    with TestClient(asgi) as client:
+        assert client.get("/healthz").status_code == 200
+        ready = client.get("/readyz")
+        assert ready.status_code == 200
+        assert ready.json() == {"ready": True, "backend": "modal"}
+        assert client.post("/v1/nope", json={"inputs": ["x"]}).status_code == 404
+
+
+# ---------------------------------------------------------------- container-side code, locally
+
+# .local() warns that the Volume is not mounted here; the store comes from FLOODWAY_STORE instead.
+@pytest.mark.filterwarnings("ignore:.*mounted Volume:UserWarning")
+def test_local_enter_and_predict(modal_app, built_store, monkeypatch):
+    monkeypatch.setenv("FLOODWAY_STORE", str(built_store))
+    obj = modal_app.Embed()
+    out = obj.predict.local(["a first sentence", "and a second, longer one"])
+    assert len(out) == 2
+    arr = np.asarray(out, dtype=np.float64)
+    assert arr.shape == (2, 384)
+    np.testing.assert_allclose(np.linalg.norm(arr, axis=1), 1.0, atol=1e-5)
+    assert obj.hooks_ran == ("snap", "gpu")     # enter(snap=True), then enter(snap=False)
+    assert obj.model.backend.startswith("onnxruntime")
+
+
+def test_import_without_credentials(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MODAL_")}
+    env["HOME"] = str(tmp_path)                   # no ~/.modal.toml
+    env.pop("FLOODWAY_STORE", None)
+    code = ("import modal, modal_app; assert isinstance(modal_app.app, modal.App); "
+            "assert isinstance(modal_app.Embed, modal.Cls); "
+            "assert isinstance(modal_app.router, modal.Function); print('ok')")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"
+
+
+# ---------------------------------------------------------------- to_modal on other apps
+
+def _run_in_module(folder: Path, name: str, fw_app, monkeypatch, prelude: str = ""):
+    """Import a deploy file `name`.py that calls `to_modal` at top level, as Modal's CLI does."""
+    path = folder / f"{name}.py"
+    path.write_text("from floodway.deploy import to_modal\n" + prelude
+                    + "app = to_modal(fw_app)  # noqa: F821\n")
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    module.fw_app = fw_app                      # what the file would define itself
+    monkeypatch.setitem(sys.modules, name, module)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _two_endpoint_app(tmp_path) -> fw.App:
+    app = fw.App("two")
+
+    @app.endpoint(model=fw.LocalModel(tmp_path))
+    def cpu_thing(model, inputs: list[str]) -> list[int]:
+        return [len(s) for s in inputs]
+
+    @app.endpoint(model=fw.LocalModel(tmp_path), name="big-model_v2", gpu="A100:2",
+                  warm=fw.WarmPool(scaledown_window_s=30.4),
+                  batching=fw.Batching(max_batch_rows=4, wait_ms=12.7))
+    def other(model, inputs: list[str]) -> list[int]:
+        return [0 for _ in inputs]
+
+    return app
+
+
+def test_names_defaults_and_cpu_endpoint(tmp_path, monkeypatch):
+    module = _run_in_module(tmp_path, "fw_deploy_two", _two_endpoint_app(tmp_path),
+                            monkeypatch)
+    assert isinstance(module.CpuThing, modal.Cls)
+    assert isinstance(module.BigModelV2, modal.Cls)
+    cpu = _service_function(module.CpuThing)
+    assert cpu.info().gpus == []
+    auto = _deploy_settings(cpu)["autoscaler_settings"]
+    assert (auto.min_containers, auto.buffer_containers, auto.scaledown_window) == (0, 0, 60)
+    big = _service_function(module.BigModelV2)
+    assert big.info().gpus == [("A100", 2)]
+    assert big.info().batching_info.wait_ms == 12
+    assert _deploy_settings(big)["autoscaler_settings"].scaledown_window == 30
+    assert _deploy_settings(module.router)["autoscaler_settings"].min_containers == 0
+    assert _impl(module.router)._source_info.module_name == "fw_deploy_two"
+
+
+def test_name_clash_is_reported(tmp_path, monkeypatch):
+    with pytest.raises(FloodwayError, match="fw_deploy_clash.router"):
+        _run_in_module(tmp_path, "fw_deploy_clash", _two_endpoint_app(tmp_path), monkeypatch,
+                       prelude="router = 'mine'\n")
+
+
+def test_class_name_collision_is_reported(tmp_path, monkeypatch):
+    app = fw.App("clash")
+    for name in ("a-b", "a_b"):
+        app.endpoint(model=fw.LocalModel(tmp_path), name=name)(lambda model, inputs: inputs)
+    with pytest.raises(FloodwayError, match="'a-b' and 'a_b' would both become Modal class 'AB'"):
+        _run_in_module(tmp_path, "fw_deploy_cls_clash", app, monkeypatch)
+
+
+def test_class_name():
+    assert class_name("embed") == "Embed"
+    assert class_name("big-model_v2") == "BigModelV2"
+
+
+# ---------------------------------------------------------------- ModalBackend with fake classes
+
+def _fake_cls(aio):
+    """A stand-in for a Modal class: ``Cls().predict.remote.aio(row)`` awaits `aio(row)`."""
+    method = types.SimpleNamespace(remote=types.SimpleNamespace(aio=aio))
+    return lambda: types.SimpleNamespace(predict=method)
+
+
+def test_backend_keeps_order_and_runs_rows_concurrently():
+    started: list[int] = []
+
+    async def aio(row):
+        started.append(row)
+        await asyncio.sleep(0.01 * (3 - row))     # later rows finish first
+        return row * 10
+
+    backend = ModalBackend({"e": _fake_cls(aio)})
+    out = asyncio.run(backend.predict("e", [0, 1, 2], timeout_s=2.0))
+    assert out == [0, 10, 20]
+    assert sorted(started) == [0, 1, 2]
+    assert backend.readiness() == {"ready": True, "backend": "modal"}
+
+
+def test_backend_maps_errors():
+    async def slow(row):
+        await asyncio.sleep(5)
+
+    async def modal_timeout(row):
+        raise modal.exception.FunctionTimeoutError("took too long")
+
+    async def broken(row):
+        raise ValueError("bad row")
+
+    with pytest.raises(TimeoutError):
+        asyncio.run(ModalBackend({"e": _fake_cls(slow)}).predict("e", [1], timeout_s=0.05))
+    with pytest.raises(TimeoutError):
+        asyncio.run(ModalBackend({"e": _fake_cls(modal_timeout)}).predict("e", [1], timeout_s=1))
+    with pytest.raises(EndpointError, match="ValueError: bad row"):
+        asyncio.run(ModalBackend({"e": _fake_cls(broken)}).predict("e", [1], timeout_s=1))
