@@ -186,16 +186,19 @@ def _install(module: str, name: str, obj: Any) -> None:
 
 
 def to_modal(fw_app: App, *, volume_name: str = "floodway-artifacts",
-             artifacts_path: str = "/artifacts", image: modal.Image | None = None) -> modal.App:
+             artifacts_path: str = "/artifacts", image: modal.Image | None = None,
+             module: str | None = None) -> modal.App:
     """Build the Modal App for every endpoint of `fw_app` (see the module doc).
 
     Call it at the top level of the module that `modal deploy` runs: the generated class per
     endpoint and the ``router`` function become globals of that module. Raises FloodwayError
     when one of those names is already taken by something else, or two endpoint names map to
-    one class name (``a-b`` and ``a_b``).
+    one class name (``a-b`` and ``a_b``). `module`: the module to install into (default: the
+    caller's).
     """
-    caller = inspect.currentframe().f_back  # type: ignore[union-attr]
-    module = caller.f_globals["__name__"]
+    if module is None:
+        caller = inspect.currentframe().f_back  # type: ignore[union-attr]
+        module = caller.f_globals["__name__"]
     image = image or default_image(gpu=any(ep.gpu for ep in fw_app))
     volume = modal.Volume.from_name(volume_name, create_if_missing=True) \
         .with_mount_options(read_only=True)

@@ -31,8 +31,7 @@ from modal._utils.async_utils import synchronizer
 from modal_proto import api_pb2
 
 import floodway as fw
-from floodway.deploy import ModalBackend
-from floodway.deploy.modal_objects import class_name
+from floodway.deploy.modal_objects import ModalBackend, class_name
 from floodway.errors import EndpointError, FloodwayError
 
 REPO = Path(__file__).resolve().parents[2]
