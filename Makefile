@@ -10,7 +10,12 @@ HF_CACHE := $(CURDIR)/.cache/hf
 MODEL_REPO := sentence-transformers/all-MiniLM-L6-v2
 MODEL_REV  := $(shell sed -n 's/^MODEL_REVISION = "\(.*\)"/\1/p' modal_app.py)
 
-.PHONY: install seed run test lint clean
+.PHONY: help install seed run test lint clean
+
+help:
+	@echo "make run    set up .venv, build the example endpoint, serve it on 127.0.0.1:\$$PORT ($(PORT))"
+	@echo "make test   set up .venv, lint, run the whole test suite"
+	@echo "make clean  remove .venv and caches (artifacts stay in \$$FLOODWAY_STORE or ~/.cache/floodway)"
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)

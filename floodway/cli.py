@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import time
 from pathlib import Path
 from typing import Annotated
@@ -23,6 +24,13 @@ StoreOpt = Annotated[Path | None, typer.Option(
     help="artifact store root (default: $FLOODWAY_STORE or the user cache)")]
 
 
+def _no_modal() -> None:
+    """build/serve never use the Modal objects an app file makes: skip importing Modal."""
+    from floodway.deploy import NO_MODAL_ENV
+
+    os.environ.setdefault(NO_MODAL_ENV, "1")
+
+
 def _fail(e: Exception) -> typer.Exit:
     console.print(f"[bold red]error:[/] {e}")
     return typer.Exit(code=2)
@@ -36,6 +44,7 @@ def build(app: AppArg, store: StoreOpt = None,
     from floodway.build.store import ArtifactStore
     from floodway.functions.discover import load_app
 
+    _no_modal()
     try:
         _, eps = load_app(app)
         st = ArtifactStore(store)
@@ -52,9 +61,10 @@ def build(app: AppArg, store: StoreOpt = None,
                 progress.update(task, completed=len(STAGES))
             verdict = "unchanged (no-op)" if res.cached else "built"
             console.print(f"{ep.name}: {verdict} {res.path} in {res.seconds:.2f}s")
-            if ep.build.tensorrt:
-                console.print(f"{ep.name}: TensorRT engine skipped: no CUDA GPU on this machine "
-                              "(engines are compiled per GPU type where the endpoint runs)")
+            for stage, why in res.skipped.items():
+                console.print(f"{ep.name}: stage {stage} skipped: {why}")
+            if res.stages_cached and not res.cached:
+                console.print(f"{ep.name}: reused cached stages: {', '.join(res.stages_cached)}")
     except FloodwayError as e:
         raise _fail(e) from None
 
@@ -71,6 +81,7 @@ def serve(app: AppArg, host: Annotated[str, typer.Option()] = "127.0.0.1",
     from floodway.runtime.server import serve as run
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    _no_modal()
     try:
         run(app, host=host, port=port, store=store, containers=containers,
             show_example=show_example)

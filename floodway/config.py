@@ -23,6 +23,7 @@ MODAL_MAX_BATCH_SIZE = 1000
 MODAL_MAX_BATCH_WAIT_MS = 600_000
 MAX_CONTAINERS_LIMIT = 1000
 SPILL_TARGETS = ("cold", "async")
+DTYPES = ("float32", "float16", "bfloat16")
 
 _SHA_RE = re.compile(r"^[0-9a-f]{40}$")
 _REPO_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
@@ -128,7 +129,8 @@ class Build(_Config):
     `max_batch_rows` and `max_seq_len` bound the exported graph's dynamic axes and the
     TensorRT optimization profile; inputs longer than `max_seq_len` tokens are truncated.
     `parity_atol` is the largest absolute difference allowed between PyTorch and ONNX Runtime
-    outputs at build time.
+    outputs at build time. `dtype` is the weights snapshot's dtype (the ONNX graph stays
+    float32; TensorRT picks reduced precision per GPU).
     """
 
     onnx: bool = True
@@ -137,9 +139,12 @@ class Build(_Config):
     max_seq_len: int = 256
     opset: int = 17
     parity_atol: float = 1e-3
+    dtype: str = "float32"
 
     def _check(self, out: list[Problem], p: str) -> None:
         check_bool(out, f"{p}.onnx", self.onnx)
+        if self.dtype not in DTYPES:
+            out.append(Problem(f"{p}.dtype", self.dtype, f"one of {', '.join(DTYPES)}"))
         check_bool(out, f"{p}.tensorrt", self.tensorrt)
         check_int(out, f"{p}.max_batch_rows", self.max_batch_rows, 1, 4096)
         check_int(out, f"{p}.max_seq_len", self.max_seq_len, 1, 8192)

@@ -58,13 +58,16 @@ def input_names(model: Any) -> tuple[str, ...]:
     return tuple(names)
 
 
-def snapshot_weights(model: Any, out_dir: Path) -> Path:
-    """Write the weights as ``weights/model.safetensors`` (float32, contiguous)."""
-    from safetensors.torch import save_model
+def snapshot_weights(model: Any, out_dir: Path, dtype: str = "float32") -> Path:
+    """Write the weights as ``weights/model.safetensors`` in `dtype`, contiguous, unshared."""
+    import torch
+    from safetensors.torch import save_file
 
+    target = getattr(torch, dtype)
     path = out_dir / "weights" / "model.safetensors"
     path.parent.mkdir(parents=True, exist_ok=True)
-    save_model(model, str(path), metadata={"format": "pt"})
+    state = {k: v.detach().to(target).contiguous().clone() for k, v in model.state_dict().items()}
+    save_file(state, str(path), metadata={"format": "pt"})
     return path
 
 
@@ -85,9 +88,12 @@ def graph_module(model: Any, names: tuple[str, ...]) -> Any:
 
 
 def export_onnx(model: Any, path: Path, *, names: tuple[str, ...], opset: int) -> Path:
-    """Export with dynamic batch and sequence axes. Raises BuildError('export') on failure."""
+    """Export with dynamic batch and sequence axes, weights as external data beside the graph
+    (``<name>.data``), so the graph file stays small and the weights can be read or mapped
+    on their own. Raises BuildError('export') on failure."""
     import warnings
 
+    import onnx
     import torch
 
     dummy = tuple(torch.ones(2, 8, dtype=torch.long) if n != "token_type_ids"
@@ -102,7 +108,30 @@ def export_onnx(model: Any, path: Path, *, names: tuple[str, ...], opset: int) -
                               opset_version=opset, dynamo=False)
     except Exception as e:  # noqa: BLE001 - any exporter failure is a build failure
         raise BuildError("export", f"torch.onnx.export failed: {type(e).__name__}: {e}") from e
+    graph = onnx.load(str(path))
+    onnx.save_model(graph, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+                    location=path.name + ".data", size_threshold=1024)
     return path
+
+
+def optimize_onnx(src: Path, dst: Path) -> Path:
+    """Save ONNX Runtime's EXTENDED-level optimized graph (CPU provider) to `dst`, with its
+    own external-initializers file ``<dst>.data`` (ORT docs, "Graph optimizations: online
+    and offline mode")."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    opts.optimized_model_filepath = str(dst)
+    opts.add_session_config_entry(
+        "session.optimized_model_external_initializers_file_name", dst.name + ".data")
+    opts.add_session_config_entry(
+        "session.optimized_model_external_initializers_min_size_in_bytes", "1024")
+    try:
+        ort.InferenceSession(str(src), sess_options=opts, providers=["CPUExecutionProvider"])
+    except Exception as e:  # noqa: BLE001
+        raise BuildError("optimize", f"ONNX Runtime could not optimize {src.name}: {e}") from e
+    return dst
 
 
 def parity_cases(max_rows: int, max_seq_len: int) -> list[tuple[list[str], bool]]:
@@ -118,7 +147,7 @@ def parity_cases(max_rows: int, max_seq_len: int) -> list[tuple[list[str], bool]
 
 
 def check_parity(model: Any, session: Any, encode: Any, *, max_rows: int, max_seq_len: int,
-                 atol: float) -> list[ParityCheck]:
+                 atol: float, graph: str = "model.onnx") -> list[ParityCheck]:
     """Compare PyTorch and ONNX Runtime outputs over unpadded positions.
 
     Raises BuildError('verify') naming the case and the measured error when one exceeds atol.
@@ -134,11 +163,11 @@ def check_parity(model: Any, session: Any, encode: Any, *, max_rows: int, max_se
         mask = feeds["attention_mask"][..., None].astype(bool)
         err = float(np.max(np.abs(np.where(mask, got - ref.numpy(), 0.0))))
         rows, seq = feeds["input_ids"].shape
-        check = ParityCheck(rows=rows, seq_len=seq, padded=padded, max_abs_err=err, atol=atol,
-                            passed=err <= atol)
+        check = ParityCheck(graph=graph, rows=rows, seq_len=seq, padded=padded,
+                            max_abs_err=err, atol=atol, passed=err <= atol)
         checks.append(check)
         if not check.passed:
-            raise BuildError("verify", f"ONNX output differs from PyTorch by {err:.3g} at "
+            raise BuildError("verify", f"{graph} output differs from PyTorch by {err:.3g} at "
                                        f"{rows}x{seq} (tolerance {atol:g})")
     return checks
 

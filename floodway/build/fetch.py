@@ -32,8 +32,12 @@ def allow_patterns(source: HFModel | LocalModel) -> list[str]:
     return pats
 
 
-def fetch(source: HFModel | LocalModel, *, cache_dir: str | Path | None = None) -> Path:
+def fetch(source: HFModel | LocalModel, *, cache_dir: str | Path | None = None,
+          prefer_cache: bool = True) -> Path:
     """Return a complete local folder for `source`.
+
+    `prefer_cache`: use an already complete cached snapshot of the pinned commit without
+    calling the Hub client (see `cached_snapshot`).
 
     Raises BuildError('fetch') when the source cannot be found (offline and not cached, a wrong
     revision) or is incomplete.
@@ -42,6 +46,8 @@ def fetch(source: HFModel | LocalModel, *, cache_dir: str | Path | None = None) 
         folder = Path(source.path).resolve()
         if not folder.is_dir():
             raise BuildError("fetch", f"local model folder {folder} does not exist")
+    elif prefer_cache and (cached := cached_snapshot(source, cache_dir)) is not None:
+        folder = cached
     else:
         from huggingface_hub import snapshot_download
         from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
@@ -58,6 +64,36 @@ def fetch(source: HFModel | LocalModel, *, cache_dir: str | Path | None = None) 
             raise BuildError("fetch", f"{source.display}: {e}") from e
     check_complete(folder, allow_pickle=source.allow_pickle)
     return folder
+
+
+def hub_cache_dir(cache_dir: str | Path | None = None) -> Path:
+    """The Hub cache folder huggingface_hub uses (HF_HUB_CACHE, else HF_HOME/hub, else
+    ~/.cache/huggingface/hub), computed without importing huggingface_hub."""
+    if cache_dir:
+        return Path(cache_dir)
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"])
+    home = os.environ.get("HF_HOME") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "huggingface")
+    return Path(home) / "hub"
+
+
+def cached_snapshot(source: HFModel, cache_dir: str | Path | None = None) -> Path | None:
+    """The cached snapshot of a pinned commit, if it is already complete.
+
+    A commit sha is immutable, so a complete cached snapshot is exactly what
+    `snapshot_download` would return; skipping the call (and the huggingface_hub import)
+    keeps an unchanged rebuild well under a second.
+    """
+    snap = (hub_cache_dir(cache_dir) / ("models--" + source.repo_id.replace("/", "--"))
+            / "snapshots" / source.revision)
+    if not snap.is_dir():
+        return None
+    try:
+        check_complete(snap, allow_pickle=source.allow_pickle)
+    except BuildError:
+        return None   # let snapshot_download repair or report it
+    return snap
 
 
 def safetensors_payload_end(path: Path) -> int:

@@ -1,27 +1,58 @@
-"""The cold-start loader: built artifacts -> a `Loaded` model, without importing torch.
+"""The cold-start loader: built artifacts -> a `Loaded` model.
 
-Order of preference (first that is present, stamped for this machine and intact):
-ONNX Runtime with the CUDA provider when this machine has one, then ONNX Runtime CPU.
-Before anything is deserialized the manifest is validated and every artifact's size is
-checked against it (`verify="sha256"` also re-hashes); the graph's inputs must match the
-manifest's io signature. Problems raise ArtifactError naming the file and what differs.
+`plan()` orders the artifact paths for the hardware found (a pure function of the manifest
+and a `HardwareInfo`):
+
+    TensorRT engine whose stamp matches  ->  ONNX Runtime CUDA  ->  ONNX Runtime CPU
+    (offline-optimized graph)  ->  PyTorch from the safetensors snapshot
+
+`load()` tries them in that order. Before deserializing anything it validates the manifest and
+checks every file's size; each path's files are also sha256-hashed in a thread while the
+session is created (hashlib and ONNX Runtime both release the GIL, so this costs little
+wall time). A mismatch, a stamp for another GPU or TensorRT version, or a failing backend is
+logged with its reason and the next path is taken; when none works, ArtifactError lists
+every reason, so the pool backs off instead of crash-looping. The ONNX Runtime and TensorRT
+paths import no torch.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from floodway.build.fetch import sha256_file
+from floodway.build.hardware import EngineStamp, HardwareInfo, detect, engine_usable
 from floodway.build.manifest import Manifest
+from floodway.build.netfs import read_mode
+from floodway.build.weights import read_into_memory
 from floodway.errors import ArtifactError
 from floodway.functions.loaded import Loaded
 
 log = logging.getLogger("floodway.loader")
 ONNX_FILE = "model.onnx"
+ONNX_DATA = "model.onnx.data"
+OPT_FILE = "model.opt.onnx"
+OPT_DATA = "model.opt.onnx.data"
+WEIGHTS_FILE = "weights/model.safetensors"
 TOKENIZER_DIR = "tokenizer"
+
+Runner = Callable[[Any], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One way to load the model: a backend, the files it reads, and whether/why it applies."""
+
+    backend: str
+    files: tuple[str, ...]
+    usable: bool
+    reason: str
 
 
 def make_tokenizer(folder: Path, max_seq_len: int):  # -> tokenizers.Tokenizer
@@ -45,9 +76,15 @@ def read_manifest(artifact_dir: Path) -> Manifest:
         raise ArtifactError(f"{artifact_dir}/manifest.json is invalid: {e}") from e
 
 
-def verify_files(artifact_dir: Path, manifest: Manifest, *, verify: str = "size") -> None:
-    """Check each artifact named by the manifest exists with its recorded size (and hash)."""
+def verify_files(artifact_dir: Path, manifest: Manifest, *, verify: str = "size",
+                 only: tuple[str, ...] | None = None) -> None:
+    """Check artifacts named by the manifest exist with their recorded size (and hash).
+
+    `verify`: "size" or "sha256". `only`: check just these relative paths.
+    """
     for rel, entry in manifest.artifacts.items():
+        if only is not None and rel not in only:
+            continue
         path = artifact_dir / rel
         if not path.is_file():
             raise ArtifactError(f"{path} is missing (listed in the manifest)")
@@ -55,51 +92,160 @@ def verify_files(artifact_dir: Path, manifest: Manifest, *, verify: str = "size"
         if size != entry.bytes:
             raise ArtifactError(f"{path} has {size} bytes, the manifest says {entry.bytes} "
                                 "(truncated or altered)")
-        if verify == "sha256" and sha256_file(path) != entry.sha256:
+        if verify == "sha256" and _sha256(path) != entry.sha256:
             raise ArtifactError(f"{path} does not match its manifest sha256 (altered)")
 
 
-def _providers() -> list[str]:
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb", buffering=0) as f:
+        while block := f.read(16 * 1024 * 1024):
+            h.update(block)
+    return h.hexdigest()
+
+
+def plan(manifest: Manifest, hw: HardwareInfo) -> list[Choice]:
+    """Every load path in preference order, each marked usable or not with the reason."""
+    have = set(manifest.artifacts)
+    out: list[Choice] = []
+    for e in manifest.engines:
+        ok, why = engine_usable(EngineStamp(e.tensorrt_version, e.compute_capability,
+                                            e.gpu_name), hw)
+        out.append(Choice("tensorrt", (e.path,), ok and e.path in have, why))
+    if not manifest.engines:
+        out.append(Choice("tensorrt", (), False,
+                          manifest.skipped.get("compile", "no TensorRT engine was built")))
+    graph = tuple(f for f in (ONNX_FILE, ONNX_DATA) if f in have)
+    cuda_ok = hw.has_cuda and ONNX_FILE in have
+    out.append(Choice("onnxruntime-cuda", graph, cuda_ok,
+                      "CUDA provider available" if cuda_ok else "no CUDA GPU or provider"))
+    # The offline-optimized graph holds CPU-specific fusions: use it on the CPU provider only.
+    opt = tuple(f for f in (OPT_FILE, OPT_DATA) if f in have)
+    if OPT_FILE in have:
+        out.append(Choice("onnxruntime-cpu", opt, True, "offline-optimized graph"))
+    out.append(Choice("onnxruntime-cpu", graph, ONNX_FILE in have,
+                      "unoptimized graph" if ONNX_FILE in have else "no ONNX graph"))
+    out.append(Choice("torch", (WEIGHTS_FILE,), WEIGHTS_FILE in have,
+                      "safetensors snapshot" if WEIGHTS_FILE in have else "no weights"))
+    return out
+
+
+def _ort_runner(folder: Path, choice: Choice, *, threads: int, mode: str) -> Runner:
     import onnxruntime as ort
 
-    have = ort.get_available_providers()
-    return [p for p in ("CUDAExecutionProvider", "CPUExecutionProvider") if p in have]
+    opts = ort.SessionOptions()
+    if threads:
+        opts.intra_op_num_threads = threads
+        opts.inter_op_num_threads = 1
+    graph_file = choice.files[0]
+    if graph_file == OPT_FILE:
+        # Already optimized at build time: skip doing it again at every cold start.
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    providers = (["CUDAExecutionProvider", "CPUExecutionProvider"]
+                 if choice.backend == "onnxruntime-cuda" else ["CPUExecutionProvider"])
+    if mode == "read":
+        # Network filesystem: one sequential read per file instead of mmap page faults.
+        buffers = {rel: read_into_memory(folder / rel) for rel in choice.files}
+        data = [rel for rel in choice.files if rel != graph_file]
+        if data:
+            opts.add_external_initializers_from_files_in_memory(
+                data, [buffers[r] for r in data], [len(buffers[r]) for r in data])
+        session = ort.InferenceSession(bytes(buffers[graph_file]), sess_options=opts,
+                                       providers=providers)
+    else:
+        session = ort.InferenceSession(str(folder / graph_file), sess_options=opts,
+                                       providers=providers)
+    if choice.backend == "onnxruntime-cuda" and \
+            session.get_providers()[0] != "CUDAExecutionProvider":
+        raise ArtifactError("ONNX Runtime did not place the graph on CUDA")
+    out_names = [o.name for o in session.get_outputs()]
+    in_names = tuple(i.name for i in session.get_inputs())
+
+    def run(feeds):
+        return dict(zip(out_names, session.run(out_names, dict(feeds)), strict=True))
+
+    run.input_names = in_names  # type: ignore[attr-defined]
+    return run
 
 
-def load(artifact_dir: str | Path, *, verify: str = "size", threads: int | None = None) -> Loaded:
-    """Load a published build into a `Loaded` model. Raises ArtifactError on any mismatch.
+def _open(folder: Path, manifest: Manifest, choice: Choice, *, threads: int,
+          mode: str) -> Runner:
+    if choice.backend == "tensorrt":
+        from floodway.build import trt
 
-    `threads` caps ONNX Runtime's intra-op threads (None: ``FLOODWAY_ORT_THREADS`` or ORT's
-    default), so several containers on one machine do not oversubscribe its cores.
+        return trt.engine_runner(folder / choice.files[0], manifest)
+    if choice.backend == "torch":
+        from floodway.build import torch_runner
+
+        return torch_runner.runner(folder, manifest, mode=mode)
+    return _ort_runner(folder, choice, threads=threads, mode=mode)
+
+
+def _hash_files(folder: Path, manifest: Manifest, files: tuple[str, ...]) -> list[str]:
+    return [rel for rel in files if _sha256(folder / rel) != manifest.artifacts[rel].sha256]
+
+
+def load(artifact_dir: str | Path, *, verify: str = "sha256", threads: int | None = None,
+         hardware: HardwareInfo | None = None, mode: str | None = None) -> Loaded:
+    """Load a published build. Raises ArtifactError when no path works (reasons listed).
+
+    `verify`: "sha256" (default; hashed in parallel with session creation) or "size".
+    `threads`: ONNX Runtime intra-op threads (None: ``FLOODWAY_ORT_THREADS`` or ORT's
+    default). `hardware`: what to plan for (default: detected). `mode`: "read" or "mmap"
+    (default: by filesystem, `floodway.build.netfs.read_mode`).
     """
     t0 = time.perf_counter()
     folder = Path(artifact_dir)
     manifest = read_manifest(folder)
-    verify_files(folder, manifest, verify=verify)
-    import onnxruntime as ort
-
-    opts = ort.SessionOptions()
-    threads = threads or int(os.environ.get("FLOODWAY_ORT_THREADS", "0") or 0)
-    if threads:
-        opts.intra_op_num_threads = threads
-        opts.inter_op_num_threads = 1
-    providers = _providers()
-    session = ort.InferenceSession(str(folder / ONNX_FILE), sess_options=opts,
-                                   providers=providers)
-    names = tuple(i.name for i in session.get_inputs())
+    tok_files = tuple(r for r in manifest.artifacts if r.startswith(TOKENIZER_DIR + "/"))
+    verify_files(folder, manifest, verify="size", only=tok_files)
+    hw = hardware or detect()
+    threads = threads if threads is not None else int(os.environ.get("FLOODWAY_ORT_THREADS")
+                                                      or 0)
+    mode = mode or read_mode(folder)
     expected = tuple(i.name for i in manifest.io.inputs)
-    if names != expected:
-        raise ArtifactError(f"{folder / ONNX_FILE} takes inputs {names}, the manifest says "
-                            f"{expected}")
-    backend = ("onnxruntime-cuda" if session.get_providers()[0] == "CUDAExecutionProvider"
-               else "onnxruntime-cpu")
-    out_names = [o.name for o in session.get_outputs()]
-    log.info("loaded %s from %s with %s", manifest.endpoint, folder, backend)
-
-    def runner(feeds):
-        return dict(zip(out_names, session.run(out_names, dict(feeds)), strict=True))
-
+    attempts: list[str] = []
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        tok_hash: Future | None = (pool.submit(_hash_files, folder, manifest, tok_files)
+                                   if verify == "sha256" else None)
+        for choice in plan(manifest, hw):
+            label = f"{choice.backend}[{', '.join(choice.files) or '-'}]"
+            if not choice.usable:
+                attempts.append(f"{label}: skipped ({choice.reason})")
+                continue
+            try:
+                verify_files(folder, manifest, verify="size", only=choice.files)
+            except ArtifactError as e:
+                attempts.append(f"{label}: failed ({e})")
+                log.warning("load %s: %s failed (%s); falling back", folder.name, label, e)
+                continue
+            hashed = (pool.submit(_hash_files, folder, manifest, choice.files)
+                      if verify == "sha256" else None)
+            try:
+                runner = _open(folder, manifest, choice, threads=threads, mode=mode)
+                bad = hashed.result() if hashed else []
+                if bad:
+                    raise ArtifactError(f"{', '.join(bad)} do(es) not match the manifest sha256")
+                names = getattr(runner, "input_names", expected)
+                if tuple(names) != expected:
+                    raise ArtifactError(f"{choice.files[0]} takes inputs {tuple(names)}, the "
+                                        f"manifest says {expected}")
+            except Exception as e:  # noqa: BLE001 - any failure means: try the next path
+                if hashed:
+                    hashed.result()
+                attempts.append(f"{label}: failed ({type(e).__name__}: {e})")
+                log.warning("load %s: %s failed (%s); falling back", folder.name, label, e)
+                continue
+            attempts.append(f"{label}: loaded ({choice.reason})")
+            break
+        else:
+            raise ArtifactError(f"no way to load {folder}:\n  " + "\n  ".join(attempts))
+        bad_tok = tok_hash.result() if tok_hash else []
+    if bad_tok:
+        raise ArtifactError(f"{', '.join(bad_tok)} do(es) not match the manifest sha256 (altered)")
+    log.info("loaded %s with %s (%s)", folder.name, choice.backend, "; ".join(attempts))
     tokenizer = make_tokenizer(folder / TOKENIZER_DIR, manifest.max_seq_len)
-    return Loaded(backend=backend, tokenizer=tokenizer, runner=runner, input_names=names,
-                  max_seq_len=manifest.max_seq_len, artifact_dir=folder, manifest=manifest,
+    return Loaded(backend=choice.backend, tokenizer=tokenizer, runner=runner,
+                  input_names=expected, max_seq_len=manifest.max_seq_len, artifact_dir=folder,
+                  manifest=manifest, path_taken=tuple(attempts),
                   timings_s={"artifact_load": time.perf_counter() - t0})

@@ -48,7 +48,18 @@ class FileEntry(_Model):
     sha256: str
 
 
+class EngineEntry(_Model):
+    """A TensorRT engine and the stamp it is only valid for."""
+
+    path: str                           # relative: engines/trt-<ver>/sm<XY>/<profile>/model.plan
+    tensorrt_version: str
+    compute_capability: str
+    gpu_name: str
+    profile: dict[str, list[int]]       # input name -> [min, opt, max] rows x seq flattened
+
+
 class ParityCheck(_Model):
+    graph: str = "model.onnx"
     rows: int
     seq_len: int
     padded: bool
@@ -71,6 +82,8 @@ class Manifest(_Model):
     io: IOSignature
     max_seq_len: int
     artifacts: dict[str, FileEntry]     # relative path -> size and hash
+    engines: list[EngineEntry] = Field(default_factory=list)
+    skipped: dict[str, str] = Field(default_factory=dict)   # stage -> why it did not run
     parity: list[ParityCheck] = Field(default_factory=list)
     timings_s: dict[str, float] = Field(default_factory=dict)
 

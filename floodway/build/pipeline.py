@@ -1,14 +1,14 @@
-"""The build pipeline: fetch -> snapshot -> export -> verify -> publish.
+"""The build pipeline: fetch -> snapshot -> export -> optimize -> compile -> verify -> publish.
 
-`build_endpoint` computes the build key first (source revision and file hashes, build config,
-toolchain versions, hardware class); if that build is already published it only re-points
-LATEST and returns, so an unchanged rebuild is a no-op.
+Every stage after fetch is cached by a key over its inputs (`floodway.build.stages`), and the
+build as a whole by a build key over all stage keys, the source, the build config and the
+hardware class. When that build is already published, `build_endpoint` only re-points LATEST:
+an unchanged rebuild is a no-op (it hashes the source files and nothing more).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import platform
 import shutil
@@ -16,28 +16,39 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import cache
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 from floodway.build import export
 from floodway.build.fetch import fetch, sha256_file
-from floodway.build.loader import ONNX_FILE, TOKENIZER_DIR, make_tokenizer
+from floodway.build.hardware import HardwareInfo, detect
+from floodway.build.loader import (
+    ONNX_FILE,
+    OPT_FILE,
+    TOKENIZER_DIR,
+    make_tokenizer,
+)
 from floodway.build.manifest import (
+    EngineEntry,
     FileEntry,
     Hardware,
     IOSignature,
     Manifest,
+    ParityCheck,
     SourceInfo,
     TensorSpec,
 )
+from floodway.build.stages import StageCache, link_into, stage_key
 from floodway.build.store import ArtifactStore
 from floodway.config import HFModel
 from floodway.functions.endpoint import Endpoint
 from floodway.functions.loaded import Loaded
 
-STAGES = ("fetch", "snapshot", "export", "verify", "publish")
+STAGES = ("fetch", "snapshot", "export", "optimize", "compile", "verify", "publish")
 TOOLCHAIN = ("floodway", "torch", "transformers", "onnx", "onnxruntime", "tokenizers",
-             "safetensors")
+             "safetensors", "tensorrt")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
                    "vocab.txt", "config.json", "sentence_bert_config.json")
 
@@ -51,6 +62,8 @@ class BuildResult:
     path: Path
     cached: bool
     seconds: float
+    stages_cached: tuple[str, ...] = ()
+    skipped: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 def toolchain() -> dict[str, str]:
@@ -69,91 +82,191 @@ def source_files(folder: Path) -> dict[str, str]:
             for p in sorted(folder.rglob("*")) if p.is_file() and not p.name.startswith(".")}
 
 
-def build_key(ep: Endpoint, files: dict[str, str], tools: dict[str, str], hw: str) -> str:
-    blob = json.dumps({"source": ep.model.display, "files": files,
-                       "build": dataclasses.asdict(ep.build), "toolchain": tools,
-                       "hardware": hw}, sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+def compile_skip_reason(ep: Endpoint, hw: HardwareInfo) -> str | None:
+    """Why the TensorRT compile stage does not run here (None: it runs)."""
+    if not ep.build.tensorrt:
+        return "Build.tensorrt is False"
+    if hw.gpu_name is None:
+        return ("no CUDA GPU on this machine (engines are compiled on the endpoint's GPU type, "
+                "e.g. `floodway build --on-modal`)")
+    if hw.tensorrt_version is None:
+        return "tensorrt is not installed (pip install 'floodway[tensorrt]')"
+    return None
 
 
-def build_endpoint(ep: Endpoint, store: ArtifactStore | None = None, *,
-                   report: Report | None = None, force: bool = False) -> BuildResult:
-    """Build (or find) the artifacts of `ep`. Raises BuildError naming the failed stage."""
-    say = report or (lambda stage, msg: None)
-    store = store or ArtifactStore()
-    t0 = time.perf_counter()
-    timings: dict[str, float] = {}
+class _Build:
+    """One run of the pipeline for one endpoint (holds the lazily loaded torch model)."""
 
-    def lap(stage: str, t: float) -> float:
-        now = time.perf_counter()
-        timings[stage] = round(now - t, 4)
-        return now
+    def __init__(self, ep: Endpoint, store: ArtifactStore, say: Report, hw: HardwareInfo):
+        self.ep, self.store, self.say, self.hw = ep, store, say, hw
+        self.cache = StageCache(store.root)
+        self.tools = toolchain()
+        self.timings: dict[str, float] = {}
+        self.cached: list[str] = []
+        self.skipped: dict[str, str] = {}
 
-    say("fetch", ep.model.display)
-    folder = fetch(ep.model)
-    files = source_files(folder)
-    tools = toolchain()
-    key = build_key(ep, files, tools, "cpu")
-    t = lap("fetch", t0)
-    final = store.build_dir(ep.name, key)
-    if final.is_dir() and (final / "manifest.json").is_file() and not force:
-        store.publish(ep.name, key, store.staging_dir(ep.name))
-        say("publish", f"unchanged: {key} is already built")
-        return BuildResult(ep.name, key, final, True, time.perf_counter() - t0)
-    if force and final.is_dir():
-        shutil.rmtree(final)
+    @cache  # noqa: B019 - one model per build run, dropped with the run
+    def model(self) -> Any:
+        return export.load_torch_model(self.folder, allow_pickle=self.ep.model.allow_pickle)
 
-    staging = store.staging_dir(ep.name)
-    try:
-        say("snapshot", "loading weights (PyTorch) and writing safetensors")
-        model = export.load_torch_model(folder, allow_pickle=ep.model.allow_pickle)
-        export.snapshot_weights(model, staging)
-        t = lap("snapshot", t)
+    def stage(self, name: str, key: str, produce: Callable[[Path], None], msg: str) -> Path:
+        self.say(name, msg)
+        t = time.perf_counter()
+        out, hit = self.cache.run(name, key, produce)
+        self.timings[name] = round(time.perf_counter() - t, 4)
+        if hit:
+            self.cached.append(name)
+            self.say(name, f"cached ({key})")
+        return out
 
-        say("export", f"ONNX opset {ep.build.opset}, dynamic batch and sequence axes")
-        names = export.input_names(model)
-        export.export_onnx(model, staging / ONNX_FILE, names=names, opset=ep.build.opset)
-        tok_dir = staging / TOKENIZER_DIR
-        tok_dir.mkdir()
-        for name in TOKENIZER_FILES:
-            if (folder / name).is_file():
-                shutil.copyfile(folder / name, tok_dir / name)
-        t = lap("export", t)
+    def keys(self, files: dict[str, str]) -> dict[str, str]:
+        b, t = self.ep.build, self.tools
+        snap = stage_key("snapshot", files, b.dtype, t["torch"], t["transformers"],
+                         t["safetensors"], self.ep.model.allow_pickle)
+        exp = stage_key("export", snap, b.opset, t["torch"], t["onnx"], b.max_seq_len)
+        opt = stage_key("optimize", exp, t["onnxruntime"])
+        comp = stage_key("compile", exp, t["tensorrt"], self.hw.sm, b.max_batch_rows,
+                         b.max_seq_len, self.ep.batching.max_batch_rows)
+        ver = stage_key("verify", exp, opt, b.parity_atol, b.max_batch_rows, b.max_seq_len,
+                        t["onnxruntime"])
+        return {"snapshot": snap, "export": exp, "optimize": opt, "compile": comp,
+                "verify": ver}
 
-        say("verify", "parity PyTorch vs ONNX Runtime")
+    def run(self, force: bool) -> BuildResult:
+        ep, b = self.ep, self.ep.build
+        t0 = time.perf_counter()
+        self.say("fetch", ep.model.display)
+        self.folder = fetch(ep.model)
+        files = source_files(self.folder)
+        self.timings["fetch"] = round(time.perf_counter() - t0, 4)
+        keys = self.keys(files)
+        skip = compile_skip_reason(ep, self.hw)
+        key = stage_key("build", ep.model.display, keys, dataclasses.asdict(b),
+                        self.hw.hardware_class, skip is None)
+        final = self.store.build_dir(ep.name, key)
+        if (final / "manifest.json").is_file() and not force:
+            self.store.publish(ep.name, key, self.store.staging_dir(ep.name))
+            self.say("publish", f"unchanged: {key} is already built")
+            return BuildResult(ep.name, key, final, True, time.perf_counter() - t0,
+                               tuple(STAGES), Manifest.read(final).skipped)
+        if force:
+            shutil.rmtree(final, ignore_errors=True)
+            shutil.rmtree(self.cache.root, ignore_errors=True)
+
+        snap = self.stage("snapshot", keys["snapshot"],
+                          lambda d: export.snapshot_weights(self.model(), d, b.dtype),
+                          f"safetensors in {b.dtype}")
+        exp = self.stage("export", keys["export"], lambda d: self._export(d),
+                         f"ONNX opset {b.opset}, dynamic batch and sequence axes")
+        names = tuple(json.loads((exp / "inputs.json").read_text()))
+        opt = self.stage("optimize", keys["optimize"],
+                         lambda d: export.optimize_onnx(exp / ONNX_FILE, d / OPT_FILE),
+                         "ONNX Runtime offline optimization (EXTENDED)")
+        comp = None
+        if skip:
+            self.skipped["compile"] = skip
+            self.say("compile", f"skipped: {skip}")
+        else:
+            comp = self.stage("compile", keys["compile"], lambda d: self._compile(exp, names, d),
+                              f"TensorRT {self.hw.tensorrt_version} for {self.hw.sm}")
+        ver = self.stage("verify", keys["verify"], lambda d: self._verify(exp, opt, names, d),
+                         "parity PyTorch vs ONNX Runtime (plain and optimized graphs)")
+
+        self.say("publish", f"{ep.name}/{key}")
+        staging = self.store.staging_dir(ep.name)
+        try:
+            for part in (snap, exp, opt) + ((comp,) if comp else ()):
+                link_into(part, staging)
+            (staging / "inputs.json").unlink(missing_ok=True)
+            (staging / "engine.json").unlink(missing_ok=True)
+            tok_dir = staging / TOKENIZER_DIR
+            tok_dir.mkdir()
+            for name in TOKENIZER_FILES:
+                if (self.folder / name).is_file():
+                    shutil.copyfile(self.folder / name, tok_dir / name)
+            manifest = self._manifest(key, files, names, staging, ver, comp)
+            manifest.write(staging)
+            path = self.store.publish(ep.name, key, staging)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        return BuildResult(ep.name, key, path, False, time.perf_counter() - t0,
+                           tuple(self.cached), dict(self.skipped))
+
+    def _export(self, d: Path) -> None:
+        names = export.input_names(self.model())
+        export.export_onnx(self.model(), d / ONNX_FILE, names=names, opset=self.ep.build.opset)
+        (d / "inputs.json").write_text(json.dumps(list(names)))
+
+    def _compile(self, exp: Path, names: tuple[str, ...], d: Path) -> None:
+        from floodway.build import trt
+
+        b = self.ep.build
+        shapes = trt.profile_shapes(names, b.max_batch_rows, b.max_seq_len,
+                                    self.ep.batching.max_batch_rows)
+        rel = (f"engines/trt-{self.hw.tensorrt_version}/{self.hw.sm}/"
+               f"{trt.profile_id(shapes)}/model.plan")
+        info = trt.compile_engine(exp / ONNX_FILE, d / rel, shapes)
+        (d / "engine.json").write_text(json.dumps({"path": rel, "profile": shapes, **info}))
+
+    def _verify(self, exp: Path, opt: Path, names: tuple[str, ...], d: Path) -> None:
         import onnxruntime as ort
 
-        max_len = export.read_max_seq_len(folder, ep.build.max_seq_len)
-        session = ort.InferenceSession(str(staging / ONNX_FILE),
-                                       providers=["CPUExecutionProvider"])
-        probe = Loaded(backend="onnxruntime-cpu", tokenizer=make_tokenizer(tok_dir, max_len),
-                       runner=lambda f: {}, input_names=names, max_seq_len=max_len,
-                       artifact_dir=staging)
-        parity = export.check_parity(model, session, probe.encode,
-                                     max_rows=ep.build.max_batch_rows, max_seq_len=max_len,
-                                     atol=ep.build.parity_atol)
-        t = lap("verify", t)
+        b = self.ep.build
+        max_len = export.read_max_seq_len(self.folder, b.max_seq_len)
+        tok = make_tokenizer(self.folder, max_len)
+        probe = Loaded(backend="probe", tokenizer=tok, runner=lambda f: {}, input_names=names,
+                       max_seq_len=max_len, artifact_dir=d)
+        checks: list[ParityCheck] = []
+        for folder, graph in ((exp, ONNX_FILE), (opt, OPT_FILE)):
+            session = ort.InferenceSession(str(folder / graph),
+                                           providers=["CPUExecutionProvider"])
+            checks += export.check_parity(self.model(), session, probe.encode,
+                                          max_rows=b.max_batch_rows, max_seq_len=max_len,
+                                          atol=b.parity_atol, graph=graph)
+        (d / "parity.json").write_text(json.dumps({
+            "max_seq_len": max_len, "checks": [c.model_dump() for c in checks]}))
 
-        say("publish", f"{ep.name}/{key}")
+    def _manifest(self, key: str, files: dict[str, str], names: tuple[str, ...], staging: Path,
+                  ver: Path, comp: Path | None) -> Manifest:
+        ep, src = self.ep, self.ep.model
+        parity = json.loads((ver / "parity.json").read_text())
+        engines = []
+        if comp is not None:
+            info = json.loads((comp / "engine.json").read_text())
+            engines.append(EngineEntry(path=info["path"], profile=info["profile"],
+                                       tensorrt_version=info["tensorrt_version"],
+                                       compute_capability=self.hw.compute_capability or "",
+                                       gpu_name=self.hw.gpu_name or ""))
         artifacts = {str(p.relative_to(staging)): FileEntry(bytes=p.stat().st_size,
                                                             sha256=sha256_file(p))
                      for p in sorted(staging.rglob("*")) if p.is_file()}
-        src = ep.model
-        manifest = Manifest(
+        return Manifest(
             endpoint=ep.name, build_key=key, created_at=datetime.now(UTC).isoformat(),
             source=SourceInfo(kind="hf" if isinstance(src, HFModel) else "local",
                               display=src.display, repo_id=getattr(src, "repo_id", None),
                               revision=getattr(src, "revision", None), files=files),
-            build=dataclasses.asdict(ep.build), toolchain=tools, hardware=Hardware(),
+            build=dataclasses.asdict(ep.build), toolchain=self.tools,
+            hardware=Hardware(hardware_class=self.hw.hardware_class, gpu_name=self.hw.gpu_name,
+                              compute_capability=self.hw.compute_capability,
+                              tensorrt_version=self.hw.tensorrt_version),
             io=IOSignature(
                 inputs=[TensorSpec(name=n, dtype="int64", shape=["batch", "seq"]) for n in names],
                 outputs=[TensorSpec(name=export.OUTPUT_NAME, dtype="float32",
                                     shape=["batch", "seq", "hidden"])]),
-            max_seq_len=max_len, artifacts=artifacts, parity=parity, timings_s=timings)
-        manifest.write(staging)
-        lap("publish", t)
-        path = store.publish(ep.name, key, staging)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    return BuildResult(ep.name, key, path, False, time.perf_counter() - t0)
+            max_seq_len=parity["max_seq_len"], artifacts=artifacts, engines=engines,
+            skipped=self.skipped, parity=[ParityCheck(**c) for c in parity["checks"]],
+            timings_s=self.timings)
+
+
+def build_endpoint(ep: Endpoint, store: ArtifactStore | None = None, *,
+                   report: Report | None = None, force: bool = False,
+                   hardware: HardwareInfo | None = None) -> BuildResult:
+    """Build (or find) the artifacts of `ep`. Raises BuildError naming the failed stage.
+
+    `force` discards cached stages and the published build first. `hardware` overrides
+    detection (tests; building for the machine you are on is the normal case).
+    """
+    run = _Build(ep, store or ArtifactStore(), report or (lambda stage, msg: None),
+                 hardware or detect())
+    return run.run(force)

@@ -1,8 +1,9 @@
 """Deployers: turn a floodway `App` into a platform's objects (`to_modal` -> `modal.App`).
 
-`modal` is imported only when `to_modal` runs, and not at all inside a local worker process
-(``FLOODWAY_LOCAL_WORKER`` set): importing the Modal client costs a local container's cold
-start most of a second and the container never uses it.
+`modal` is imported only when `to_modal` runs, and not at all where ``FLOODWAY_NO_MODAL`` is
+set: local worker processes and `floodway build` / `floodway serve` set it, because importing
+the Modal client costs most of a second (of a local container's cold start, or of a no-op
+rebuild) and they never use the Modal objects.
 """
 
 from __future__ import annotations
@@ -16,15 +17,15 @@ if TYPE_CHECKING:
 
     from floodway.functions.app import App
 
-LOCAL_WORKER_ENV = "FLOODWAY_LOCAL_WORKER"
+NO_MODAL_ENV = "FLOODWAY_NO_MODAL"
 
 
 def to_modal(fw_app: App, **kwargs: Any) -> modal.App | None:
     """The `modal.App` for `fw_app`; see `floodway.deploy.modal_objects.to_modal`.
 
-    Returns None inside a local worker process, where no Modal object is needed.
+    Returns None where ``FLOODWAY_NO_MODAL`` is set (no Modal object is needed there).
     """
-    if os.environ.get(LOCAL_WORKER_ENV):
+    if os.environ.get(NO_MODAL_ENV):
         return None
     from floodway.deploy import modal_objects
 
@@ -32,4 +33,4 @@ def to_modal(fw_app: App, **kwargs: Any) -> modal.App | None:
     return modal_objects.to_modal(fw_app, module=module, **kwargs)
 
 
-__all__ = ["LOCAL_WORKER_ENV", "to_modal"]
+__all__ = ["NO_MODAL_ENV", "to_modal"]

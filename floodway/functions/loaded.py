@@ -32,6 +32,7 @@ class Loaded:
     max_seq_len: int
     artifact_dir: Path
     manifest: Any = None
+    path_taken: tuple[str, ...] = ()      # each load path tried, and what happened
     timings_s: dict[str, float] = field(default_factory=dict)
 
     def encode(self, texts: Sequence[str]) -> dict[str, np.ndarray]:

@@ -13,6 +13,7 @@ import math
 from typing import Any, Protocol
 
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
@@ -80,7 +81,13 @@ def make_asgi_app(app: App, backend: Backend, *, lifespan: Any = None) -> Starle
         detail = backend.readiness()
         return JSONResponse(detail, status_code=200 if detail.get("ready") else 503)
 
-    return Starlette(routes=[
+    async def http_error(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, HTTPException)
+        kind = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        return _error(exc.status_code, kind, f"{request.method} {request.url.path}: {exc.detail}",
+                      headers=dict(exc.headers or {}))
+
+    return Starlette(exception_handlers={HTTPException: http_error}, routes=[
         Route("/v1/{endpoint}", predict, methods=["POST"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),

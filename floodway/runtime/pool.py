@@ -14,7 +14,7 @@ import logging
 import os
 from typing import Any
 
-from floodway.deploy import LOCAL_WORKER_ENV
+from floodway.deploy import NO_MODAL_ENV
 from floodway.errors import Unavailable
 from floodway.functions.app import App
 from floodway.runtime.container import Container, State
@@ -50,7 +50,7 @@ class Pool:
         ep = self.app[endpoint]
         c = Container(self.app_spec, endpoint, self.store_root,
                       slots=ep.route.max_inflight_per_container,
-                      env={"FLOODWAY_ORT_THREADS": str(self.threads), LOCAL_WORKER_ENV: "1"})
+                      env={"FLOODWAY_ORT_THREADS": str(self.threads), NO_MODAL_ENV: "1"})
         self.containers[endpoint].append(c)
         return c
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import time
 
@@ -34,6 +35,8 @@ def _to_jsonable(value):
 
 def main(argv: list[str]) -> int:
     app_spec, ep_name, store_root = argv
+    # Ctrl-C reaches the whole process group; the parent drains and stops its containers.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     proto = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
 

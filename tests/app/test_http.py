@@ -106,3 +106,16 @@ def test_health_and_readiness(backend):
     health, not_ready, ready = run(go())
     assert health.status_code == 200 and health.json() == {"status": "ok"}
     assert not_ready.status_code == 503 and ready.status_code == 200
+
+
+def test_wrong_method_and_unknown_path_are_json(backend):
+    async def go():
+        transport = httpx.ASGITransport(app=make_asgi_app(app, backend))
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+            return await c.get("/v1/upper"), await c.get("/nope")
+
+    wrong, unknown = run(go())
+    assert wrong.status_code == 405 and wrong.json()["error"]["type"] == "method_not_allowed"
+    assert "GET /v1/upper" in wrong.json()["error"]["message"]
+    assert "POST" in wrong.headers["allow"]
+    assert unknown.status_code == 404 and unknown.json()["error"]["type"] == "not_found"

@@ -17,7 +17,7 @@ def test_unchanged_build_is_a_noop(built_store):
     r = floodway("build", str(MODAL_APP), "--store", str(built_store))
     assert r.returncode == 0, r.stderr
     assert "embed: unchanged (no-op)" in r.stderr
-    assert "TensorRT engine skipped: no CUDA GPU" in r.stderr
+    assert "stage compile skipped: no CUDA GPU" in r.stderr
 
 
 def test_unknown_endpoint_and_missing_file(tmp_path):

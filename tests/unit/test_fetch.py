@@ -22,10 +22,24 @@ def test_seeded_cache_resolves_through_snapshot_download(model_dir, tmp_path):
     cache = tmp_path / "hub"
     snap = seed_hub_cache(model_dir, "org/minilm", REV, cache)
     assert (snap / "model.safetensors").is_symlink()
-    # fetch() calls huggingface_hub.snapshot_download with HF_HUB_OFFLINE=1 (set in conftest).
-    got = fetch(fw.HFModel("org/minilm", revision=REV), cache_dir=cache)
+    # huggingface_hub.snapshot_download with HF_HUB_OFFLINE=1 (set in conftest) ...
+    got = fetch(fw.HFModel("org/minilm", revision=REV), cache_dir=cache, prefer_cache=False)
     assert got == snap
     assert (got / "config.json").read_bytes() == (model_dir / "config.json").read_bytes()
+    # ... and the fast path that skips the Hub client resolves the same folder.
+    assert fetch(fw.HFModel("org/minilm", revision=REV), cache_dir=cache) == snap
+
+
+@pytest.mark.parametrize("prefer_cache", [True, False])
+def test_incomplete_cached_snapshot_is_reported_not_used(model_dir, tmp_path, prefer_cache):
+    cache = tmp_path / "hub"
+    snap = seed_hub_cache(model_dir, "org/minilm", REV, cache)
+    blob = (snap / "model.safetensors").resolve()
+    with blob.open("r+b") as f:          # an interrupted download
+        f.truncate(blob.stat().st_size // 3)
+    with pytest.raises(BuildError, match="model.safetensors is truncated"):
+        fetch(fw.HFModel("org/minilm", revision=REV), cache_dir=cache,
+              prefer_cache=prefer_cache)
 
 
 def test_offline_and_not_cached_is_a_clear_error(tmp_path):

@@ -8,7 +8,8 @@ import sys
 import numpy as np
 import pytest
 
-from floodway.build.loader import load
+from floodway.build.hardware import HardwareInfo
+from floodway.build.loader import load, plan, read_manifest
 from floodway.build.store import ArtifactStore
 from floodway.errors import ArtifactError
 
@@ -19,6 +20,16 @@ def build_copy(built_store, tmp_path):
     dst = tmp_path / src.name
     shutil.copytree(src, dst)
     return dst
+
+
+def test_plan_on_cpu_prefers_the_optimized_graph(built_store):
+    m = read_manifest(ArtifactStore(built_store).latest("embed"))
+    choices = plan(m, HardwareInfo())
+    assert [(c.backend, c.usable) for c in choices] == [
+        ("tensorrt", False), ("onnxruntime-cuda", False), ("onnxruntime-cpu", True),
+        ("onnxruntime-cpu", True), ("torch", True)]
+    assert choices[2].files == ("model.opt.onnx", "model.opt.onnx.data")
+    assert "no CUDA GPU" in choices[0].reason
 
 
 def test_loads_and_runs_without_importing_torch(built_store):
@@ -42,22 +53,66 @@ def test_encode_pads_and_truncates(built_store):
     assert f["attention_mask"][0].sum() == 3 and f["attention_mask"][1].sum() == 256
 
 
-def test_truncated_artifact_detected(build_copy):
-    onnx = build_copy / "model.onnx"
-    with onnx.open("r+b") as f:
-        f.truncate(onnx.stat().st_size // 2)
-    with pytest.raises(ArtifactError, match=r"model.onnx has \d+ bytes, the manifest says"):
+def flip_byte(path, at=1000):
+    data = bytearray(path.read_bytes())
+    data[at] ^= 1
+    path.write_bytes(bytes(data))
+
+
+def test_truncated_graph_falls_back_to_the_next_path(build_copy, caplog):
+    data = build_copy / "model.opt.onnx.data"
+    with data.open("r+b") as f:
+        f.truncate(data.stat().st_size // 2)
+    m = load(build_copy)
+    assert m.backend == "onnxruntime-cpu"
+    assert "model.opt.onnx.data has" in m.path_taken[2] and "failed" in m.path_taken[2]
+    assert m.path_taken[3].startswith("onnxruntime-cpu[model.onnx, model.onnx.data]: loaded")
+    assert "falling back" in caplog.text
+    assert m.run(m.encode(["x"]))["last_hidden_state"].shape[-1] == 384
+
+
+def test_altered_graph_detected_by_hash_and_skipped(build_copy):
+    flip_byte(build_copy / "model.opt.onnx.data")
+    assert load(build_copy, verify="size").path_taken[2].endswith("(offline-optimized graph)")
+    m = load(build_copy)   # sha256 (default) catches the same-size alteration
+    assert "do(es) not match the manifest sha256" in m.path_taken[2]
+    assert "model.onnx, model.onnx.data]: loaded" in m.path_taken[3]
+
+
+def test_altered_tokenizer_fails_clearly(build_copy):
+    flip_byte(build_copy / "tokenizer" / "vocab.txt", at=100)
+    load(build_copy, verify="size")   # same size: the fast check passes ...
+    with pytest.raises(ArtifactError, match="vocab.txt do\\(es\\) not match the manifest sha256"):
+        load(build_copy)              # ... the hash does not
+
+
+def test_every_onnx_path_broken_falls_back_to_torch(build_copy, built_store):
+    for rel in ("model.opt.onnx", "model.onnx"):
+        flip_byte(build_copy / rel, at=50)
+    m = load(build_copy)
+    assert m.backend == "torch"
+    ref = load(ArtifactStore(built_store).latest("embed"))
+    feeds = m.encode(["fallbacks keep containers up"])
+    got, want = (x.run(feeds)["last_hidden_state"] for x in (m, ref))
+    assert np.abs(got - want).max() < 1e-3
+
+
+def test_nothing_loadable_lists_every_reason(build_copy):
+    for rel in ("model.opt.onnx", "model.onnx", "weights/model.safetensors"):
+        flip_byte(build_copy / rel, at=50)
+    with pytest.raises(ArtifactError) as info:
         load(build_copy)
+    text = str(info.value)
+    assert text.startswith("no way to load")
+    assert text.count("]: failed (") == 3 and "tensorrt[-]: skipped" in text
+    assert "onnxruntime-cuda[model.onnx, model.onnx.data]: skipped" in text
 
 
-def test_altered_artifact_detected_by_hash(build_copy):
-    tok = build_copy / "tokenizer" / "vocab.txt"
-    data = bytearray(tok.read_bytes())
-    data[100] ^= 1
-    tok.write_bytes(bytes(data))
-    load(build_copy)   # same size: the fast check passes ...
-    with pytest.raises(ArtifactError, match="does not match its manifest sha256"):
-        load(build_copy, verify="sha256")   # ... the full check does not
+def test_read_mode_matches_mmap_mode(built_store):
+    folder = ArtifactStore(built_store).latest("embed")
+    a, b = load(folder, mode="read"), load(folder, mode="mmap")
+    feeds = a.encode(["network storage reads sequentially"])
+    assert np.array_equal(a.run(feeds)["last_hidden_state"], b.run(feeds)["last_hidden_state"])
 
 
 def test_missing_file_and_missing_manifest(build_copy):
@@ -74,8 +129,10 @@ def test_io_signature_mismatch(build_copy):
     m = json.loads(path.read_text())
     m["io"]["inputs"] = m["io"]["inputs"][:2]
     path.write_text(json.dumps(m))
-    with pytest.raises(ArtifactError, match="takes inputs .*token_type_ids.* the manifest says"):
-        load(build_copy)
+    m = load(build_copy)   # both ONNX graphs disagree with the manifest: logged fallback
+    assert all("takes inputs ('input_ids', 'attention_mask', 'token_type_ids'), the manifest "
+               "says ('input_ids', 'attention_mask')" in p for p in m.path_taken[2:4])
+    assert m.backend == "torch"
 
 
 def test_no_build_names_the_command(tmp_path):

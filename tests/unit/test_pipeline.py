@@ -21,14 +21,20 @@ def test_manifest_records_source_toolchain_io_and_parity(built_store):
     assert [i.name for i in m.io.inputs] == ["input_ids", "attention_mask", "token_type_ids"]
     assert m.io.inputs[0].shape == ["batch", "seq"]
     assert m.max_seq_len == 256
-    # Parity at three shapes: batch 1, a padded batch, a full-length batch.
-    assert [(p.rows, p.padded) for p in m.parity][:2] == [(1, False), (3, True)]
+    # Parity at three shapes (batch 1, a padded batch, a full-length batch) for both graphs.
+    assert [(p.graph, p.rows, p.padded) for p in m.parity] == [
+        ("model.onnx", 1, False), ("model.onnx", 3, True), ("model.onnx", 4, False),
+        ("model.opt.onnx", 1, False), ("model.opt.onnx", 3, True), ("model.opt.onnx", 4, False)]
     assert m.parity[2].seq_len == 256
-    assert all(p.passed and p.max_abs_err <= p.atol for p in m.parity)
+    assert all(p.passed and 0 < p.max_abs_err <= p.atol == 1e-3 for p in m.parity)
+    assert "no CUDA GPU" in m.skipped["compile"] and m.engines == []
+    assert set(m.timings_s) >= {"fetch", "snapshot", "export", "optimize", "verify"}
     for rel, entry in m.artifacts.items():
         assert (folder / rel).stat().st_size == entry.bytes
-    assert {"weights/model.safetensors", "model.onnx", "tokenizer/tokenizer.json"} <= set(
-        m.artifacts)
+    assert {"weights/model.safetensors", "model.onnx", "model.onnx.data", "model.opt.onnx",
+            "model.opt.onnx.data", "tokenizer/tokenizer.json"} <= set(m.artifacts)
+    # Weights live outside the graph files (external data): the graphs themselves are small.
+    assert m.artifacts["model.onnx"].bytes < 1_000_000 < m.artifacts["model.onnx.data"].bytes
 
 
 def test_onnx_graph_has_dynamic_batch_and_sequence_axes(built_store):
@@ -69,3 +75,53 @@ def test_latest_pointer_is_a_plain_key(built_store):
     assert (built_store / "embed" / key / "manifest.json").is_file()
     manifest = json.loads((built_store / "embed" / key / "manifest.json").read_text())
     assert manifest["build_key"] == key
+
+
+def test_changed_tolerance_reuses_earlier_stages(built_store):
+    import dataclasses
+
+    ep = modal_app.endpoints["embed"]
+    looser = dataclasses.replace(ep, build=dataclasses.replace(ep.build, parity_atol=2e-3))
+    res = build_endpoint(looser, ArtifactStore(built_store))
+    assert not res.cached
+    assert res.stages_cached == ("snapshot", "export", "optimize")
+    assert Manifest.read(res.path).parity[0].atol == 2e-3
+    # the original build is still there, and LATEST goes back to it on its (no-op) rebuild
+    back = build_endpoint(ep, ArtifactStore(built_store))
+    assert back.cached and back.path != res.path
+
+
+def test_failed_parity_fails_the_build_and_publishes_nothing(built_store, tmp_path):
+    import dataclasses
+
+    import pytest
+
+    from floodway.errors import BuildError
+
+    ep = modal_app.endpoints["embed"]
+    strict = dataclasses.replace(ep, build=dataclasses.replace(ep.build, parity_atol=1e-9))
+    store = ArtifactStore(tmp_path)
+    with pytest.raises(BuildError, match=r"stage 'verify' failed: model.onnx output differs "
+                                         r"from PyTorch by .* \(tolerance 1e-09\)"):
+        build_endpoint(strict, store)
+    assert not (tmp_path / "embed" / "LATEST").exists()
+
+
+def test_pickle_weights_opt_in_loads_with_weights_only(model_dir, tmp_path):
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file
+
+    from floodway.build.export import load_torch_model
+
+    d = tmp_path / "m"
+    shutil.copytree(model_dir, d)
+    torch.save(load_file(str(d / "model.safetensors")), d / "pytorch_model.bin")
+    (d / "model.safetensors").unlink()
+    model = load_torch_model(d, allow_pickle=True)
+    ref = load_torch_model(model_dir, allow_pickle=False)
+    x = torch.tensor([[101, 7592, 102]])
+    with torch.inference_mode():
+        assert torch.allclose(model(input_ids=x).last_hidden_state,
+                              ref(input_ids=x).last_hidden_state)

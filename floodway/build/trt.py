@@ -1,0 +1,163 @@
+"""TensorRT: compile an engine from the ONNX graph, and run one (GPU machines only).
+
+Written for both TensorRT Python APIs in use: 10.x, where reduced precision is a builder flag
+(``BuilderFlag.FP16``), and 11.x, which removed the precision flags: networks are strongly
+typed and precision comes from the graph's own dtypes (TensorRT 11 release notes).
+Engines only run on the TensorRT version and GPU compute capability that built them, so each
+is stamped with both and kept under ``engines/trt-<ver>/sm<XY>/<profile>/``. The timing cache
+is persisted beside it so rebuilds for the same GPU are fast.
+
+No torch: device memory goes through cuda-python (``cuda.bindings.runtime``).
+Nothing here runs on a machine without a CUDA GPU and the tensorrt wheel.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from floodway.errors import ArtifactError, BuildError
+
+WORKSPACE_BYTES = 4 << 30
+
+
+def trt_major(trt: Any) -> int:
+    return int(str(trt.__version__).split(".")[0])
+
+
+def profile_shapes(names: tuple[str, ...], max_rows: int, max_seq: int,
+                   opt_rows: int) -> dict[str, list[int]]:
+    """Optimization profile per input: [min_rows, min_seq, opt_rows, opt_seq, max_rows, max_seq].
+
+    min 1x1, opt at the dynamic batcher's batch size and half the sequence cap, max at the
+    build caps (Build.max_batch_rows x Build.max_seq_len).
+    """
+    opt_seq = max(1, max_seq // 2)
+    return {n: [1, 1, min(opt_rows, max_rows), opt_seq, max_rows, max_seq] for n in names}
+
+
+def profile_id(shapes: dict[str, list[int]]) -> str:
+    first = next(iter(shapes.values()))
+    return f"b{first[4]}-s{first[5]}-o{first[2]}x{first[3]}"
+
+
+def compile_engine(onnx_path: Path, plan_path: Path, shapes: dict[str, list[int]], *,
+                   fp16: bool = True) -> dict[str, Any]:
+    """Build and serialize an engine; returns {"tensorrt_version", "seconds"}.
+
+    Raises BuildError('compile') when parsing or building fails.
+    """
+    import time
+
+    import tensorrt as trt
+
+    t0 = time.perf_counter()
+    major = trt_major(trt)
+    logger = trt.Logger(trt.Logger.WARNING)
+    builder = trt.Builder(logger)
+    flags = 0
+    if major >= 11:
+        flags |= 1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED)
+    network = builder.create_network(flags)
+    parser = trt.OnnxParser(network, logger)
+    if not parser.parse_from_file(str(onnx_path)):
+        errs = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
+        raise BuildError("compile", f"TensorRT could not parse {onnx_path.name}: {errs}")
+    config = builder.create_builder_config()
+    config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, WORKSPACE_BYTES)
+    if fp16 and major < 11 and builder.platform_has_fast_fp16:
+        config.set_flag(trt.BuilderFlag.FP16)
+    profile = builder.create_optimization_profile()
+    for name, s in shapes.items():
+        profile.set_shape(name, (s[0], s[1]), (s[2], s[3]), (s[4], s[5]))
+    config.add_optimization_profile(profile)
+    cache_path = plan_path.parent / "timing.cache"
+    cache = config.create_timing_cache(cache_path.read_bytes() if cache_path.exists() else b"")
+    config.set_timing_cache(cache, ignore_mismatch=False)
+    serialized = builder.build_serialized_network(network, config)
+    if serialized is None:
+        raise BuildError("compile", "TensorRT returned no engine (see its log above)")
+    plan_path.parent.mkdir(parents=True, exist_ok=True)
+    plan_path.write_bytes(bytes(serialized))
+    cache_path.write_bytes(bytes(config.get_timing_cache().serialize()))
+    return {"tensorrt_version": str(trt.__version__), "seconds": time.perf_counter() - t0}
+
+
+def _check(err: Any) -> None:
+    code = err[0] if isinstance(err, tuple) else err
+    if int(code) != 0:
+        raise ArtifactError(f"CUDA error {code}")
+
+
+def engine_runner(plan_path: Path, manifest: Any):
+    """Deserialize an engine and return a runner (named int64 arrays -> named outputs)."""
+    import tensorrt as trt
+    from cuda.bindings import runtime as cudart
+
+    logger = trt.Logger(trt.Logger.WARNING)
+    engine = trt.Runtime(logger).deserialize_cuda_engine(plan_path.read_bytes())
+    if engine is None:
+        raise ArtifactError(f"TensorRT could not deserialize {plan_path}")
+    context = engine.create_execution_context()
+    names = [engine.get_tensor_name(i) for i in range(engine.num_io_tensors)]
+    inputs = tuple(n for n in names if engine.get_tensor_mode(n) == trt.TensorIOMode.INPUT)
+    outputs = [n for n in names if n not in inputs]
+    err, stream = cudart.cudaStreamCreate()
+    _check(err)
+
+    def run(feeds):
+        ptrs = []
+        try:
+            for n in inputs:
+                arr = np.ascontiguousarray(feeds[n], dtype=trt.nptype(engine.get_tensor_dtype(n)))
+                context.set_input_shape(n, arr.shape)
+                err, ptr = cudart.cudaMalloc(arr.nbytes)
+                _check(err)
+                ptrs.append(ptr)
+                _check(cudart.cudaMemcpyAsync(ptr, arr.ctypes.data, arr.nbytes,
+                                              cudart.cudaMemcpyKind.cudaMemcpyHostToDevice,
+                                              stream))
+                context.set_tensor_address(n, ptr)
+            host = {}
+            for n in outputs:
+                shape = tuple(context.get_tensor_shape(n))
+                host[n] = np.empty(shape, dtype=trt.nptype(engine.get_tensor_dtype(n)))
+                err, ptr = cudart.cudaMalloc(host[n].nbytes)
+                _check(err)
+                ptrs.append(ptr)
+                context.set_tensor_address(n, ptr)
+            if not context.execute_async_v3(stream):
+                raise ArtifactError("TensorRT execution failed")
+            for n, ptr in zip(outputs, ptrs[len(inputs):], strict=True):
+                _check(cudart.cudaMemcpyAsync(host[n].ctypes.data, ptr, host[n].nbytes,
+                                              cudart.cudaMemcpyKind.cudaMemcpyDeviceToHost,
+                                              stream))
+            _check(cudart.cudaStreamSynchronize(stream))
+            return {n: host[n].astype(np.float32) for n in outputs}
+        finally:
+            for ptr in ptrs:
+                cudart.cudaFree(ptr)
+
+    run.input_names = inputs  # type: ignore[attr-defined]
+    return run
+
+
+def ort_trt_provider(cache_root: Path, onnx_path: Path, shapes: dict[str, list[int]],
+                     fp16: bool = True) -> tuple[str, dict[str, str]]:
+    """ONNX Runtime's TensorRT execution provider, its engine cache keyed by the model hash
+    (ORT docs: TensorRT EP ``trt_engine_cache_path``, ``trt_profile_*_shapes``)."""
+    digest = hashlib.sha256(onnx_path.read_bytes()).hexdigest()[:16]
+    cache = cache_root / "ort-trt" / digest
+    cache.mkdir(parents=True, exist_ok=True)
+
+    def fmt(i: int) -> str:
+        return ",".join(f"{n}:{s[i]}x{s[i + 1]}" for n, s in shapes.items())
+
+    return "TensorrtExecutionProvider", {
+        "trt_engine_cache_enable": "True", "trt_engine_cache_path": str(cache),
+        "trt_timing_cache_enable": "True", "trt_timing_cache_path": str(cache),
+        "trt_fp16_enable": str(fp16), "trt_profile_min_shapes": fmt(0),
+        "trt_profile_opt_shapes": fmt(2), "trt_profile_max_shapes": fmt(4)}
