@@ -2,26 +2,70 @@
 
 Define endpoints with `App` and `@app.endpoint(...)`; build cold-start artifacts with
 `floodway build`; serve locally with `floodway serve`; deploy with `modal deploy`.
+
+Names are imported on first use (PEP 562), so that a container process importing
+`floodway.runtime.worker` starts its artifact prefetch before numpy and friends load.
 """
 
-from floodway.config import Batching, Build, HFModel, LocalModel, Route, WarmPool, Window
-from floodway.errors import (
-    ArtifactError,
-    BuildError,
-    ConfigError,
-    EndpointError,
-    FloodwayError,
-    Problem,
-    RequestError,
-    Unavailable,
-)
-from floodway.functions import App, Endpoint, Loaded
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
+_EXPORTS = {
+    "App": "floodway.functions.app",
+    "Endpoint": "floodway.functions.endpoint",
+    "Loaded": "floodway.functions.loaded",
+    "Batching": "floodway.config",
+    "Build": "floodway.config",
+    "HFModel": "floodway.config",
+    "LocalModel": "floodway.config",
+    "Route": "floodway.config",
+    "WarmPool": "floodway.config",
+    "Window": "floodway.config",
+    "ArtifactError": "floodway.errors",
+    "BuildError": "floodway.errors",
+    "ConfigError": "floodway.errors",
+    "EndpointError": "floodway.errors",
+    "FloodwayError": "floodway.errors",
+    "Problem": "floodway.errors",
+    "RequestError": "floodway.errors",
+    "Unavailable": "floodway.errors",
+}
+
 __all__ = [
     "App", "ArtifactError", "Batching", "Build", "BuildError", "ConfigError", "Endpoint",
-    "EndpointError", "Unavailable",
-    "FloodwayError", "HFModel", "Loaded", "LocalModel", "Problem", "RequestError", "Route",
-    "WarmPool", "Window", "__version__",
+    "EndpointError", "FloodwayError", "HFModel", "Loaded", "LocalModel", "Problem",
+    "RequestError", "Route", "Unavailable", "WarmPool", "Window", "__version__",
 ]
+
+if TYPE_CHECKING:
+    from floodway.config import Batching, Build, HFModel, LocalModel, Route, WarmPool, Window
+    from floodway.errors import (
+        ArtifactError,
+        BuildError,
+        ConfigError,
+        EndpointError,
+        FloodwayError,
+        Problem,
+        RequestError,
+        Unavailable,
+    )
+    from floodway.functions.app import App
+    from floodway.functions.endpoint import Endpoint
+    from floodway.functions.loaded import Loaded
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'floodway' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -246,15 +246,18 @@ class WarmPool(_Config):
 class Route(_Config):
     """How the router admits a request.
 
-    A container runs at most `max_inflight_per_container` items at once; at most `max_queue`
+    A container runs at most `max_inflight_per_container` batches at once; at most `max_queue`
     requests wait for a slot; `timeout_s` is the default deadline of a sync request; `spill`
     lists where a burst may go when warm capacity is full, in order ("cold", "async").
+    A request holds at most `max_inputs` items and `max_body_bytes` bytes (413 beyond).
     """
 
     max_inflight_per_container: int = 8
     max_queue: int = 64
     timeout_s: float = 2.0
     spill: tuple[str, ...] = ("cold", "async")
+    max_inputs: int = 256
+    max_body_bytes: int = 4 * 1024 * 1024
 
     def __post_init__(self) -> None:
         if isinstance(self.spill, list):
@@ -264,6 +267,8 @@ class Route(_Config):
         check_int(out, f"{p}.max_inflight_per_container", self.max_inflight_per_container, 1, 1024)
         check_int(out, f"{p}.max_queue", self.max_queue, 0, 1_000_000)
         check_num(out, f"{p}.timeout_s", self.timeout_s, 0, 3600, lo_open=True)
+        check_int(out, f"{p}.max_inputs", self.max_inputs, 1, 1_000_000)
+        check_int(out, f"{p}.max_body_bytes", self.max_body_bytes, 1024, 1 << 30)
         ok = isinstance(self.spill, tuple) and all(s in SPILL_TARGETS for s in self.spill) \
             and len(set(self.spill)) == len(self.spill)
         if not ok:

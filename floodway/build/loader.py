@@ -17,7 +17,6 @@ paths import no torch.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import time
@@ -30,15 +29,19 @@ from typing import Any
 from floodway.build.hardware import EngineStamp, HardwareInfo, detect, engine_usable
 from floodway.build.manifest import Manifest
 from floodway.build.netfs import read_mode
-from floodway.build.weights import read_into_memory
+from floodway.build.prefetch import (
+    ONNX_DATA,
+    ONNX_FILE,
+    OPT_DATA,
+    OPT_FILE,
+    Prefetch,
+    ort_runner,
+    sha256_path,
+)
 from floodway.errors import ArtifactError
 from floodway.functions.loaded import Loaded
 
 log = logging.getLogger("floodway.loader")
-ONNX_FILE = "model.onnx"
-ONNX_DATA = "model.onnx.data"
-OPT_FILE = "model.opt.onnx"
-OPT_DATA = "model.opt.onnx.data"
 WEIGHTS_FILE = "weights/model.safetensors"
 TOKENIZER_DIR = "tokenizer"
 
@@ -92,16 +95,8 @@ def verify_files(artifact_dir: Path, manifest: Manifest, *, verify: str = "size"
         if size != entry.bytes:
             raise ArtifactError(f"{path} has {size} bytes, the manifest says {entry.bytes} "
                                 "(truncated or altered)")
-        if verify == "sha256" and _sha256(path) != entry.sha256:
+        if verify == "sha256" and sha256_path(path) != entry.sha256:
             raise ArtifactError(f"{path} does not match its manifest sha256 (altered)")
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb", buffering=0) as f:
-        while block := f.read(16 * 1024 * 1024):
-            h.update(block)
-    return h.hexdigest()
 
 
 def plan(manifest: Manifest, hw: HardwareInfo) -> list[Choice]:
@@ -130,44 +125,6 @@ def plan(manifest: Manifest, hw: HardwareInfo) -> list[Choice]:
     return out
 
 
-def _ort_runner(folder: Path, choice: Choice, *, threads: int, mode: str) -> Runner:
-    import onnxruntime as ort
-
-    opts = ort.SessionOptions()
-    if threads:
-        opts.intra_op_num_threads = threads
-        opts.inter_op_num_threads = 1
-    graph_file = choice.files[0]
-    if graph_file == OPT_FILE:
-        # Already optimized at build time: skip doing it again at every cold start.
-        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    providers = (["CUDAExecutionProvider", "CPUExecutionProvider"]
-                 if choice.backend == "onnxruntime-cuda" else ["CPUExecutionProvider"])
-    if mode == "read":
-        # Network filesystem: one sequential read per file instead of mmap page faults.
-        buffers = {rel: read_into_memory(folder / rel) for rel in choice.files}
-        data = [rel for rel in choice.files if rel != graph_file]
-        if data:
-            opts.add_external_initializers_from_files_in_memory(
-                data, [buffers[r] for r in data], [len(buffers[r]) for r in data])
-        session = ort.InferenceSession(bytes(buffers[graph_file]), sess_options=opts,
-                                       providers=providers)
-    else:
-        session = ort.InferenceSession(str(folder / graph_file), sess_options=opts,
-                                       providers=providers)
-    if choice.backend == "onnxruntime-cuda" and \
-            session.get_providers()[0] != "CUDAExecutionProvider":
-        raise ArtifactError("ONNX Runtime did not place the graph on CUDA")
-    out_names = [o.name for o in session.get_outputs()]
-    in_names = tuple(i.name for i in session.get_inputs())
-
-    def run(feeds):
-        return dict(zip(out_names, session.run(out_names, dict(feeds)), strict=True))
-
-    run.input_names = in_names  # type: ignore[attr-defined]
-    return run
-
-
 def _open(folder: Path, manifest: Manifest, choice: Choice, *, threads: int,
           mode: str) -> Runner:
     if choice.backend == "tensorrt":
@@ -178,21 +135,24 @@ def _open(folder: Path, manifest: Manifest, choice: Choice, *, threads: int,
         from floodway.build import torch_runner
 
         return torch_runner.runner(folder, manifest, mode=mode)
-    return _ort_runner(folder, choice, threads=threads, mode=mode)
+    return ort_runner(folder, choice.files[0], choice.files,
+                      cuda=choice.backend == "onnxruntime-cuda", threads=threads, mode=mode)
 
 
 def _hash_files(folder: Path, manifest: Manifest, files: tuple[str, ...]) -> list[str]:
-    return [rel for rel in files if _sha256(folder / rel) != manifest.artifacts[rel].sha256]
+    return [rel for rel in files if sha256_path(folder / rel) != manifest.artifacts[rel].sha256]
 
 
 def load(artifact_dir: str | Path, *, verify: str = "sha256", threads: int | None = None,
-         hardware: HardwareInfo | None = None, mode: str | None = None) -> Loaded:
+         hardware: HardwareInfo | None = None, mode: str | None = None,
+         prefetch: Prefetch | None = None) -> Loaded:
     """Load a published build. Raises ArtifactError when no path works (reasons listed).
 
     `verify`: "sha256" (default; hashed in parallel with session creation) or "size".
     `threads`: ONNX Runtime intra-op threads (None: ``FLOODWAY_ORT_THREADS`` or ORT's
     default). `hardware`: what to plan for (default: detected). `mode`: "read" or "mmap"
-    (default: by filesystem, `floodway.build.netfs.read_mode`).
+    (default: by filesystem, `floodway.build.netfs.read_mode`). `prefetch`: a session and
+    digests started earlier on a thread (`start_prefetch`), used if they match the plan.
     """
     t0 = time.perf_counter()
     folder = Path(artifact_dir)
@@ -219,11 +179,19 @@ def load(artifact_dir: str | Path, *, verify: str = "sha256", threads: int | Non
                 attempts.append(f"{label}: failed ({e})")
                 log.warning("load %s: %s failed (%s); falling back", folder.name, label, e)
                 continue
+            early = (prefetch.take(choice.files, threads=threads, mode=mode)
+                     if prefetch and choice.backend == "onnxruntime-cpu" else None)
+            prefetch = None   # only the first ONNX Runtime CPU choice may use it
             hashed = (pool.submit(_hash_files, folder, manifest, choice.files)
-                      if verify == "sha256" else None)
+                      if verify == "sha256" and not early else None)
             try:
-                runner = _open(folder, manifest, choice, threads=threads, mode=mode)
-                bad = hashed.result() if hashed else []
+                if early:
+                    runner, digests = early
+                    bad = [r for r in choice.files
+                           if verify == "sha256" and digests.get(r) != manifest.artifacts[r].sha256]
+                else:
+                    runner = _open(folder, manifest, choice, threads=threads, mode=mode)
+                    bad = hashed.result() if hashed else []
                 if bad:
                     raise ArtifactError(f"{', '.join(bad)} do(es) not match the manifest sha256")
                 names = getattr(runner, "input_names", expected)
@@ -249,3 +217,4 @@ def load(artifact_dir: str | Path, *, verify: str = "sha256", threads: int | Non
                   input_names=expected, max_seq_len=manifest.max_seq_len, artifact_dir=folder,
                   manifest=manifest, path_taken=tuple(attempts),
                   timings_s={"artifact_load": time.perf_counter() - t0})
+

@@ -69,10 +69,14 @@ class BuildResult:
 def toolchain() -> dict[str, str]:
     out = {"python": platform.python_version()}
     for dist in TOOLCHAIN:
-        try:
-            out[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            out[dist] = "absent"
+        out[dist] = "absent"
+        # GPU builds install the -gpu wheels of ONNX Runtime and TensorRT's cuda-specific ones.
+        for name in (dist, f"{dist}-gpu", f"{dist}-cu12", f"{dist}-cu13"):
+            try:
+                out[dist] = metadata.version(name)
+                break
+            except metadata.PackageNotFoundError:
+                continue
     return out
 
 

@@ -8,6 +8,16 @@ mounted read-only, and one `@modal.batched` method ``predict(inputs: list) -> li
 CPU function ``router`` serving `make_asgi_app` (the local router's HTTP surface) whose backend
 calls those classes. Constructing all this is offline: no Modal token, no network.
 
+Builds on Modal: for each distinct GPU type among the endpoints, one build function
+(`build_function_name`: ``L4`` -> ``build_l4``, ``H100:2`` -> ``build_h100_2``, CPU ->
+``build_cpu``) on that GPU type, because a TensorRT engine only runs on the compute capability
+that built it. It runs the same pipeline as `floodway build` (`build_endpoint`) with the store
+at the artifact Volume's mount path, mounted read-write there, then commits the Volume; its image
+is the serving image plus the build extras (torch, transformers, ONNX and, on a GPU, TensorRT).
+``build(endpoint=None, force=False) -> list[dict]``: one dict per endpoint built (see
+`_run_builds`). `build_functions(app)` maps each endpoint GPU type to its build function;
+`run_builds_on_modal` runs them (`floodway build APP --on-modal`).
+
 Where Modal finds the generated objects in a container: Modal records each class/function as
 (module, top-level name) and, in the container, imports that module and looks the name up. So
 the objects made here claim the module that called `to_modal` (``modal_app``) and are installed
@@ -24,6 +34,7 @@ import os
 import re
 import sys
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +53,13 @@ PYTHON_VERSION = "3.11"
 ROUTER_NAME = "router"
 # Requests one router container serves at once; each is mostly awaiting GPU classes.
 ROUTER_MAX_INPUTS = 256
+# The build extras (pyproject's ``build`` and ``tensorrt`` extras). torch is whichever wheel pip
+# resolves on Modal's Linux (the CUDA build); ONNX Runtime GPU is in the same pip command so
+# that one resolver picks CUDA/cuDNN libraries both accept.
+BUILD_PACKAGES = ("torch>=2.4", "transformers>=4.44", "onnx>=1.16", "onnxscript>=0.1")
+GPU_BUILD_PACKAGES = ("tensorrt>=10", "onnxruntime-gpu[cuda,cudnn]>=1.18")
+# Seconds one build function call may run: a cold build downloads the model and torch-exports.
+BUILD_TIMEOUT_S = 3600
 
 
 def class_name(endpoint: str) -> str:
@@ -57,10 +75,48 @@ def default_image(*, gpu: bool = False) -> modal.Image:
     has the CPU provider, so the router can share the image.
     The module that calls `to_modal` is added by Modal itself (its entrypoint mount).
     """
+    return _base_image(gpu=gpu).add_local_python_source("floodway")
+
+
+def _base_image(*, gpu: bool) -> modal.Image:
+    """`default_image` without the floodway source (which Modal wants as the last layer)."""
     ort = "onnxruntime-gpu[cuda,cudnn]" if gpu else "onnxruntime"
     return (modal.Image.debian_slim(python_version=PYTHON_VERSION)
-            .pip_install(ort, *SERVING_PACKAGES)
+            .pip_install(ort, *SERVING_PACKAGES))
+
+
+def with_build_extras(image: modal.Image, *, gpu: bool) -> modal.Image:
+    """`image` plus what building needs: `BUILD_PACKAGES`, and `GPU_BUILD_PACKAGES` with `gpu`.
+
+    With `gpu`, ONNX Runtime's CPU wheel is removed first (it and the GPU wheel install the same
+    ``onnxruntime`` package; a no-op when only the GPU wheel is there). `image` must not end
+    in ``add_local_*`` layers unless they use ``copy=True`` (Modal refuses build steps after
+    them, when the image is built).
+    """
+    if gpu:
+        image = image.run_commands("python -m pip uninstall -y onnxruntime")
+    return image.pip_install(*BUILD_PACKAGES, *(GPU_BUILD_PACKAGES if gpu else ()))
+
+
+def default_build_image(*, gpu: bool, serving_gpu: bool) -> modal.Image:
+    """The build functions' image: the default serving image (`serving_gpu`: its GPU variant)
+    plus the build extras (`gpu`: those of a GPU build), then the floodway source."""
+    return (with_build_extras(_base_image(gpu=serving_gpu), gpu=gpu)
             .add_local_python_source("floodway"))
+
+
+def build_function_name(gpu: str | None) -> str:
+    """Name of the build function for endpoints on `gpu` (a Modal GPU string, None: CPU).
+
+    ``None`` -> ``build_cpu``, ``L4`` -> ``build_l4``, ``H100:2`` -> ``build_h100_2``,
+    ``A100-80GB`` -> ``build_a100_80gb``, ``H100!`` -> ``build_h100_exact``. Case-insensitive,
+    as Modal's GPU names are: ``l4`` and ``L4`` share one build function.
+    """
+    if gpu is None:
+        return "build_cpu"
+    kind, _, count = gpu.partition(":")
+    slug = re.sub(r"[^a-z0-9]+", "_", kind.lower().replace("!", "_exact")).strip("_")
+    return f"build_{slug}" + (f"_{count}" if count else "")
 
 
 class ModalBackend:
@@ -168,6 +224,101 @@ def _worker_class(ep: Endpoint, artifacts_path: str) -> type:
     return Worker
 
 
+def _endpoint(fw_app: App, name: str) -> Endpoint:
+    """`fw_app`'s endpoint `name`; FloodwayError naming the known endpoints when there is none."""
+    known = fw_app.endpoints
+    if name not in known:
+        raise FloodwayError(f"App {fw_app.name!r} has no endpoint {name!r}; known endpoints: "
+                            f"{', '.join(sorted(known)) or '(none)'}")
+    return known[name]
+
+
+def _build_targets(fw_app: App, gpu: str | None, endpoint: str | None) -> list[Endpoint]:
+    """The endpoints the build function for `gpu` builds: all on that GPU type, or `endpoint`.
+
+    Raises FloodwayError when `endpoint` is not in `fw_app` (naming the ones that are), or runs
+    on another GPU type (naming the build function that builds it).
+    """
+    name = build_function_name(gpu)
+    if endpoint is None:
+        return [ep for ep in fw_app if build_function_name(ep.gpu) == name]
+    ep = _endpoint(fw_app, endpoint)
+    if build_function_name(ep.gpu) != name:
+        raise FloodwayError(f"endpoint {endpoint!r} runs on {ep.gpu or 'CPU'}, so "
+                            f"{build_function_name(ep.gpu)} builds it, not {name}")
+    return [ep]
+
+
+def _run_builds(fw_app: App, gpu: str | None, endpoint: str | None, force: bool,
+                commit: Callable[[], Any] | None, *, artifacts_path: str = "/artifacts",
+                ) -> list[dict[str, Any]]:
+    """The body of a build function: build the endpoints of `fw_app` on `gpu` (or `endpoint`).
+
+    The store is rooted at `artifacts_path` (the Volume's mount path) unless FLOODWAY_STORE is
+    set. `commit` (the Volume's ``commit``; None: none) runs once afterwards, also when a build
+    failed, so the builds that finished are kept. Returns one dict per endpoint: ``endpoint``,
+    ``key`` (build key), ``path`` (its folder, as a string), ``cached`` (True: already built, a
+    no-op), ``seconds``, ``skipped`` (stage -> why it did not run). Raises BuildError from the
+    pipeline, FloodwayError for an `endpoint` it does not build (see `_build_targets`).
+    """
+    from floodway.build.pipeline import build_endpoint
+    from floodway.build.store import ArtifactStore
+
+    targets = _build_targets(fw_app, gpu, endpoint)
+    store = ArtifactStore(_store_root(artifacts_path))
+    out: list[dict[str, Any]] = []
+    try:
+        for ep in targets:
+            def report(stage: str, msg: str, name: str = ep.name) -> None:
+                print(f"{name}: {stage}: {msg}", flush=True)
+
+            res = build_endpoint(ep, store, report=report, force=force)
+            out.append({"endpoint": res.endpoint, "key": res.key, "path": str(res.path),
+                        "cached": res.cached, "seconds": round(res.seconds, 3),
+                        "skipped": dict(res.skipped)})
+    finally:
+        if commit is not None:
+            commit()
+    return out
+
+
+# App name -> (the modal.App that `to_modal` made for it, endpoint GPU type -> build function).
+# The latest `to_modal` call for a name wins; `build_functions` checks the App is that one.
+_BUILD_FUNCTIONS: dict[str, tuple[modal.App, dict[str | None, modal.Function]]] = {}
+
+
+def build_functions(modal_app: modal.App) -> dict[str | None, modal.Function]:
+    """Each endpoint GPU type (``ep.gpu``; None: CPU) of `modal_app` -> its build function.
+
+    `modal_app` must be what `to_modal` returned in this process (e.g. ``modal_app.app``); GPU
+    strings that differ only in case share one function. Raises FloodwayError otherwise.
+    """
+    made = _BUILD_FUNCTIONS.get(modal_app.name or "")
+    if made is None or made[0] is not modal_app:
+        raise FloodwayError(f"Modal app {modal_app.name!r} was not made by to_modal in this "
+                            f"process; import the deploy file (e.g. modal_app.py) first")
+    return dict(made[1])
+
+
+def run_builds_on_modal(module_app: modal.App, fw_app: App, endpoint: str | None = None,
+                        force: bool = False) -> list[dict[str, Any]]:
+    """`floodway build APP --on-modal`: run the build functions on Modal, one GPU type at a time.
+
+    Needs Modal credentials (it starts an ephemeral run of `module_app`, with Modal's output
+    shown). Builds every endpoint of `fw_app`, or just `endpoint`, on its own GPU type and
+    returns the build functions' dicts (see `_run_builds`), in order.
+    """
+    functions = build_functions(module_app)
+    gpus = [ep.gpu for ep in fw_app] if endpoint is None else [_endpoint(fw_app, endpoint).gpu]
+    # One call per build function (GPU strings differing in case share one).
+    calls = {build_function_name(gpu): functions[gpu] for gpu in gpus}
+    results: list[dict[str, Any]] = []
+    with modal.enable_output(), module_app.run():
+        for fn in calls.values():
+            results.extend(fn.remote(endpoint=endpoint, force=force))
+    return results
+
+
 def _make_global(obj: Any, name: str, module: str) -> None:
     """Give a factory-made class/function a top-level identity in `module` (see module doc)."""
     obj.__name__ = name
@@ -187,21 +338,29 @@ def _install(module: str, name: str, obj: Any) -> None:
 
 def to_modal(fw_app: App, *, volume_name: str = "floodway-artifacts",
              artifacts_path: str = "/artifacts", image: modal.Image | None = None,
+             build_image: modal.Image | None = None, secrets: Sequence[modal.Secret] = (),
              module: str | None = None) -> modal.App:
     """Build the Modal App for every endpoint of `fw_app` (see the module doc).
 
     Call it at the top level of the module that `modal deploy` runs: the generated class per
-    endpoint and the ``router`` function become globals of that module. Raises FloodwayError
-    when one of those names is already taken by something else, or two endpoint names map to
-    one class name (``a-b`` and ``a_b``). `module`: the module to install into (default: the
-    caller's).
+    endpoint, the ``router`` function and the ``build_*`` functions become globals of that
+    module. Raises FloodwayError when one of those names is already taken by something else,
+    or two endpoint names map to one class name (``a-b`` and ``a_b``). `module`: the module to
+    install into (default: the caller's).
+
+    `image`: the serving image (default `default_image`). `build_image`: the build functions'
+    image (default: `default_build_image`, or `image` plus `with_build_extras` when `image` is
+    given). `secrets`: given to the build functions only, e.g.
+    ``[modal.Secret.from_name("huggingface")]`` providing ``HF_TOKEN`` for gated models.
     """
     if module is None:
         caller = inspect.currentframe().f_back  # type: ignore[union-attr]
         module = caller.f_globals["__name__"]
-    image = image or default_image(gpu=any(ep.gpu for ep in fw_app))
-    volume = modal.Volume.from_name(volume_name, create_if_missing=True) \
-        .with_mount_options(read_only=True)
+    serving_gpu = any(ep.gpu for ep in fw_app)
+    user_image = image
+    image = image or default_image(gpu=serving_gpu)
+    rw_volume = modal.Volume.from_name(volume_name, create_if_missing=True)
+    volume = rw_volume.with_mount_options(read_only=True)
     app = modal.App(fw_app.name)
     classes: dict[str, Any] = {}
     for ep in fw_app:
@@ -234,4 +393,42 @@ def to_modal(fw_app: App, *, volume_name: str = "floodway-artifacts",
     web = app.function(image=image, min_containers=router_min)(
         modal.concurrent(max_inputs=ROUTER_MAX_INPUTS)(modal.asgi_app()(router)))
     _install(module, ROUTER_NAME, web)
+
+    by_gpu: dict[str | None, modal.Function] = {}
+    made: dict[str, modal.Function] = {}
+    for ep in fw_app:
+        fn_name = build_function_name(ep.gpu)
+        if fn_name not in made:
+            if build_image is not None:
+                fn_image = build_image
+            elif user_image is not None:
+                fn_image = with_build_extras(user_image, gpu=ep.gpu is not None)
+            else:
+                fn_image = default_build_image(gpu=ep.gpu is not None, serving_gpu=serving_gpu)
+            made[fn_name] = _build_function(app, fw_app, ep.gpu, fn_name, module,
+                                            image=fn_image, volume=rw_volume,
+                                            artifacts_path=artifacts_path, secrets=secrets)
+        by_gpu[ep.gpu] = made[fn_name]
+    _BUILD_FUNCTIONS[fw_app.name] = (app, by_gpu)
     return app
+
+
+def _build_function(app: modal.App, fw_app: App, gpu: str | None, name: str, module: str, *,
+                    image: modal.Image, volume: modal.Volume, artifacts_path: str,
+                    secrets: Sequence[modal.Secret]) -> modal.Function:
+    """The build function `name` for the endpoints on `gpu`, installed as ``module.name``."""
+
+    def build(endpoint: str | None = None, force: bool = False) -> list[dict]:
+        """Build the endpoints on this GPU type (or just `endpoint`) into the Volume; commit.
+
+        Returns one dict per endpoint (``endpoint``, ``key``, ``path``, ``cached``,
+        ``seconds``, ``skipped``). Run with ``.local()``, it builds here and commits nothing.
+        """
+        commit = None if modal.is_local() else volume.commit
+        return _run_builds(fw_app, gpu, endpoint, force, commit, artifacts_path=artifacts_path)
+
+    _make_global(build, name, module)
+    fn = app.function(image=image, gpu=gpu, volumes={artifacts_path: volume},
+                      timeout=BUILD_TIMEOUT_S, secrets=list(secrets))(build)
+    _install(module, name, fn)
+    return fn

@@ -48,16 +48,21 @@ def _loc(loc: tuple[Any, ...]) -> str:
     return out
 
 
-def parse_predict(body: bytes, item_type: Any = Any) -> list[Any]:
+def parse_predict(body: bytes, item_type: Any = Any, *,
+                  max_inputs: int | None = None) -> list[Any]:
     """Validate a request body; return its inputs (each validated as `item_type`).
 
-    Raises RequestError(400) for a body that is not a JSON object, RequestError(422) for a
-    missing/unknown field, an empty `inputs`, or an item of the wrong type.
+    Raises RequestError(400) for a body that is not a JSON object (or nested too deeply),
+    RequestError(413) for more than `max_inputs` items, RequestError(422) for a
+    missing/unknown field, an empty `inputs`, an item of the wrong type, or a string that is
+    not valid Unicode (a lone surrogate from a ``\\ud800`` escape).
     """
     try:
         data = json.loads(body)
     except (ValueError, UnicodeDecodeError) as e:
         raise RequestError(f"request body is not valid JSON: {e}", status=400) from None
+    except RecursionError:
+        raise RequestError("request body is nested too deeply", status=400) from None
     if not isinstance(data, dict):
         raise RequestError(f'request body must be a JSON object like {{"inputs": [...]}}, '
                            f"got {type(data).__name__}", status=400)
@@ -76,6 +81,16 @@ def parse_predict(body: bytes, item_type: Any = Any) -> list[Any]:
     if not req.inputs:
         raise RequestError("'inputs' is empty: send at least one item", status=422,
                            field="inputs")
+    if max_inputs is not None and len(req.inputs) > max_inputs:
+        raise RequestError(f"'inputs' has {len(req.inputs)} items; this endpoint takes at most "
+                           f"{max_inputs} per request (split it)", status=413, field="inputs")
+    for i, item in enumerate(req.inputs):
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError as e:
+                raise RequestError(f"inputs[{i}]: not valid Unicode ({e.reason} at character "
+                                   f"{e.start})", status=422, field=f"inputs[{i}]") from None
     try:
         return _items_adapter(item_type).validate_python(req.inputs)
     except ValidationError as e:

@@ -128,8 +128,9 @@ class Container:
             self._to(State.FAILED)
         for fut in self.inflight.values():
             if not fut.done():
+                why = self.error or f"stopped with work in flight (exit code {code})"
                 fut.set_exception(Unavailable(f"container {self.id} of {self.endpoint!r} died: "
-                                              f"{self.error}"))
+                                              f"{why}"))
         self.inflight.clear()
 
     def _handle(self, msg: dict[str, Any]) -> None:
@@ -170,6 +171,8 @@ class Container:
             raise Unavailable(f"container {self.id} has no free slot")
         batch_id = next(self._ids_batch)
         fut = asyncio.get_running_loop().create_future()
+        # A caller that timed out no longer awaits this future: mark its error as seen.
+        fut.add_done_callback(lambda f: f.cancelled() or f.exception())
         self.inflight[batch_id] = fut
         line = json.dumps({"id": batch_id, "inputs": inputs}, separators=(",", ":")) + "\n"
         self.proc.stdin.write(line.encode())

@@ -42,6 +42,22 @@ def _error(status: int, kind: str, message: str, field: str | None = None,
     return JSONResponse(error_body(kind, message, field), status_code=status, headers=headers)
 
 
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request body, refused with 413 as soon as it is known to exceed `limit` bytes:
+    from Content-Length before reading anything, else while streaming (never buffered whole)."""
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise RequestError(f"request body is {int(declared)} bytes; the limit is {limit}",
+                           status=413)
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise RequestError(f"request body exceeds the limit of {limit} bytes", status=413)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 def make_asgi_app(app: App, backend: Backend, *, lifespan: Any = None) -> Starlette:
     """The router ASGI app for every endpoint of `app`, running work on `backend`.
 
@@ -56,9 +72,11 @@ def make_asgi_app(app: App, backend: Backend, *, lifespan: Any = None) -> Starle
                                             f"{', '.join(sorted(eps)) or '(none)'}")
         ep = eps[name]
         try:
-            inputs = parse_predict(await request.body(), ep.input_type)
+            body = await read_body(request, ep.route.max_body_bytes)
+            inputs = parse_predict(body, ep.input_type, max_inputs=ep.route.max_inputs)
         except RequestError as e:
-            return _error(e.status, "invalid_request", str(e), e.field)
+            kind = "too_large" if e.status == 413 else "invalid_request"
+            return _error(e.status, kind, str(e), e.field)
         try:
             outputs = await backend.predict(name, inputs, timeout_s=ep.route.timeout_s)
         except Unavailable as e:

@@ -129,6 +129,11 @@ class Pool:
     async def predict(self, endpoint: str, inputs: list[Any], *, timeout_s: float) -> list[Any]:
         size = self.app[endpoint].batching.max_batch_rows
         chunks = [inputs[i:i + size] for i in range(0, len(inputs), size)]
+        free = sum(c.free_slots for c in self.containers[endpoint])
+        if len(chunks) > free:
+            # Refuse before submitting anything: part of a request is wasted work.
+            raise Unavailable(f"endpoint {endpoint!r} has {free} free container slots, this "
+                              f"request needs {len(chunks)}", retry_after_s=1.0)
         results = await asyncio.wait_for(
             asyncio.gather(*(self._batch(endpoint, ch) for ch in chunks)), timeout_s)
         return [out for chunk in results for out in chunk]

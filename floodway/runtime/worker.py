@@ -33,10 +33,27 @@ def _to_jsonable(value):
     return tolist() if callable(tolist) else value
 
 
+def _die_with_parent() -> None:
+    """Linux: have the kernel kill this process when the router dies (prctl PR_SET_PDEATHSIG),
+    so a killed router never leaves containers running."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+    except OSError:
+        return
+    if os.getppid() == 1:   # the parent died before prctl took effect
+        os._exit(1)
+
+
 def main(argv: list[str]) -> int:
     app_spec, ep_name, store_root = argv
     # Ctrl-C reaches the whole process group; the parent drains and stops its containers.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _die_with_parent()
     proto = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
 
@@ -46,14 +63,19 @@ def main(argv: list[str]) -> int:
     timings = {"process_start": max(0.0, _T_MAIN - float(os.environ.get(SPAWN_ENV, _T_MAIN)))}
     try:
         t = time.perf_counter()
-        from floodway.build.loader import load
+        from floodway.build.prefetch import start_prefetch
         from floodway.build.store import ArtifactStore
+
+        folder = ArtifactStore(store_root).latest(ep_name)
+        # The session and hashes build on a thread while the imports below hold the GIL.
+        early = start_prefetch(folder)
+        from floodway.build.loader import load
         from floodway.functions.discover import load_app
 
         _, (ep,) = load_app(f"{app_spec}::{ep_name}")
         timings["imports"] = time.perf_counter() - t
         t = time.perf_counter()
-        model = load(ArtifactStore(store_root).latest(ep.name))
+        model = load(folder, prefetch=early)
         timings["artifact_load"] = time.perf_counter() - t
         send({"type": "phase", "phase": "warming"})
         t = time.perf_counter()

@@ -119,3 +119,45 @@ def test_wrong_method_and_unknown_path_are_json(backend):
     assert "GET /v1/upper" in wrong.json()["error"]["message"]
     assert "POST" in wrong.headers["allow"]
     assert unknown.status_code == 404 and unknown.json()["error"]["type"] == "not_found"
+
+
+small = fw.App("small")
+
+
+@small.endpoint(model=fw.HFModel("org/m", revision="b" * 40),
+                route=fw.Route(max_body_bytes=2048, max_inputs=3))
+def echo(model, texts: list[str]) -> list[str]:
+    return texts
+
+
+class EchoBackend(ScriptedBackend):
+    async def predict(self, endpoint, inputs, *, timeout_s):
+        self.calls.append((endpoint, inputs, timeout_s))
+        return inputs
+
+
+def test_body_and_row_limits_are_413_before_the_backend():
+    backend = EchoBackend()
+
+    async def chunks():
+        yield b'{"inputs": ["'
+        for _ in range(10):
+            yield b"x" * 500
+        yield b'"]}'
+
+    async def go():
+        transport = httpx.ASGITransport(app=make_asgi_app(small, backend))
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+            declared = await c.post("/v1/echo", json={"inputs": ["x" * 5000]})
+            streamed = await c.post("/v1/echo", content=chunks())   # no Content-Length
+            rows = await c.post("/v1/echo", json={"inputs": ["a", "b", "c", "d"]})
+            ok = await c.post("/v1/echo", json={"inputs": ["a", "b", "c"]})
+            return declared, streamed, rows, ok
+
+    declared, streamed, rows, ok = run(go())
+    assert declared.status_code == 413
+    assert "the limit is 2048" in declared.json()["error"]["message"]
+    assert streamed.status_code == 413 and "exceeds the limit of 2048" in streamed.text
+    assert rows.status_code == 413 and rows.json()["error"]["field"] == "inputs"
+    assert ok.status_code == 200 and ok.json() == {"outputs": ["a", "b", "c"]}
+    assert len(backend.calls) == 1

@@ -140,3 +140,13 @@ def test_unknown_endpoint_lookup_lists_known():
     app, _ = define()
     with pytest.raises(KeyError, match="has: embed"):
         app["nope"]
+
+
+def test_public_surface_is_lazy_and_complete():
+    import floodway
+
+    assert set(floodway.__all__) - {"__version__"} == set(floodway._EXPORTS)
+    for name in floodway.__all__:
+        assert getattr(floodway, name) is not None
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        floodway.Nope  # noqa: B018

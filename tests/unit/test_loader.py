@@ -138,3 +138,12 @@ def test_io_signature_mismatch(build_copy):
 def test_no_build_names_the_command(tmp_path):
     with pytest.raises(ArtifactError, match="floodway build"):
         ArtifactStore(tmp_path).latest("embed")
+
+
+def test_huge_text_is_clipped_before_tokenizing_without_changing_tokens(built_store):
+    m = load(ArtifactStore(built_store).latest("embed"), verify="size")
+    huge = "word   \n " * 2_000_000                      # 18 MB of text
+    assert len(m.clip(huge)) <= m.max_chars
+    a, b = m.encode([huge]), m.encode(["word " * 300])
+    assert np.array_equal(a["input_ids"], b["input_ids"])
+    assert m.clip("short text") == "short text"

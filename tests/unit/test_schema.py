@@ -47,3 +47,21 @@ def test_error_body_shape():
     assert error_body("invalid_request", "m", "inputs") == {
         "error": {"type": "invalid_request", "message": "m", "field": "inputs"}}
     assert error_body("unavailable", "m") == {"error": {"type": "unavailable", "message": "m"}}
+
+
+def test_too_many_inputs_is_413_naming_the_limit():
+    with pytest.raises(RequestError) as info:
+        parse_predict(b'{"inputs": ["a", "b", "c"]}', str, max_inputs=2)
+    assert info.value.status == 413 and "has 3 items" in str(info.value)
+    assert "at most 2 per request" in str(info.value)
+    assert parse_predict(b'{"inputs": ["a", "b"]}', str, max_inputs=2) == ["a", "b"]
+
+
+def test_lone_surrogate_is_422_naming_the_item():
+    e = err(b'{"inputs": ["ok", "\\ud800"]}')
+    assert e.status == 422 and e.field == "inputs[1]" and "not valid Unicode" in str(e)
+
+
+def test_deep_nesting_is_400():
+    e = err(b'{"inputs": ' + b"[" * 100_000 + b"]" * 100_000 + b"}")
+    assert e.status == 400 and "nested too deeply" in str(e)

