@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from floodway.build.hardware import EngineStamp, HardwareInfo, detect, engine_usable
-from floodway.build.manifest import Manifest
+from floodway.build.manifest_view import ManifestView
 from floodway.build.netfs import read_mode
 from floodway.build.prefetch import (
     ONNX_DATA,
@@ -70,16 +70,20 @@ def make_tokenizer(folder: Path, max_seq_len: int):  # -> tokenizers.Tokenizer
     return tok
 
 
-def read_manifest(artifact_dir: Path) -> Manifest:
+def read_manifest(artifact_dir: Path) -> ManifestView:
+    """The build's manifest, checked (`ManifestView.parse`). Raises ArtifactError."""
+    path = Path(artifact_dir) / "manifest.json"
     try:
-        return Manifest.read(artifact_dir)
+        raw = path.read_bytes()
     except FileNotFoundError:
         raise ArtifactError(f"{artifact_dir} has no manifest.json (incomplete build)") from None
-    except ValueError as e:
-        raise ArtifactError(f"{artifact_dir}/manifest.json is invalid: {e}") from e
+    try:
+        return ManifestView.parse(raw)
+    except ArtifactError as e:
+        raise ArtifactError(f"{path} is invalid: {e}") from None
 
 
-def verify_files(artifact_dir: Path, manifest: Manifest, *, verify: str = "size",
+def verify_files(artifact_dir: Path, manifest: ManifestView, *, verify: str = "size",
                  only: tuple[str, ...] | None = None) -> None:
     """Check artifacts named by the manifest exist with their recorded size (and hash).
 
@@ -99,7 +103,7 @@ def verify_files(artifact_dir: Path, manifest: Manifest, *, verify: str = "size"
             raise ArtifactError(f"{path} does not match its manifest sha256 (altered)")
 
 
-def plan(manifest: Manifest, hw: HardwareInfo) -> list[Choice]:
+def plan(manifest: ManifestView, hw: HardwareInfo) -> list[Choice]:
     """Every load path in preference order, each marked usable or not with the reason."""
     have = set(manifest.artifacts)
     out: list[Choice] = []
@@ -125,7 +129,7 @@ def plan(manifest: Manifest, hw: HardwareInfo) -> list[Choice]:
     return out
 
 
-def _open(folder: Path, manifest: Manifest, choice: Choice, *, threads: int,
+def _open(folder: Path, manifest: ManifestView, choice: Choice, *, threads: int,
           mode: str) -> Runner:
     if choice.backend == "tensorrt":
         from floodway.build import trt
@@ -139,7 +143,7 @@ def _open(folder: Path, manifest: Manifest, choice: Choice, *, threads: int,
                       cuda=choice.backend == "onnxruntime-cuda", threads=threads, mode=mode)
 
 
-def _hash_files(folder: Path, manifest: Manifest, files: tuple[str, ...]) -> list[str]:
+def _hash_files(folder: Path, manifest: ManifestView, files: tuple[str, ...]) -> list[str]:
     return [rel for rel in files if sha256_path(folder / rel) != manifest.artifacts[rel].sha256]
 
 
@@ -163,7 +167,7 @@ def load(artifact_dir: str | Path, *, verify: str = "sha256", threads: int | Non
     threads = threads if threads is not None else int(os.environ.get("FLOODWAY_ORT_THREADS")
                                                       or 0)
     mode = mode or read_mode(folder)
-    expected = tuple(i.name for i in manifest.io.inputs)
+    expected = manifest.inputs
     attempts: list[str] = []
     with ThreadPoolExecutor(max_workers=1) as pool:
         tok_hash: Future | None = (pool.submit(_hash_files, folder, manifest, tok_files)

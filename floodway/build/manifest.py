@@ -6,6 +6,7 @@ A pydantic model, so the loader validates it before trusting any path it names.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -44,8 +45,8 @@ class IOSignature(_Model):
 
 
 class FileEntry(_Model):
-    bytes: int
-    sha256: str
+    bytes: int = Field(ge=0, strict=True)
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
 
 
 class EngineEntry(_Model):
@@ -71,7 +72,7 @@ class ParityCheck(_Model):
 class Manifest(_Model):
     """Written last at publish time; its presence marks a complete build."""
 
-    schema_version: int = SCHEMA_VERSION
+    schema_version: Literal[1] = SCHEMA_VERSION
     endpoint: str
     build_key: str
     created_at: str
@@ -80,7 +81,7 @@ class Manifest(_Model):
     toolchain: dict[str, str]
     hardware: Hardware
     io: IOSignature
-    max_seq_len: int
+    max_seq_len: int = Field(ge=1, strict=True)
     artifacts: dict[str, FileEntry]     # relative path -> size and hash
     engines: list[EngineEntry] = Field(default_factory=list)
     skipped: dict[str, str] = Field(default_factory=dict)   # stage -> why it did not run

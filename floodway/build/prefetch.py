@@ -75,7 +75,7 @@ def ort_runner(folder: Path, graph_file: str, files: tuple[str, ...], *, cuda: b
 
 
 class Prefetch:
-    """On a thread: the CPU session on the optimized graph, and sha256 of its files."""
+    """On two threads: the CPU session on the optimized graph, and sha256 of its files."""
 
     def __init__(self, folder: Path, *, threads: int, mode: str):
         self.folder, self.threads, self.mode = Path(folder), threads, mode
@@ -83,28 +83,44 @@ class Prefetch:
         self.runner: Any = None
         self.digests: dict[str, str] = {}
         self.error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="floodway-prefetch", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
         try:
-            raw = json.loads((self.folder / "manifest.json").read_bytes())
-            arts = raw.get("artifacts", {})
-            if OPT_FILE not in arts:
-                return
-            self.files = tuple(f for f in (OPT_FILE, OPT_DATA) if f in arts)
-            for rel in self.files:   # a short file would make ORT fail; let load() report it
-                if (self.folder / rel).stat().st_size != arts[rel]["bytes"]:
-                    return
-            self.runner = ort_runner(self.folder, OPT_FILE, self.files, cuda=False,
-                                     threads=self.threads, mode=self.mode)
-            self.digests = {rel: sha256_path(self.folder / rel) for rel in self.files}
+            arts = json.loads((self.folder / "manifest.json").read_bytes()).get("artifacts", {})
+            if OPT_FILE in arts:
+                files = tuple(f for f in (OPT_FILE, OPT_DATA) if f in arts)
+                # a short file would make ORT fail: leave it to load() to report
+                if all((self.folder / r).stat().st_size == arts[r]["bytes"] for r in files):
+                    self.files = files
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            self.error = e
+        self._threads = [threading.Thread(target=self._guard, args=(fn,), daemon=True,
+                                          name=f"floodway-prefetch-{fn.__name__}")
+                         for fn in (self._session, self._hash)] if self.files else []
+        for t in self._threads:
+            t.start()
+
+    def _guard(self, fn) -> None:
+        try:
+            fn()
         except BaseException as e:  # noqa: BLE001 - speculation: load() redoes it and reports
             self.error = e
 
+    def _session(self) -> None:
+        self.runner = ort_runner(self.folder, OPT_FILE, self.files, cuda=False,
+                                 threads=self.threads, mode=self.mode)
+
+    def _hash(self) -> None:
+        # sha256 releases the GIL on large blocks: this runs while imports hold it
+        self.digests = {rel: sha256_path(self.folder / rel) for rel in self.files}
+
+    def join(self) -> None:
+        """Wait for the threads (a process must not exit while ONNX Runtime builds a session
+        on one: its C++ runtime aborts)."""
+        for t in self._threads:
+            t.join()
+
     def take(self, files: tuple[str, ...], *, threads: int, mode: str):
         """(runner, digests) if the prefetched session is the one asked for, else None."""
-        self._thread.join()
+        self.join()
         if (self.error is None and self.runner is not None and files == self.files
                 and threads == self.threads and mode == self.mode):
             return self.runner, self.digests

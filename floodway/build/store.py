@@ -10,9 +10,6 @@ Root: ``FLOODWAY_STORE`` if set, else ``$XDG_CACHE_HOME/floodway/artifacts`` (de
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
-import uuid
 from pathlib import Path
 
 from floodway.errors import ArtifactError
@@ -36,12 +33,16 @@ class ArtifactStore:
         return self.root / endpoint / key
 
     def staging_dir(self, endpoint: str) -> Path:
+        import tempfile
+
         base = self.root / endpoint
         base.mkdir(parents=True, exist_ok=True)
         return Path(tempfile.mkdtemp(prefix=".staging-", dir=base))
 
     def publish(self, endpoint: str, key: str, staging: Path) -> Path:
         """Move a finished staging folder to its build-key folder and point LATEST at it."""
+        import shutil
+
         final = self.build_dir(endpoint, key)
         if final.exists():
             shutil.rmtree(staging, ignore_errors=True)
@@ -52,7 +53,7 @@ class ArtifactStore:
 
     def _point_latest(self, endpoint: str, key: str) -> None:
         base = self.root / endpoint
-        tmp = base / f".{LATEST}.{uuid.uuid4().hex}"
+        tmp = base / f".{LATEST}.{os.getpid()}.{os.urandom(8).hex()}"
         tmp.write_text(key + "\n")
         os.replace(tmp, base / LATEST)
 

@@ -36,7 +36,7 @@ def runner(folder: Path, manifest: Any, *, mode: str = "read"):
     if missing:
         raise ArtifactError(f"snapshot lacks {len(missing)} tensors, e.g. {missing[:3]}")
     model.eval()
-    names = tuple(i.name for i in manifest.io.inputs)
+    names = manifest.inputs
 
     def run(feeds):
         with torch.inference_mode():

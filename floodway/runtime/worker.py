@@ -61,6 +61,7 @@ def main(argv: list[str]) -> int:
         proto.write(json.dumps(msg, separators=(",", ":")) + "\n")
 
     timings = {"process_start": max(0.0, _T_MAIN - float(os.environ.get(SPAWN_ENV, _T_MAIN)))}
+    early = None
     try:
         t = time.perf_counter()
         from floodway.build.prefetch import start_prefetch
@@ -86,6 +87,8 @@ def main(argv: list[str]) -> int:
         timings["warmup"] = time.perf_counter() - t
     except Exception as e:  # noqa: BLE001 - report any load failure to the parent, then exit
         send({"type": "failed", "error": f"{type(e).__name__}: {e}"})
+        if early is not None:
+            early.join()
         return 1
     send({"type": "ready", "timings_s": timings, "backend": model.backend,
           "torch": "torch" in sys.modules, "pid": os.getpid()})

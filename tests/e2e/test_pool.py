@@ -72,3 +72,21 @@ def test_serve_refuses_missing_build_and_non_loopback(tmp_path):
         build_server(str(MODAL_APP), store=tmp_path)
     assert is_loopback("127.0.0.1") and is_loopback("localhost") and is_loopback("::1")
     assert not is_loopback("0.0.0.0") and not is_loopback("192.168.1.2")
+
+
+def test_worker_reports_an_import_error_and_exits_cleanly(tmp_path, built_store):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    app_file = tmp_path / "raises_at_import.py"
+    app_file.write_text("raise ImportError('no module named nowhere')\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "floodway.runtime.worker", str(app_file), "embed",
+         str(built_store)], capture_output=True, text=True, timeout=60,
+        env={**os.environ, "FLOODWAY_NO_MODAL": "1"})
+    # exit 1 with a message, not an abort from the prefetch thread still building a session
+    assert proc.returncode == 1, proc.stderr
+    msg = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert msg == {"type": "failed", "error": "ImportError: no module named nowhere"}

@@ -1,10 +1,12 @@
 """Engine stamps against the hardware found, and the load plan they lead to (pure)."""
 
+import dataclasses
+
 import pytest
 
 from floodway.build.hardware import EngineStamp, HardwareInfo, detect, engine_usable
 from floodway.build.loader import plan, read_manifest
-from floodway.build.manifest import EngineEntry
+from floodway.build.manifest_view import EngineRef
 from floodway.build.store import ArtifactStore
 
 L4 = HardwareInfo(gpu_name="NVIDIA L4", compute_capability="8.9", tensorrt_version="10.13.0",
@@ -35,9 +37,8 @@ def with_engine(manifest, cc="8.9", ver="10.13.0"):
     path = f"engines/trt-{ver}/sm{cc.replace('.', '')}/b64-s256/model.plan"
     arts = dict(manifest.artifacts)
     arts[path] = next(iter(arts.values()))
-    return manifest.model_copy(update={"artifacts": arts, "engines": [EngineEntry(
-        path=path, tensorrt_version=ver, compute_capability=cc, gpu_name="NVIDIA L4",
-        profile={})]})
+    return dataclasses.replace(manifest, artifacts=arts, engines=(EngineRef(
+        path=path, tensorrt_version=ver, compute_capability=cc, gpu_name="NVIDIA L4"),))
 
 
 def test_plan_puts_a_matching_engine_first(built_store):

@@ -1,0 +1,118 @@
+"""The manifest as the cold-start loader reads it: checked without pydantic.
+
+`floodway.build.manifest.Manifest` (pydantic) is the schema of record: builds write it and
+tools read it. A container, though, only needs a handful of its fields, and importing pydantic
+and building the model's schema costs about 0.2 s of every cold start (measured with
+``python -X importtime``; see benchmarks/cold_start.py). `ManifestView.parse` checks exactly
+the fields the loader trusts, as strictly (types, hex digests, paths that stay inside the
+build folder), and raises ArtifactError naming the field. Tests hold the two to agreement.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
+from typing import Any
+
+from floodway.errors import ArtifactError
+
+SCHEMA_VERSION = 1
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+
+
+@dataclass(frozen=True)
+class FileRef:
+    bytes: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class EngineRef:
+    path: str
+    tensorrt_version: str
+    compute_capability: str
+    gpu_name: str
+
+
+@dataclass(frozen=True)
+class ManifestView:
+    endpoint: str
+    build_key: str
+    inputs: tuple[str, ...]
+    max_seq_len: int
+    artifacts: dict[str, FileRef]
+    engines: tuple[EngineRef, ...] = ()
+    skipped: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, raw: bytes | str) -> ManifestView:
+        """Parse manifest.json. Raises ArtifactError naming the first field that is wrong."""
+        try:
+            data = json.loads(raw)
+        except ValueError as e:
+            raise ArtifactError(f"manifest.json is not JSON: {e}") from None
+        d = _obj(data, "manifest")
+        if d.get("schema_version") != SCHEMA_VERSION:
+            raise ArtifactError(f"manifest.json: schema_version {d.get('schema_version')!r} is "
+                                f"not {SCHEMA_VERSION} (rebuild with this floodway)")
+        artifacts = {}
+        for rel, entry in _obj(d.get("artifacts"), "artifacts").items():
+            _rel_path(rel, f"artifacts[{rel!r}]")
+            e = _obj(entry, f"artifacts[{rel!r}]")
+            size, digest = e.get("bytes"), e.get("sha256")
+            if not _is_int(size) or size < 0:
+                raise ArtifactError(f"manifest.json: artifacts[{rel!r}].bytes = {size!r} is not "
+                                    "a size")
+            if not isinstance(digest, str) or not _HEX64.match(digest):
+                raise ArtifactError(f"manifest.json: artifacts[{rel!r}].sha256 = {digest!r} is "
+                                    "not a sha256")
+            artifacts[rel] = FileRef(size, digest)
+        io = _obj(d.get("io"), "io")
+        inputs = tuple(_str(_obj(i, "io.inputs[]").get("name"), "io.inputs[].name")
+                       for i in _list(io.get("inputs"), "io.inputs"))
+        engines = []
+        for i, e in enumerate(_list(d.get("engines", []), "engines")):
+            e = _obj(e, f"engines[{i}]")
+            ref = EngineRef(*(_str(e.get(k), f"engines[{i}].{k}") for k in
+                              ("path", "tensorrt_version", "compute_capability", "gpu_name")))
+            _rel_path(ref.path, f"engines[{i}].path")
+            engines.append(ref)
+        skipped = _obj(d.get("skipped", {}), "skipped")
+        max_seq_len = d.get("max_seq_len")
+        if not _is_int(max_seq_len) or max_seq_len < 1:
+            raise ArtifactError(f"manifest.json: max_seq_len = {max_seq_len!r} is not a length")
+        return cls(endpoint=_str(d.get("endpoint"), "endpoint"),
+                   build_key=_str(d.get("build_key"), "build_key"), inputs=inputs,
+                   max_seq_len=max_seq_len, artifacts=artifacts, engines=tuple(engines),
+                   skipped={_str(k, "skipped"): _str(v, f"skipped[{k!r}]")
+                            for k, v in skipped.items()})
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _obj(v: Any, where: str) -> dict[str, Any]:
+    if not isinstance(v, dict):
+        raise ArtifactError(f"manifest.json: {where} should be an object, got {type(v).__name__}")
+    return v
+
+
+def _list(v: Any, where: str) -> list[Any]:
+    if not isinstance(v, list):
+        raise ArtifactError(f"manifest.json: {where} should be a list, got {type(v).__name__}")
+    return v
+
+
+def _str(v: Any, where: str) -> str:
+    if not isinstance(v, str) or not v:
+        raise ArtifactError(f"manifest.json: {where} = {v!r} should be a non-empty string")
+    return v
+
+
+def _rel_path(rel: Any, where: str) -> None:
+    p = PurePosixPath(_str(rel, where))
+    if p.is_absolute() or ".." in p.parts or "\\" in rel:
+        raise ArtifactError(f"manifest.json: {where} path {rel!r} leaves the build folder")
