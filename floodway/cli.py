@@ -36,14 +36,44 @@ def _fail(e: Exception) -> typer.Exit:
     return typer.Exit(code=2)
 
 
+def _build_on_modal(app: str, force: bool) -> None:
+    """Run the app's Modal build functions (one per GPU type) and print what they did."""
+    import modal
+
+    from floodway.deploy.modal_objects import run_builds_on_modal
+    from floodway.functions.discover import import_target, load_app
+
+    target, _, endpoint = app.partition("::")
+    fw_app, _ = load_app(app)
+    module = import_target(target.split(":")[0] if not target.endswith(".py") else target)
+    apps = [v for v in vars(module).values() if isinstance(v, modal.App)]
+    if len(apps) != 1:
+        raise FloodwayError(f"{target} must define exactly one modal.App (e.g. "
+                            "`app = to_modal(endpoints)`) to build on Modal")
+    for res in run_builds_on_modal(apps[0], fw_app, endpoint or None, force):
+        verdict = "unchanged (no-op)" if res["cached"] else "built"
+        console.print(f"{res['endpoint']}: {verdict} {res['key']} on Modal in "
+                      f"{res['seconds']:.1f}s; skipped: {res['skipped'] or 'nothing'}")
+
+
 @cli.command()
 def build(app: AppArg, store: StoreOpt = None,
-          force: Annotated[bool, typer.Option(help="rebuild even if unchanged")] = False) -> None:
-    """Build cold-start artifacts: fetch -> snapshot -> export -> verify -> publish."""
+          force: Annotated[bool, typer.Option(help="rebuild even if unchanged")] = False,
+          on_modal: Annotated[bool, typer.Option(
+              "--on-modal", help="build on Modal, on each endpoint's own GPU type, into the "
+                                 "artifact Volume (needs Modal credentials)")] = False,
+          ) -> None:
+    """Build cold-start artifacts: fetch, snapshot, export, optimize, compile, verify, publish."""
     from floodway.build.pipeline import STAGES, build_endpoint
     from floodway.build.store import ArtifactStore
     from floodway.functions.discover import load_app
 
+    if on_modal:
+        try:
+            _build_on_modal(app, force)
+        except FloodwayError as e:
+            raise _fail(e) from None
+        return
     _no_modal()
     try:
         _, eps = load_app(app)

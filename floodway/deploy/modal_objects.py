@@ -265,7 +265,11 @@ def _run_builds(fw_app: App, gpu: str | None, endpoint: str | None, force: bool,
     from floodway.build.store import ArtifactStore
 
     targets = _build_targets(fw_app, gpu, endpoint)
-    store = ArtifactStore(_store_root(artifacts_path))
+    root = _store_root(artifacts_path)
+    if commit is not None:
+        # Keep the Hub cache on the Volume: a rebuild then neither downloads nor re-fetches.
+        os.environ.setdefault("HF_HUB_CACHE", str(root / ".hf-cache"))
+    store = ArtifactStore(root)
     out: list[dict[str, Any]] = []
     try:
         for ep in targets:
