@@ -115,6 +115,10 @@ def plan(manifest: ManifestView, hw: HardwareInfo) -> list[Choice]:
         out.append(Choice("tensorrt", (), False,
                           manifest.skipped.get("compile", "no TensorRT engine was built")))
     graph = tuple(f for f in (ONNX_FILE, ONNX_DATA) if f in have)
+    if "TensorrtExecutionProvider" in hw.ort_providers:
+        ok = hw.has_cuda and ONNX_FILE in have
+        out.append(Choice("onnxruntime-tensorrt", graph, ok,
+                          "ONNX Runtime's TensorRT provider" if ok else "no CUDA GPU"))
     cuda_ok = hw.has_cuda and ONNX_FILE in have
     out.append(Choice("onnxruntime-cuda", graph, cuda_ok,
                       "CUDA provider available" if cuda_ok else "no CUDA GPU or provider"))
@@ -139,8 +143,27 @@ def _open(folder: Path, manifest: ManifestView, choice: Choice, *, threads: int,
         from floodway.build import torch_runner
 
         return torch_runner.runner(folder, manifest, mode=mode)
+    trt_provider = None
+    if choice.backend == "onnxruntime-tensorrt":
+        from floodway.build import trt
+
+        shapes = trt.profile_shapes(manifest.inputs, manifest.max_batch_rows,
+                                    manifest.max_seq_len, manifest.max_batch_rows)
+        trt_provider = trt.ort_trt_provider(ort_trt_cache_root(),
+                                            manifest.artifacts[ONNX_FILE].sha256, shapes)
     return ort_runner(folder, choice.files[0], choice.files,
-                      cuda=choice.backend == "onnxruntime-cuda", threads=threads, mode=mode)
+                      cuda=choice.backend != "onnxruntime-cpu", threads=threads, mode=mode,
+                      trt_provider=trt_provider)
+
+
+def ort_trt_cache_root() -> Path:
+    """Where ONNX Runtime's TensorRT provider keeps its engines: a local, writable folder (the
+    artifact store may be a read-only Volume). ``FLOODWAY_TRT_CACHE`` overrides."""
+    env = os.environ.get("FLOODWAY_TRT_CACHE")
+    if env:
+        return Path(env)
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    return Path(cache) / "floodway"
 
 
 def _hash_files(folder: Path, manifest: ManifestView, files: tuple[str, ...]) -> list[str]:

@@ -42,6 +42,7 @@ class ManifestView:
     build_key: str
     inputs: tuple[str, ...]
     max_seq_len: int
+    max_batch_rows: int
     artifacts: dict[str, FileRef]
     engines: tuple[EngineRef, ...] = ()
     skipped: dict[str, str] = field(default_factory=dict)
@@ -80,12 +81,16 @@ class ManifestView:
             _rel_path(ref.path, f"engines[{i}].path")
             engines.append(ref)
         skipped = _obj(d.get("skipped", {}), "skipped")
+        rows = _obj(d.get("build"), "build").get("max_batch_rows")
+        if not _is_int(rows) or rows < 1:
+            raise ArtifactError(f"manifest.json: build.max_batch_rows = {rows!r} is not a count")
         max_seq_len = d.get("max_seq_len")
         if not _is_int(max_seq_len) or max_seq_len < 1:
             raise ArtifactError(f"manifest.json: max_seq_len = {max_seq_len!r} is not a length")
         return cls(endpoint=_str(d.get("endpoint"), "endpoint"),
                    build_key=_str(d.get("build_key"), "build_key"), inputs=inputs,
-                   max_seq_len=max_seq_len, artifacts=artifacts, engines=tuple(engines),
+                   max_seq_len=max_seq_len, max_batch_rows=rows, artifacts=artifacts,
+                   engines=tuple(engines),
                    skipped={_str(k, "skipped"): _str(v, f"skipped[{k!r}]")
                             for k, v in skipped.items()})
 

@@ -33,7 +33,7 @@ def sha256_path(path: Path) -> str:
 
 
 def ort_runner(folder: Path, graph_file: str, files: tuple[str, ...], *, cuda: bool,
-               threads: int, mode: str):
+               threads: int, mode: str, trt_provider: tuple[str, dict] | None = None):
     """An ONNX Runtime session over `files` (graph first) wrapped as a runner.
 
     `mode` "read" reads every file sequentially into memory and hands ONNX Runtime the bytes
@@ -50,8 +50,10 @@ def ort_runner(folder: Path, graph_file: str, files: tuple[str, ...], *, cuda: b
         opts.inter_op_num_threads = 1
     if graph_file == OPT_FILE:
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    providers = ["CUDAExecutionProvider", "CPUExecutionProvider"] if cuda \
+    providers: list = ["CUDAExecutionProvider", "CPUExecutionProvider"] if cuda \
         else ["CPUExecutionProvider"]
+    if trt_provider is not None:
+        providers.insert(0, trt_provider)
     if mode == "read":
         buffers = {rel: read_into_memory(folder / rel) for rel in files}
         data = [rel for rel in files if rel != graph_file]
@@ -63,8 +65,9 @@ def ort_runner(folder: Path, graph_file: str, files: tuple[str, ...], *, cuda: b
     else:
         session = ort.InferenceSession(str(folder / graph_file), sess_options=opts,
                                        providers=providers)
-    if cuda and session.get_providers()[0] != "CUDAExecutionProvider":
-        raise RuntimeError("ONNX Runtime did not place the graph on CUDA")
+    want = "TensorrtExecutionProvider" if trt_provider else "CUDAExecutionProvider"
+    if cuda and session.get_providers()[0] != want:
+        raise RuntimeError(f"ONNX Runtime did not place the graph on {want}")
     out_names = [o.name for o in session.get_outputs()]
 
     def run(feeds):

@@ -13,7 +13,6 @@ Nothing here runs on a machine without a CUDA GPU and the tensorrt wheel.
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -145,12 +144,12 @@ def engine_runner(plan_path: Path, manifest: Any):
     return run
 
 
-def ort_trt_provider(cache_root: Path, onnx_path: Path, shapes: dict[str, list[int]],
+def ort_trt_provider(cache_root: Path, model_sha256: str, shapes: dict[str, list[int]],
                      fp16: bool = True) -> tuple[str, dict[str, str]]:
-    """ONNX Runtime's TensorRT execution provider, its engine cache keyed by the model hash
+    """ONNX Runtime's TensorRT execution provider options, its engine cache keyed by the
+    model's hash (from the manifest), so a changed model never reuses a stale engine
     (ORT docs: TensorRT EP ``trt_engine_cache_path``, ``trt_profile_*_shapes``)."""
-    digest = hashlib.sha256(onnx_path.read_bytes()).hexdigest()[:16]
-    cache = cache_root / "ort-trt" / digest
+    cache = cache_root / "ort-trt" / model_sha256[:16]
     cache.mkdir(parents=True, exist_ok=True)
 
     def fmt(i: int) -> str:

@@ -61,3 +61,25 @@ def test_detect_on_this_machine():
     assert "CPUExecutionProvider" in hw.ort_providers
     if hw.gpu_name is None:
         assert hw.hardware_class == "cpu" and hw.tensorrt_version is None
+
+
+def test_plan_offers_ort_tensorrt_provider_when_present(built_store):
+    m = read_manifest(ArtifactStore(built_store).latest("embed"))
+    hw = dataclasses.replace(L4, ort_providers=("TensorrtExecutionProvider",
+                                                "CUDAExecutionProvider", "CPUExecutionProvider"))
+    choices = plan(m, hw)
+    assert [(c.backend, c.usable) for c in choices][:3] == [
+        ("tensorrt", False), ("onnxruntime-tensorrt", True), ("onnxruntime-cuda", True)]
+    assert choices[1].files == ("model.onnx", "model.onnx.data")
+
+
+def test_ort_trt_provider_options_key_the_cache_by_model_hash(tmp_path):
+    from floodway.build.trt import ort_trt_provider, profile_shapes
+
+    shapes = profile_shapes(("input_ids", "attention_mask"), 64, 256, 32)
+    name, opts = ort_trt_provider(tmp_path, "ab" * 32, shapes)
+    assert name == "TensorrtExecutionProvider"
+    assert opts["trt_engine_cache_path"] == str(tmp_path / "ort-trt" / ("ab" * 8))
+    assert opts["trt_profile_min_shapes"] == "input_ids:1x1,attention_mask:1x1"
+    assert opts["trt_profile_opt_shapes"] == "input_ids:32x128,attention_mask:32x128"
+    assert opts["trt_profile_max_shapes"] == "input_ids:64x256,attention_mask:64x256"
