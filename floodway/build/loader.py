@@ -35,6 +35,7 @@ from floodway.build.prefetch import (
     OPT_DATA,
     OPT_FILE,
     Prefetch,
+    make_tokenizer,
     ort_runner,
     sha256_path,
 )
@@ -56,18 +57,6 @@ class Choice:
     files: tuple[str, ...]
     usable: bool
     reason: str
-
-
-def make_tokenizer(folder: Path, max_seq_len: int):  # -> tokenizers.Tokenizer
-    """A fast tokenizer from ``tokenizer.json`` that truncates at `max_seq_len` and pads."""
-    from tokenizers import Tokenizer
-
-    tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
-    tok.enable_truncation(max_length=max_seq_len)
-    pad_id = tok.token_to_id("[PAD]")
-    tok.enable_padding(pad_id=pad_id if pad_id is not None else 0,
-                       pad_token="[PAD]" if pad_id is not None else "<pad>")
-    return tok
 
 
 def read_manifest(artifact_dir: Path) -> ManifestView:
@@ -192,9 +181,18 @@ def load(artifact_dir: str | Path, *, verify: str = "sha256", threads: int | Non
     mode = mode or read_mode(folder)
     expected = manifest.inputs
     attempts: list[str] = []
+    pre = prefetch
+    if pre is not None:
+        pre.join()
     with ThreadPoolExecutor(max_workers=1) as pool:
-        tok_hash: Future | None = (pool.submit(_hash_files, folder, manifest, tok_files)
-                                   if verify == "sha256" else None)
+        tok_hash: Future | None = None
+        if verify == "sha256":
+            if pre is not None and all(r in pre.digests for r in tok_files):
+                tok_hash = Future()
+                tok_hash.set_result([r for r in tok_files
+                                     if pre.digests[r] != manifest.artifacts[r].sha256])
+            else:
+                tok_hash = pool.submit(_hash_files, folder, manifest, tok_files)
         for choice in plan(manifest, hw):
             label = f"{choice.backend}[{', '.join(choice.files) or '-'}]"
             if not choice.usable:
@@ -239,7 +237,9 @@ def load(artifact_dir: str | Path, *, verify: str = "sha256", threads: int | Non
     if bad_tok:
         raise ArtifactError(f"{', '.join(bad_tok)} do(es) not match the manifest sha256 (altered)")
     log.info("loaded %s with %s (%s)", folder.name, choice.backend, "; ".join(attempts))
-    tokenizer = make_tokenizer(folder / TOKENIZER_DIR, manifest.max_seq_len)
+    tokenizer = (pre.tokenizer if pre is not None and pre.tokenizer is not None
+                 and pre.max_seq_len == manifest.max_seq_len
+                 else make_tokenizer(folder / TOKENIZER_DIR, manifest.max_seq_len))
     return Loaded(backend=choice.backend, tokenizer=tokenizer, runner=runner,
                   input_names=expected, max_seq_len=manifest.max_seq_len, artifact_dir=folder,
                   manifest=manifest, path_taken=tuple(attempts),

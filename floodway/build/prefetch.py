@@ -32,6 +32,18 @@ def sha256_path(path: Path) -> str:
     return h.hexdigest()
 
 
+def make_tokenizer(folder: Path, max_seq_len: int):  # -> tokenizers.Tokenizer
+    """A fast tokenizer from ``tokenizer.json`` that truncates at `max_seq_len` and pads."""
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    tok.enable_truncation(max_length=max_seq_len)
+    pad_id = tok.token_to_id("[PAD]")
+    tok.enable_padding(pad_id=pad_id if pad_id is not None else 0,
+                       pad_token="[PAD]" if pad_id is not None else "<pad>")
+    return tok
+
+
 def ort_runner(folder: Path, graph_file: str, files: tuple[str, ...], *, cuda: bool,
                threads: int, mode: str, trt_provider: tuple[str, dict] | None = None):
     """An ONNX Runtime session over `files` (graph first) wrapped as a runner.
@@ -78,16 +90,23 @@ def ort_runner(folder: Path, graph_file: str, files: tuple[str, ...], *, cuda: b
 
 
 class Prefetch:
-    """On two threads: the CPU session on the optimized graph, and sha256 of its files."""
+    """On threads: the CPU session on the optimized graph; sha256 of its files and of the
+    tokenizer files; the tokenizer."""
 
     def __init__(self, folder: Path, *, threads: int, mode: str):
         self.folder, self.threads, self.mode = Path(folder), threads, mode
         self.files: tuple[str, ...] = ()
         self.runner: Any = None
         self.digests: dict[str, str] = {}
+        self.tokenizer: Any = None
+        self.max_seq_len = 0
+        self.tok_files: tuple[str, ...] = ()
         self.error: BaseException | None = None
         try:
-            arts = json.loads((self.folder / "manifest.json").read_bytes()).get("artifacts", {})
+            raw = json.loads((self.folder / "manifest.json").read_bytes())
+            arts = raw.get("artifacts", {})
+            self.max_seq_len = int(raw.get("max_seq_len", 0))
+            self.tok_files = tuple(r for r in arts if r.startswith("tokenizer/"))
             if OPT_FILE in arts:
                 files = tuple(f for f in (OPT_FILE, OPT_DATA) if f in arts)
                 # a short file would make ORT fail: leave it to load() to report
@@ -97,7 +116,8 @@ class Prefetch:
             self.error = e
         self._threads = [threading.Thread(target=self._guard, args=(fn,), daemon=True,
                                           name=f"floodway-prefetch-{fn.__name__}")
-                         for fn in (self._session, self._hash)] if self.files else []
+                         for fn in (self._session, self._hash, self._tokenizer)
+                         ] if self.files else []
         for t in self._threads:
             t.start()
 
@@ -113,7 +133,11 @@ class Prefetch:
 
     def _hash(self) -> None:
         # sha256 releases the GIL on large blocks: this runs while imports hold it
-        self.digests = {rel: sha256_path(self.folder / rel) for rel in self.files}
+        self.digests = {rel: sha256_path(self.folder / rel)
+                        for rel in (*self.files, *self.tok_files)}
+
+    def _tokenizer(self) -> None:
+        self.tokenizer = make_tokenizer(self.folder / "tokenizer", self.max_seq_len)
 
     def join(self) -> None:
         """Wait for the threads (a process must not exit while ONNX Runtime builds a session

@@ -147,3 +147,29 @@ def test_huge_text_is_clipped_before_tokenizing_without_changing_tokens(built_st
     a, b = m.encode([huge]), m.encode(["word " * 300])
     assert np.array_equal(a["input_ids"], b["input_ids"])
     assert m.clip("short text") == "short text"
+
+
+def test_prefetched_session_tokenizer_and_digests_are_used(built_store):
+    from floodway.build.prefetch import start_prefetch
+
+    folder = ArtifactStore(built_store).latest("embed")
+    pre = start_prefetch(folder)
+    m = load(folder, prefetch=pre)
+    assert m.runner is pre.runner and m.tokenizer is pre.tokenizer
+    assert set(pre.digests) >= {"model.opt.onnx", "model.opt.onnx.data",
+                                "tokenizer/tokenizer.json"}
+    ref = load(folder)
+    feeds = ref.encode(["prefetch changes when, not what"])
+    assert np.array_equal(m.run(feeds)["last_hidden_state"], ref.run(feeds)["last_hidden_state"])
+
+
+def test_prefetch_does_not_bypass_integrity_checks(build_copy):
+    from floodway.build.prefetch import start_prefetch
+
+    flip_byte(build_copy / "model.opt.onnx.data")
+    m = load(build_copy, prefetch=start_prefetch(build_copy))
+    assert "do(es) not match the manifest sha256" in m.path_taken[2]
+    assert m.path_taken[3].startswith("onnxruntime-cpu[model.onnx, model.onnx.data]: loaded")
+    flip_byte(build_copy / "tokenizer" / "vocab.txt", at=100)
+    with pytest.raises(ArtifactError, match="vocab.txt"):
+        load(build_copy, prefetch=start_prefetch(build_copy))
