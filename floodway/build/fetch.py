@@ -57,9 +57,12 @@ def fetch(source: HFModel | LocalModel, *, cache_dir: str | Path | None = None,
                 source.repo_id, revision=source.revision, allow_patterns=allow_patterns(source),
                 cache_dir=str(cache_dir) if cache_dir else None))
         except LocalEntryNotFoundError as e:
-            raise BuildError("fetch", f"{source.display} is not in the Hub cache and the Hub "
-                                      f"cannot be reached ({e}). Connect, or seed the cache: "
-                                      "`floodway hub-seed FOLDER REPO_ID REVISION`.") from e
+            raise BuildError("fetch", f"{source.display} is not in the Hub cache "
+                                      f"({hub_cache_dir(cache_dir)}) and the Hub cannot be "
+                                      f"reached ({e}). Connect, or put a local copy of the "
+                                      "repo in that cache: `floodway hub-seed FOLDER REPO_ID "
+                                      "REVISION` (HF_HUB_CACHE or --cache-dir pick the cache)."
+                              ) from e
         except HfHubHTTPError as e:
             raise BuildError("fetch", f"{source.display}: {e}") from e
     check_complete(folder, allow_pickle=source.allow_pickle)

@@ -21,30 +21,18 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from floodway.build import export
 from floodway.build.fetch import fetch, sha256_file
 from floodway.build.hardware import HardwareInfo, detect
-from floodway.build.loader import (
-    ONNX_FILE,
-    OPT_FILE,
-    TOKENIZER_DIR,
-    make_tokenizer,
-)
-from floodway.build.manifest import (
-    EngineEntry,
-    FileEntry,
-    Hardware,
-    IOSignature,
-    Manifest,
-    ParityCheck,
-    SourceInfo,
-    TensorSpec,
-)
+from floodway.build.manifest_view import ManifestView
+from floodway.build.prefetch import ONNX_FILE, OPT_FILE, make_tokenizer
 from floodway.build.stages import StageCache, link_into, stage_key
 from floodway.build.store import ArtifactStore
 from floodway.config import HFModel
 from floodway.functions.endpoint import Endpoint
-from floodway.functions.loaded import Loaded
+
+# The stage code (torch, numpy, onnx, pydantic) is imported only when a stage runs, so that an
+# unchanged rebuild stays well under a second.
+TOKENIZER_DIR = "tokenizer"
 
 STAGES = ("fetch", "snapshot", "export", "optimize", "compile", "verify", "publish")
 TOOLCHAIN = ("floodway", "torch", "transformers", "onnx", "onnxruntime", "tokenizers",
@@ -111,6 +99,8 @@ class _Build:
 
     @cache  # noqa: B019 - one model per build run, dropped with the run
     def model(self) -> Any:
+        from floodway.build import export
+
         return export.load_torch_model(self.folder, allow_pickle=self.ep.model.allow_pickle)
 
     def stage(self, name: str, key: str, produce: Callable[[Path], None], msg: str) -> Path:
@@ -151,11 +141,14 @@ class _Build:
         if (final / "manifest.json").is_file() and not force:
             self.store.publish(ep.name, key, self.store.staging_dir(ep.name))
             self.say("publish", f"unchanged: {key} is already built")
+            skipped = ManifestView.parse((final / "manifest.json").read_bytes()).skipped
             return BuildResult(ep.name, key, final, True, time.perf_counter() - t0,
-                               tuple(STAGES), Manifest.read(final).skipped)
+                               tuple(STAGES), skipped)
         if force:
             shutil.rmtree(final, ignore_errors=True)
             shutil.rmtree(self.cache.root, ignore_errors=True)
+
+        from floodway.build import export
 
         snap = self.stage("snapshot", keys["snapshot"],
                           lambda d: export.snapshot_weights(self.model(), d, b.dtype),
@@ -198,6 +191,8 @@ class _Build:
                            tuple(self.cached), dict(self.skipped))
 
     def _export(self, d: Path) -> None:
+        from floodway.build import export
+
         names = export.input_names(self.model())
         export.export_onnx(self.model(), d / ONNX_FILE, names=names, opset=self.ep.build.opset)
         (d / "inputs.json").write_text(json.dumps(list(names)))
@@ -216,6 +211,10 @@ class _Build:
     def _verify(self, exp: Path, opt: Path, names: tuple[str, ...], d: Path) -> None:
         import onnxruntime as ort
 
+        from floodway.build import export
+        from floodway.build.manifest import ParityCheck
+        from floodway.functions.loaded import Loaded
+
         b = self.ep.build
         max_len = export.read_max_seq_len(self.folder, b.max_seq_len)
         tok = make_tokenizer(self.folder, max_len)
@@ -232,7 +231,19 @@ class _Build:
             "max_seq_len": max_len, "checks": [c.model_dump() for c in checks]}))
 
     def _manifest(self, key: str, files: dict[str, str], names: tuple[str, ...], staging: Path,
-                  ver: Path, comp: Path | None) -> Manifest:
+                  ver: Path, comp: Path | None) -> Any:
+        from floodway.build import export
+        from floodway.build.manifest import (
+            EngineEntry,
+            FileEntry,
+            Hardware,
+            IOSignature,
+            Manifest,
+            ParityCheck,
+            SourceInfo,
+            TensorSpec,
+        )
+
         ep, src = self.ep, self.ep.model
         parity = json.loads((ver / "parity.json").read_text())
         engines = []
