@@ -23,6 +23,8 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	# torch pinned in the same command as what pulls it in, so pip takes the CPU build.
 	$(PY) -m pip install -q "torch==2.13.0" -e ".[build,dev]"
+	# Byte-compile as a regular install would: each container start then skips compiling.
+	$(PY) -m compileall -q floodway modal_app.py
 	touch $(STAMP)
 
 install: $(STAMP)

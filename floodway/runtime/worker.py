@@ -53,7 +53,6 @@ def main(argv: list[str]) -> int:
     app_spec, ep_name, store_root = argv
     # Ctrl-C reaches the whole process group; the parent drains and stops its containers.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _die_with_parent()
     proto = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
 
@@ -70,6 +69,7 @@ def main(argv: list[str]) -> int:
         folder = ArtifactStore(store_root).latest(ep_name)
         # The session and hashes build on a thread while the imports below hold the GIL.
         early = start_prefetch(folder)
+        _die_with_parent()   # after the prefetch starts: ctypes costs an import too
         from floodway.build.loader import load
         from floodway.functions.discover import load_app
 

@@ -90,3 +90,22 @@ def test_worker_reports_an_import_error_and_exits_cleanly(tmp_path, built_store)
     assert proc.returncode == 1, proc.stderr
     msg = json.loads(proc.stdout.strip().splitlines()[-1])
     assert msg == {"type": "failed", "error": "ImportError: no module named nowhere"}
+
+
+def test_worker_starts_reliably_with_prefetch(built_store):
+    """Repeated cold starts all answer (the prefetch threads once raced numpy's import)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "FLOODWAY_NO_MODAL": "1"}
+    for _ in range(4):
+        proc = subprocess.run(
+            [sys.executable, "-m", "floodway.runtime.worker", str(MODAL_APP), "embed",
+             str(built_store)], input='{"id": 1, "inputs": ["again"]}\n', capture_output=True,
+            text=True, timeout=60, env=env)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        lines = [json.loads(x) for x in proc.stdout.splitlines()]
+        assert [m["type"] for m in lines] == ["phase", "ready", "result"]
+        assert lines[1]["torch"] is False and len(lines[2]["outputs"][0]) == 384
