@@ -3,24 +3,28 @@
     POST /v1/<endpoint>   {"inputs": [...]} -> 200 {"outputs": [...]}, one output per input
     GET  /healthz         200 while the process is up
     GET  /readyz          200 once a container of every endpoint is warm, else 503; with detail
+    GET  /metrics         Prometheus metrics (`floodway.runtime.metrics`)
 
 Where the work runs is a `Backend`: the local pool of worker processes, or Modal classes.
 """
 
 from __future__ import annotations
 
+import json
 import math
+import time
 from typing import Any, Protocol
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from floodway.errors import EndpointError, RequestError, Unavailable
 from floodway.functions.app import App
 from floodway.routers.schema import error_body, parse_predict
+from floodway.runtime.metrics import Metrics
 
 
 class Backend(Protocol):
@@ -64,8 +68,20 @@ def make_asgi_app(app: App, backend: Backend, *, lifespan: Any = None) -> Starle
     `lifespan` (a Starlette lifespan context) starts and stops the backend with the server.
     """
 
+    metrics = Metrics(backend.readiness)
+
     async def predict(request: Request) -> JSONResponse:
+        t0 = time.perf_counter()
         name = request.path_params["endpoint"]
+        response = await _predict(request, name)
+        outcome = "ok" if response.status_code == 200 else json.loads(response.body)["error"][
+            "type"]
+        # Unknown names share one label: a client must not be able to grow the label set.
+        metrics.observe(name if name in app.endpoints else "(unknown)", outcome,
+                        time.perf_counter() - t0)
+        return response
+
+    async def _predict(request: Request, name: str) -> JSONResponse:
         eps = app.endpoints
         if name not in eps:
             return _error(404, "not_found", f"no endpoint {name!r}; endpoints: "
@@ -92,6 +108,10 @@ def make_asgi_app(app: App, backend: Backend, *, lifespan: Any = None) -> Starle
                                                  f"outputs for {len(inputs)} inputs")
         return JSONResponse({"outputs": outputs})
 
+    async def metrics_page(request: Request) -> Response:
+        body, content_type = metrics.render()
+        return Response(body, media_type=content_type)
+
     async def healthz(request: Request) -> JSONResponse:
         return JSONResponse({"status": "ok"})
 
@@ -109,4 +129,5 @@ def make_asgi_app(app: App, backend: Backend, *, lifespan: Any = None) -> Starle
         Route("/v1/{endpoint}", predict, methods=["POST"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
+        Route("/metrics", metrics_page, methods=["GET"]),
     ], lifespan=lifespan)

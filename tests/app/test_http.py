@@ -161,3 +161,38 @@ def test_body_and_row_limits_are_413_before_the_backend():
     assert rows.status_code == 413 and rows.json()["error"]["field"] == "inputs"
     assert ok.status_code == 200 and ok.json() == {"outputs": ["a", "b", "c"]}
     assert len(backend.calls) == 1
+
+
+def test_metrics_count_outcomes_and_report_containers():
+    class PoolLike(ScriptedBackend):
+        def readiness(self):
+            return {"ready": True, "endpoints": {"upper": [
+                {"id": 1, "state": "ready", "cold_start_s": {"imports": 0.25, "total": 1.5}},
+                {"id": 2, "state": "starting", "cold_start_s": {}}]}}
+
+    backend = PoolLike()
+
+    async def go():
+        transport = httpx.ASGITransport(app=make_asgi_app(app, backend))
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+            await _post(c, b'{"inputs": ["a"]}')
+            await _post(c, b'{"inputs": ["a"]}')
+            await _post(c, b'{"inputs": []}')
+            await _post(c, b'{"inputs": ["a"]}', "/v1/nope-1")
+            await _post(c, b'{"inputs": ["a"]}', "/v1/nope-2")
+            backend.mode = "unavailable"
+            await _post(c, b'{"inputs": ["a"]}')
+            return await c.get("/metrics")
+
+    r = run(go())
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
+    text = r.text
+    assert 'floodway_requests_total{endpoint="upper",outcome="ok"} 2.0' in text
+    assert 'floodway_requests_total{endpoint="upper",outcome="invalid_request"} 1.0' in text
+    assert 'floodway_requests_total{endpoint="upper",outcome="unavailable"} 1.0' in text
+    assert 'floodway_requests_total{endpoint="(unknown)",outcome="not_found"} 2.0' in text
+    assert 'floodway_request_seconds_count{endpoint="upper",outcome="ok"} 2.0' in text
+    assert 'floodway_containers{endpoint="upper",state="ready"} 1.0' in text
+    assert 'floodway_containers{endpoint="upper",state="starting"} 1.0' in text
+    assert ('floodway_cold_start_seconds{container="1",endpoint="upper",phase="imports"} 0.25'
+            in text)

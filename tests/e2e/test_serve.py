@@ -78,3 +78,13 @@ def test_killed_container_is_replaced(server):
     wait_until(replaced, 60, "a replacement container")
     r = server.client.post("/v1/embed", json={"inputs": ["after the crash"]})
     assert r.status_code == 200
+
+
+def test_metrics_show_the_pool_and_its_cold_starts(server):
+    server.client.post("/v1/embed", json={"inputs": ["counted"]})
+    text = server.client.get("/metrics").text
+    assert 'floodway_containers{endpoint="embed",state="ready"}' in text
+    assert 'phase="artifact_load"' in text and 'phase="warmup"' in text
+    line = next(x for x in text.splitlines()
+                if x.startswith('floodway_requests_total{endpoint="embed",outcome="ok"}'))
+    assert float(line.split()[-1]) >= 1

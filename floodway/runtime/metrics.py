@@ -1,0 +1,70 @@
+"""Prometheus metrics of a router, served on ``GET /metrics`` (prometheus_client).
+
+    floodway_requests_total{endpoint, outcome}          counter
+    floodway_request_seconds{endpoint, outcome}         histogram (router-side latency)
+    floodway_containers{endpoint, state}                gauge, read from the backend at scrape
+    floodway_cold_start_seconds{endpoint, phase, container}  gauge per live container
+                                   (process_start, imports, artifact_load, warmup, total)
+
+Outcomes are the error types of the wire format (``ok``, ``invalid_request``, ``too_large``,
+``not_found``, ``unavailable``, ``deadline_exceeded``, ``endpoint_error``). Each router has its
+own registry, so several apps (and tests) in one process do not collide.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.exposition import generate_latest
+
+# Sub-10 ms to 10 s: shed answers are milliseconds, served ones up to a deadline.
+LATENCY_BUCKETS_S = (0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+STATES = ("starting", "warming", "ready", "busy", "draining", "stopped", "failed")
+
+
+class _PoolCollector:
+    """Containers by state and their cold-start phases, from the backend's readiness detail."""
+
+    def __init__(self, readiness: Callable[[], dict[str, Any]]):
+        self.readiness = readiness
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        detail = self.readiness().get("endpoints", {})
+        states = GaugeMetricFamily("floodway_containers", "Containers by endpoint and state",
+                                   labels=["endpoint", "state"])
+        cold = GaugeMetricFamily("floodway_cold_start_seconds",
+                                 "Cold-start seconds by phase, per live container",
+                                 labels=["endpoint", "phase", "container"])
+        for endpoint, containers in detail.items():
+            for state in STATES:
+                n = sum(1 for c in containers if c.get("state") == state)
+                states.add_metric([endpoint, state], n)
+            for c in containers:
+                if c.get("state") in ("stopped", "failed"):
+                    continue
+                for phase, secs in (c.get("cold_start_s") or {}).items():
+                    cold.add_metric([endpoint, phase, str(c.get("id"))], float(secs))
+        yield states
+        yield cold
+
+
+class Metrics:
+    def __init__(self, readiness: Callable[[], dict[str, Any]]):
+        self.registry = CollectorRegistry()
+        self.requests = Counter("floodway_requests", "Requests by endpoint and outcome",
+                                ["endpoint", "outcome"], registry=self.registry)
+        self.latency = Histogram("floodway_request_seconds",
+                                 "Router-side request latency by endpoint and outcome",
+                                 ["endpoint", "outcome"], buckets=LATENCY_BUCKETS_S,
+                                 registry=self.registry)
+        self.registry.register(_PoolCollector(readiness))
+
+    def observe(self, endpoint: str, outcome: str, seconds: float) -> None:
+        self.requests.labels(endpoint, outcome).inc()
+        self.latency.labels(endpoint, outcome).observe(seconds)
+
+    def render(self) -> tuple[bytes, str]:
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
