@@ -109,6 +109,11 @@ class Container:
             env=env, limit=READ_LIMIT)
         self._reader = asyncio.create_task(self._read())
 
+    async def wait_exit(self) -> None:
+        """Return once the worker process has exited and its in-flight work was failed over."""
+        if self._reader:
+            await self._reader
+
     async def wait_ready(self, timeout_s: float | None = None) -> bool:
         await asyncio.wait_for(self._ready.wait(), timeout_s)
         return self.state in (State.READY, State.BUSY)

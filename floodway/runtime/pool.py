@@ -62,8 +62,7 @@ class Pool:
             self._failures[c.endpoint] = 0
             log.info("container %s of %s ready in %.2fs %s", c.id, c.endpoint,
                      c.timings_s.get("total", 0), c.timings_s)
-        assert c._reader
-        await c._reader   # returns when the process has exited
+        await c.wait_exit()
         if self._closing or c.state == State.STOPPED:
             return
         n = self._failures[c.endpoint]
