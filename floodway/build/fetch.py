@@ -9,13 +9,13 @@ with file sizes (a truncated download is caught here, not at load).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
 import struct
 from pathlib import Path
 
+from floodway.build.prefetch import sha256_path
 from floodway.config import HFModel, LocalModel
 from floodway.errors import BuildError
 
@@ -156,14 +156,6 @@ def check_complete(folder: Path, *, allow_pickle: bool) -> None:
                                       f"describes {need}")
 
 
-def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
-
-
 def seed_hub_cache(folder: str | Path, repo_id: str, revision: str,
                    cache_dir: str | Path | None = None) -> Path:
     """Place a local HF-format folder into the Hub cache as `repo_id` at commit `revision`.
@@ -181,7 +173,7 @@ def seed_hub_cache(folder: str | Path, repo_id: str, revision: str,
     blobs.mkdir(parents=True, exist_ok=True)
     for f in sorted(p for p in src.rglob("*") if p.is_file()):
         rel = f.relative_to(src)
-        digest = sha256_file(f)
+        digest = sha256_path(f)
         blob = blobs / digest
         if not blob.exists():
             tmp = blob.with_suffix(".incomplete")

@@ -37,6 +37,7 @@ from floodway.build.prefetch import (
     Prefetch,
     make_tokenizer,
     ort_runner,
+    ort_threads,
     sha256_path,
 )
 from floodway.errors import ArtifactError
@@ -176,8 +177,7 @@ def load(artifact_dir: str | Path, *, verify: str = "sha256", threads: int | Non
     tok_files = tuple(r for r in manifest.artifacts if r.startswith(TOKENIZER_DIR + "/"))
     verify_files(folder, manifest, verify="size", only=tok_files)
     hw = hardware or detect()
-    threads = threads if threads is not None else int(os.environ.get("FLOODWAY_ORT_THREADS")
-                                                      or 0)
+    threads = threads if threads is not None else ort_threads()
     mode = mode or read_mode(folder)
     expected = manifest.inputs
     attempts: list[str] = []

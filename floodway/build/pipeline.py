@@ -21,10 +21,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from floodway.build.fetch import fetch, sha256_file
+from floodway.build.fetch import fetch
 from floodway.build.hardware import HardwareInfo, detect
 from floodway.build.manifest_view import ManifestView
-from floodway.build.prefetch import ONNX_FILE, OPT_FILE, make_tokenizer
+from floodway.build.prefetch import ONNX_FILE, OPT_FILE, make_tokenizer, sha256_path
 from floodway.build.stages import StageCache, link_into, stage_key
 from floodway.build.store import ArtifactStore
 from floodway.config import HFModel
@@ -70,7 +70,7 @@ def toolchain() -> dict[str, str]:
 
 def source_files(folder: Path) -> dict[str, str]:
     """sha256 of every file a build reads from the source folder."""
-    return {str(p.relative_to(folder)): sha256_file(p)
+    return {str(p.relative_to(folder)): sha256_path(p)
             for p in sorted(folder.rglob("*")) if p.is_file() and not p.name.startswith(".")}
 
 
@@ -254,7 +254,7 @@ class _Build:
                                        compute_capability=self.hw.compute_capability or "",
                                        gpu_name=self.hw.gpu_name or ""))
         artifacts = {str(p.relative_to(staging)): FileEntry(bytes=p.stat().st_size,
-                                                            sha256=sha256_file(p))
+                                                            sha256=sha256_path(p))
                      for p in sorted(staging.rglob("*")) if p.is_file()}
         return Manifest(
             endpoint=ep.name, build_key=key, created_at=datetime.now(UTC).isoformat(),

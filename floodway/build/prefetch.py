@@ -32,6 +32,17 @@ def sha256_path(path: Path) -> str:
     return h.hexdigest()
 
 
+THREADS_ENV = "FLOODWAY_ORT_THREADS"
+
+
+def ort_threads() -> int:
+    """ONNX Runtime intra-op threads from ``FLOODWAY_ORT_THREADS`` (0: ORT's default). The
+    local pool sets it so that its containers share the machine's cores."""
+    import os
+
+    return int(os.environ.get(THREADS_ENV) or 0)
+
+
 def make_tokenizer(folder: Path, max_seq_len: int):  # -> tokenizers.Tokenizer
     """A fast tokenizer from ``tokenizer.json`` that truncates at `max_seq_len` and pads."""
     from tokenizers import Tokenizer
@@ -157,7 +168,6 @@ class Prefetch:
 def start_prefetch(artifact_dir: str | Path, *, threads: int | None = None) -> Prefetch | None:
     """Start building the likely session on a thread; None where a GPU path would be planned
     first (nothing to speculate on). `threads` as for `floodway.build.loader.load`."""
-    import os
     import shutil
 
     from floodway.build.netfs import read_mode
@@ -171,6 +181,5 @@ def start_prefetch(artifact_dir: str | Path, *, threads: int | None = None) -> P
     import tokenizers  # noqa: F401
 
     folder = Path(artifact_dir)
-    threads = threads if threads is not None else int(os.environ.get("FLOODWAY_ORT_THREADS")
-                                                      or 0)
+    threads = threads if threads is not None else ort_threads()
     return Prefetch(folder, threads=threads, mode=read_mode(folder))

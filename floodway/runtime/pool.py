@@ -14,6 +14,7 @@ import logging
 import os
 from typing import Any
 
+from floodway.build.prefetch import THREADS_ENV
 from floodway.deploy import NO_MODAL_ENV
 from floodway.errors import Unavailable
 from floodway.functions.app import App
@@ -50,7 +51,7 @@ class Pool:
         ep = self.app[endpoint]
         c = Container(self.app_spec, endpoint, self.store_root,
                       slots=ep.route.max_inflight_per_container,
-                      env={"FLOODWAY_ORT_THREADS": str(self.threads), NO_MODAL_ENV: "1"})
+                      env={THREADS_ENV: str(self.threads), NO_MODAL_ENV: "1"})
         self.containers[endpoint].append(c)
         return c
 
