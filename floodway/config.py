@@ -250,6 +250,9 @@ class Route(_Config):
     requests wait for a slot; `timeout_s` is the default deadline of a sync request; `spill`
     lists where a burst may go when warm capacity is full, in order ("cold", "async").
     A request holds at most `max_inputs` items and `max_body_bytes` bytes (413 beyond).
+    Each tenant (API key) may send `tenant_rate_per_s` requests per second on average with
+    bursts of `tenant_burst` (token bucket; None: unlimited; 429 beyond). A container with
+    work in flight and no completion for `stuck_after_s` is declared stuck and replaced.
     """
 
     max_inflight_per_container: int = 8
@@ -258,6 +261,9 @@ class Route(_Config):
     spill: tuple[str, ...] = ("cold", "async")
     max_inputs: int = 256
     max_body_bytes: int = 4 * 1024 * 1024
+    tenant_rate_per_s: float | None = None
+    tenant_burst: int = 10
+    stuck_after_s: float = 60.0
 
     def __post_init__(self) -> None:
         if isinstance(self.spill, list):
@@ -269,6 +275,11 @@ class Route(_Config):
         check_num(out, f"{p}.timeout_s", self.timeout_s, 0, 3600, lo_open=True)
         check_int(out, f"{p}.max_inputs", self.max_inputs, 1, 1_000_000)
         check_int(out, f"{p}.max_body_bytes", self.max_body_bytes, 1024, 1 << 30)
+        if self.tenant_rate_per_s is not None:
+            check_num(out, f"{p}.tenant_rate_per_s", self.tenant_rate_per_s, 0, 1e6,
+                      lo_open=True)
+        check_int(out, f"{p}.tenant_burst", self.tenant_burst, 1, 1_000_000)
+        check_num(out, f"{p}.stuck_after_s", self.stuck_after_s, 0, 86400, lo_open=True)
         ok = isinstance(self.spill, tuple) and all(s in SPILL_TARGETS for s in self.spill) \
             and len(set(self.spill)) == len(self.spill)
         if not ok:

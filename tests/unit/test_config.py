@@ -150,3 +150,15 @@ def test_public_surface_is_lazy_and_complete():
         assert getattr(floodway, name) is not None
     with pytest.raises(AttributeError, match="no attribute 'Nope'"):
         floodway.Nope  # noqa: B018
+
+
+def test_route_tenant_rate_and_stuck_limits_are_checked():
+    assert problems(route=fw.Route(tenant_rate_per_s=0, tenant_burst=0, stuck_after_s=-1)) == [
+        "endpoint 'embed': route.tenant_rate_per_s = 0 is not allowed; "
+        "allowed: a number in (0, 1e+06]",
+        "endpoint 'embed': route.tenant_burst = 0 is not allowed; "
+        "allowed: an integer in [1, 1000000]",
+        "endpoint 'embed': route.stuck_after_s = -1 is not allowed; "
+        "allowed: a number in (0, 86400]",
+    ]
+    assert define(route=fw.Route(tenant_rate_per_s=2.5, tenant_burst=5))[1].route.tenant_burst == 5
