@@ -17,9 +17,11 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from floodway.errors import EndpointError, Unavailable
+from floodway.errors import Unavailable
 from floodway.runtime.worker import SPAWN_ENV
 
 READ_LIMIT = 256 * 1024 * 1024   # one reply line can hold a large batch of outputs
@@ -50,6 +52,17 @@ class IllegalTransition(RuntimeError):
     pass
 
 
+@dataclass(frozen=True)
+class BatchResult:
+    """One batch's answer: outputs and error messages keyed by item id; `compute_s` is the
+    time the endpoint function took inside the worker (feeds the service-time fit)."""
+
+    outputs: dict[str, Any]
+    errors: dict[str, str]
+    rows: int
+    compute_s: float
+
+
 class Container:
     """One worker process for one endpoint. `slots` bounds its in-flight batches."""
 
@@ -64,6 +77,13 @@ class Container:
         self.state = State.STARTING
         self.history: list[tuple[float, State]] = [(time.monotonic(), State.STARTING)]
         self.inflight: dict[int, asyncio.Future] = {}
+        self.inflight_rows: dict[int, int] = {}
+        # Monotonic times: last completion (stuck detection) and when work last ended (idle).
+        self.last_progress_s = time.monotonic()
+        self.idle_since_s = time.monotonic()
+        self.batches_done = 0
+        # Called after every state or slot change (the batcher waits for free slots).
+        self.on_change: Callable[[], None] | None = None
         self.timings_s: dict[str, float] = {}
         self.backend: str | None = None
         self.torch_imported: bool | None = None
@@ -82,6 +102,8 @@ class Container:
         self.history.append((time.monotonic(), new))
         if new in (State.READY, State.FAILED, State.STOPPED):
             self._ready.set()
+        if self.on_change:
+            self.on_change()
 
     @property
     def free_slots(self) -> int:
@@ -137,6 +159,7 @@ class Container:
                 fut.set_exception(Unavailable(f"container {self.id} of {self.endpoint!r} died: "
                                               f"{why}"))
         self.inflight.clear()
+        self.inflight_rows.clear()
 
     def _handle(self, msg: dict[str, Any]) -> None:
         kind = msg.get("type")
@@ -154,15 +177,21 @@ class Container:
             self.error = msg.get("error")
             if self.state not in (State.STOPPED, State.FAILED):
                 self._to(State.FAILED)
-        elif kind in ("result", "error"):
+        elif kind == "result":
             fut = self.inflight.pop(msg["id"], None)
+            rows = self.inflight_rows.pop(msg["id"], 0)
+            now = time.monotonic()
+            self.last_progress_s = now
+            self.batches_done += 1
+            if not self.inflight:
+                self.idle_since_s = now
             if fut and not fut.done():
-                if kind == "result":
-                    fut.set_result(msg["outputs"])
-                else:
-                    fut.set_exception(EndpointError(f"endpoint {self.endpoint!r} raised "
-                                                    f"{msg['error']}"))
+                fut.set_result(BatchResult(dict(map(tuple, msg["outputs"])),
+                                           dict(map(tuple, msg["errors"])),
+                                           rows, float(msg.get("compute_s", 0.0))))
             self._settle()
+            if self.on_change:
+                self.on_change()
 
     def _settle(self) -> None:
         if self.state == State.BUSY and self.free_slots > 0:
@@ -170,19 +199,32 @@ class Container:
         elif self.state == State.READY and self.free_slots == 0:
             self._to(State.BUSY)
 
-    def submit(self, inputs: list[Any]) -> asyncio.Future:
-        """Send one batch; the future resolves to its outputs. Caller checks free_slots."""
+    def submit(self, items: list[tuple[str, Any]]) -> asyncio.Future:
+        """Send one batch of (item_id, input) pairs; the future resolves to a BatchResult
+        keyed by item id. Raises Unavailable without a free slot (caller checks free_slots)."""
         if self.free_slots <= 0 or not self.proc or not self.proc.stdin:
             raise Unavailable(f"container {self.id} has no free slot")
         batch_id = next(self._ids_batch)
         fut = asyncio.get_running_loop().create_future()
         # A caller that timed out no longer awaits this future: mark its error as seen.
         fut.add_done_callback(lambda f: f.cancelled() or f.exception())
+        if not self.inflight:
+            self.last_progress_s = time.monotonic()   # stuck = busy without progress
         self.inflight[batch_id] = fut
-        line = json.dumps({"id": batch_id, "inputs": inputs}, separators=(",", ":")) + "\n"
+        self.inflight_rows[batch_id] = len(items)
+        line = json.dumps({"id": batch_id, "items": items}, separators=(",", ":")) + "\n"
         self.proc.stdin.write(line.encode())
         self._settle()
         return fut
+
+    def kill(self, reason: str) -> None:
+        """Declare the container broken (e.g. stuck): stop routing to it and kill the
+        process; its in-flight batches fail with Unavailable (the batcher retries them)."""
+        self.error = reason
+        if self.state not in (State.STOPPED, State.FAILED, State.DRAINING):
+            self._to(State.DRAINING)
+        if self.proc and self.proc.returncode is None:
+            self.proc.kill()
 
     async def stop(self, grace_s: float = 10.0) -> None:
         """Drain: take no new work, let in-flight batches finish, then end the process."""

@@ -10,6 +10,7 @@ Where the work runs is a `Backend`: the local pool of worker processes, or Modal
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import time
@@ -21,18 +22,32 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from floodway.errors import EndpointError, RequestError, Unavailable
+from floodway.errors import RequestError, Unavailable
 from floodway.functions.app import App
+from floodway.routers.decide import Action, Decision, Snapshot, decide
+from floodway.routers.decide import Request as DecideRequest
 from floodway.routers.schema import error_body, parse_predict
 from floodway.runtime.metrics import Metrics
 
 
 class Backend(Protocol):
-    async def predict(self, endpoint: str, inputs: list[Any], *, timeout_s: float) -> list[Any]:
-        """Run `inputs` through the endpoint; one output per input, in order.
+    """Where work runs: the local pool of worker processes, or Modal classes."""
 
-        Raises Unavailable (no capacity now), EndpointError (the function failed),
-        TimeoutError (the deadline passed).
+    def snapshot(self, endpoint: str) -> Snapshot:
+        """The endpoint's state for `decide()` (containers, queue, service and cold-start
+        times, on the backend's own monotonic clock)."""
+        ...
+
+    def start_cold(self, endpoint: str) -> bool:
+        """Start one more container (spill_cold); False when at max_containers."""
+        ...
+
+    async def run(self, endpoint: str, inputs: list[Any], *, timeout_s: float,
+                  priority: int = 1, tenant: str = "anonymous") -> list[Any]:
+        """Run `inputs` through the endpoint: one entry per input, in order, each its output
+        or the exception that failed that item alone (EndpointError, Unavailable).
+
+        Raises Unavailable (no capacity), TimeoutError (the deadline passed first).
         """
         ...
 
@@ -62,6 +77,40 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
+def _retry_after(seconds: float) -> str:
+    return str(max(1, math.ceil(seconds)))
+
+
+def _shed(name: str, decision: Decision) -> JSONResponse:
+    return _error(decision.status or 503, "overloaded",
+                  f"endpoint {name!r} is over capacity: {decision.reason}",
+                  headers={"Retry-After": _retry_after(decision.retry_after_s)})
+
+
+async def _disconnected(request: Request) -> None:
+    """Return once the client has gone away (ASGI http.disconnect after the body)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+def _outputs(name: str, inputs: list[Any], results: list[Any]) -> JSONResponse:
+    """200 with every output, or the failed items named (a bad item fails alone)."""
+    if len(results) != len(inputs):
+        return _error(500, "endpoint_error", f"endpoint {name!r} returned {len(results)} "
+                                             f"outputs for {len(inputs)} inputs")
+    failed = [(i, r) for i, r in enumerate(results) if isinstance(r, BaseException)]
+    if not failed:
+        return JSONResponse({"outputs": results})
+    if all(isinstance(r, Unavailable) for _, r in failed):
+        return _error(503, "unavailable", str(failed[0][1]),
+                      headers={"Retry-After": _retry_after(failed[0][1].retry_after_s)})
+    body = error_body("endpoint_error", f"{len(failed)} of {len(inputs)} inputs failed; "
+                                        f"first: inputs[{failed[0][0]}]: {failed[0][1]}")
+    body["outputs"] = [None if isinstance(r, BaseException) else r for r in results]
+    body["item_errors"] = [{"index": i, "message": str(r)} for i, r in failed]
+    return JSONResponse(body, status_code=500)
+
+
 def make_asgi_app(app: App, backend: Backend, *, lifespan: Any = None) -> Starlette:
     """The router ASGI app for every endpoint of `app`, running work on `backend`.
 
@@ -69,6 +118,8 @@ def make_asgi_app(app: App, backend: Backend, *, lifespan: Any = None) -> Starle
     """
 
     metrics = Metrics(backend.readiness)
+    if hasattr(backend, "on_batch_metrics"):
+        backend.on_batch_metrics = metrics.batch
 
     async def predict(request: Request) -> JSONResponse:
         t0 = time.perf_counter()
@@ -93,20 +144,34 @@ def make_asgi_app(app: App, backend: Backend, *, lifespan: Any = None) -> Starle
         except RequestError as e:
             kind = "too_large" if e.status == 413 else "invalid_request"
             return _error(e.status, kind, str(e), e.field)
+        budget_s = ep.route.timeout_s
+        snap = backend.snapshot(name)
+        decision = decide(snap, DecideRequest(rows=len(inputs), deadline_s=snap.now_s + budget_s,
+                                              allow_async=False))
+        metrics.decided(name, decision)
+        if decision.action in (Action.SHED, Action.SPILL_ASYNC):
+            return _shed(name, decision)
+        if decision.action == Action.SPILL_COLD:
+            backend.start_cold(name)
+        work = asyncio.ensure_future(backend.run(name, inputs, timeout_s=budget_s))
+        gone = asyncio.ensure_future(_disconnected(request))
         try:
-            outputs = await backend.predict(name, inputs, timeout_s=ep.route.timeout_s)
+            await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+            if not work.done():
+                work.cancel()   # the client left: withdraw its queued items
+        if work.cancelled():
+            return _error(499, "client_closed", "the client closed the connection")
+        try:
+            results = work.result()
         except Unavailable as e:
-            retry = str(max(1, math.ceil(e.retry_after_s)))
-            return _error(503, "unavailable", str(e), headers={"Retry-After": retry})
+            return _error(503, "unavailable", str(e),
+                          headers={"Retry-After": _retry_after(e.retry_after_s)})
         except TimeoutError:
             return _error(504, "deadline_exceeded",
-                          f"endpoint {name!r} did not answer within {ep.route.timeout_s:g} s")
-        except EndpointError as e:
-            return _error(500, "endpoint_error", str(e))
-        if len(outputs) != len(inputs):
-            return _error(500, "endpoint_error", f"endpoint {name!r} returned {len(outputs)} "
-                                                 f"outputs for {len(inputs)} inputs")
-        return JSONResponse({"outputs": outputs})
+                          f"endpoint {name!r} did not answer within {budget_s:g} s")
+        return _outputs(name, inputs, results)
 
     async def metrics_page(request: Request) -> Response:
         body, content_type = metrics.render()

@@ -5,6 +5,14 @@
     floodway_containers{endpoint, state}                gauge, read from the backend at scrape
     floodway_cold_start_seconds{endpoint, phase, container}  gauge per live container
                                    (process_start, imports, artifact_load, warmup, total)
+    floodway_queue_depth{endpoint}                      gauge: requests waiting for a slot
+    floodway_queue_rows{endpoint}                       gauge: rows waiting for a slot
+    floodway_decisions_total{endpoint, action}          counter: dispatch, queue, spill_cold,
+                                                        spill_async, shed
+    floodway_spills_total{endpoint, to}                 counter: cold, async
+    floodway_sheds_total{endpoint, status}              counter: 429 (tenant rate), 503
+    floodway_batch_rows{endpoint}                       histogram: rows per batch sent
+    floodway_batch_seconds{endpoint}                    histogram: compute seconds per batch
 
 Outcomes are the error types of the wire format (``ok``, ``invalid_request``, ``too_large``,
 ``not_found``, ``unavailable``, ``deadline_exceeded``, ``endpoint_error``). Each router has its
@@ -22,6 +30,7 @@ from prometheus_client.exposition import generate_latest
 
 # Sub-10 ms to 10 s: shed answers are milliseconds, served ones up to a deadline.
 LATENCY_BUCKETS_S = (0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+BATCH_ROW_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1000)
 STATES = ("starting", "warming", "ready", "busy", "draining", "stopped", "failed")
 
 
@@ -47,8 +56,17 @@ class _PoolCollector:
                     continue
                 for phase, secs in (c.get("cold_start_s") or {}).items():
                     cold.add_metric([endpoint, phase, str(c.get("id"))], float(secs))
+        depth = GaugeMetricFamily("floodway_queue_depth", "Requests waiting for a slot",
+                                  labels=["endpoint"])
+        rows = GaugeMetricFamily("floodway_queue_rows", "Rows waiting for a slot",
+                                 labels=["endpoint"])
+        for endpoint, q in self.readiness().get("queues", {}).items():
+            depth.add_metric([endpoint], q.get("queued", 0))
+            rows.add_metric([endpoint], q.get("queued_rows", 0))
         yield states
         yield cold
+        yield depth
+        yield rows
 
 
 class Metrics:
@@ -60,7 +78,34 @@ class Metrics:
                                  "Router-side request latency by endpoint and outcome",
                                  ["endpoint", "outcome"], buckets=LATENCY_BUCKETS_S,
                                  registry=self.registry)
+        self.decisions = Counter("floodway_decisions", "Dispatch decisions by action",
+                                 ["endpoint", "action"], registry=self.registry)
+        self.spills = Counter("floodway_spills", "Requests spilled past the warm pool",
+                              ["endpoint", "to"], registry=self.registry)
+        self.sheds = Counter("floodway_sheds", "Requests rejected fast",
+                             ["endpoint", "status"], registry=self.registry)
+        self.batch_rows = Histogram("floodway_batch_rows", "Rows per batch sent to a container",
+                                    ["endpoint"], buckets=BATCH_ROW_BUCKETS,
+                                    registry=self.registry)
+        self.batch_seconds = Histogram("floodway_batch_seconds",
+                                       "Endpoint compute seconds per batch", ["endpoint"],
+                                       buckets=LATENCY_BUCKETS_S, registry=self.registry)
         self.registry.register(_PoolCollector(readiness))
+
+    def decided(self, endpoint: str, decision: Any) -> None:
+        action = str(decision.action)
+        self.decisions.labels(endpoint, action).inc()
+        if action.startswith("spill_"):
+            self.spills.labels(endpoint, action.removeprefix("spill_")).inc()
+        elif action == "shed":
+            self.sheds.labels(endpoint, str(decision.status or 503)).inc()
+
+    def shed(self, endpoint: str, status: int) -> None:
+        self.sheds.labels(endpoint, str(status)).inc()
+
+    def batch(self, endpoint: str, rows: int, compute_s: float) -> None:
+        self.batch_rows.labels(endpoint).observe(rows)
+        self.batch_seconds.labels(endpoint).observe(compute_s)
 
     def observe(self, endpoint: str, outcome: str, seconds: float) -> None:
         self.requests.labels(endpoint, outcome).inc()

@@ -1,90 +1,140 @@
-"""The local pool: containers per endpoint, started, replaced and stopped; the local Backend.
+"""The local pool: containers per endpoint, scaled, replaced and stopped; the local Backend.
 
-Work for an endpoint is split into batches of at most `Batching.max_batch_rows` rows and each
-batch goes to the ready container with the most free slots. With no free slot anywhere the
-request is answered 503 with Retry-After at once (no unbounded queue). A container that dies
-is replaced, with exponential backoff between attempts so a broken build cannot crash-loop
-the machine; its in-flight batches are retried once on another container.
+Per endpoint the pool keeps a floor of containers (`WarmPool.min_containers +
+buffer_containers`, or the `--containers` override), starts more on `spill_cold` up to
+`max_containers`, and scales idle ones down after `scaledown_window_s`: it picks the
+longest-idle container above the floor, stops routing to it (draining) and lets in-flight
+work finish. A container that dies is replaced while the pool is under its floor, with
+exponential backoff so a broken build cannot crash-loop the machine. A container with work
+in flight and no completion for `Route.stuck_after_s` is declared stuck, drained, killed and
+replaced; its batches are retried once elsewhere (see `floodway.routers.batcher`).
+
+`snapshot()` describes an endpoint for `floodway.routers.decide.decide`: containers with
+their free slots and backlog, queue length, the service time fitted from measured batches,
+and the measured cold start.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import os
+import time
+from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from floodway.build.prefetch import THREADS_ENV
 from floodway.deploy import NO_MODAL_ENV
 from floodway.errors import Unavailable
 from floodway.functions.app import App
-from floodway.runtime.container import Container, State
+from floodway.routers.batcher import Batcher
+from floodway.routers.decide import ContainerView, ServiceTime, Snapshot
+from floodway.runtime.container import BatchResult, Container, State
 
 log = logging.getLogger("floodway.pool")
 BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
+TICK_S = 0.5
+# Until batches are measured: a conservative CPU-class guess, replaced by the fit.
+SERVICE_PRIOR = ServiceTime(per_row_s=0.005, per_batch_s=0.02)
+COLD_START_PRIOR_S = 10.0
+SAMPLES = 64
 
 
 class Pool:
     """Local containers for every endpoint of `app`; implements the http `Backend` protocol.
 
-    `containers`: how many to start per endpoint (None: the warm pool's min + buffer, at
-    least 1), capped at `WarmPool.max_containers`.
+    `containers`: the floor per endpoint (None: the warm pool's min + buffer, at least 1),
+    capped at `WarmPool.max_containers`. `clock` is monotonic seconds.
     """
 
     def __init__(self, app: App, app_spec: str, store_root: str, *,
                  containers: int | None = None):
         self.app, self.app_spec, self.store_root = app, app_spec, store_root
-        self.target: dict[str, int] = {}
+        self.floor: dict[str, int] = {}
         for ep in app:
             n = containers if containers is not None else max(
                 1, ep.warm.min_containers + ep.warm.buffer_containers)
-            self.target[ep.name] = min(n, ep.warm.container_cap)
-        total = sum(self.target.values()) or 1
+            self.floor[ep.name] = min(n, ep.warm.container_cap)
+        total = sum(self.floor.values()) or 1
         # Share the cores: each container's ONNX Runtime gets cpu_count / containers threads.
         self.threads = max(1, (os.cpu_count() or 1) // total)
         self.containers: dict[str, list[Container]] = {ep.name: [] for ep in app}
+        self.batchers: dict[str, Batcher] = {}
+        self.samples: dict[str, deque[tuple[int, float]]] = {
+            ep.name: deque(maxlen=SAMPLES) for ep in app}
+        self.cold_starts: dict[str, deque[float]] = {ep.name: deque(maxlen=8) for ep in app}
+        self.service: dict[str, ServiceTime] = {ep.name: SERVICE_PRIOR for ep in app}
         self._failures: dict[str, int] = {ep.name: 0 for ep in app}
         self._closing = False
         self._tasks: set[asyncio.Task] = set()
+        self._request_ids = itertools.count(1)
+        self.events: deque[tuple[float, str, str, int]] = deque(maxlen=256)
+        self._ticker: asyncio.Task | None = None
+        # Called with (endpoint, rows, compute_s) for every completed batch (metrics).
+        self.on_batch_metrics: Callable[[str, int, float], None] | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+    def _live(self, endpoint: str) -> list[Container]:
+        return [c for c in self.containers[endpoint]
+                if c.state not in (State.STOPPED, State.FAILED, State.DRAINING)]
 
     def _new(self, endpoint: str) -> Container:
         ep = self.app[endpoint]
         c = Container(self.app_spec, endpoint, self.store_root,
                       slots=ep.route.max_inflight_per_container,
                       env={THREADS_ENV: str(self.threads), NO_MODAL_ENV: "1"})
+        c.on_change = self.batchers[endpoint].notify if endpoint in self.batchers else None
         self.containers[endpoint].append(c)
         return c
 
+    def _event(self, endpoint: str, what: str, cid: int) -> None:
+        self.events.append((time.time(), endpoint, what, cid))
+
     async def _run(self, c: Container) -> None:
-        """Start a container and replace it whenever it fails, with backoff."""
+        """Start a container; when it fails, replace it (with backoff) if under the floor."""
         await c.start()
         await c.wait_ready()
         if c.state in (State.READY, State.BUSY):
             self._failures[c.endpoint] = 0
+            self.cold_starts[c.endpoint].append(c.timings_s.get("total", 0.0))
             log.info("container %s of %s ready in %.2fs %s", c.id, c.endpoint,
                      c.timings_s.get("total", 0), c.timings_s)
         await c.wait_exit()
+        self.containers[c.endpoint].remove(c)
         if self._closing or c.state == State.STOPPED:
             return
         n = self._failures[c.endpoint]
         self._failures[c.endpoint] = n + 1
+        self._event(c.endpoint, "failed", c.id)
+        if len(self._live(c.endpoint)) >= self.floor[c.endpoint]:
+            log.warning("container %s of %s failed (%s); above the floor, not replaced",
+                        c.id, c.endpoint, c.error)
+            return
         delay = BACKOFF_S[min(n, len(BACKOFF_S) - 1)]
         log.warning("container %s of %s failed (%s); replacing in %.1fs", c.id, c.endpoint,
                     c.error, delay)
         await asyncio.sleep(delay)
-        self.containers[c.endpoint].remove(c)
-        if not self._closing:
+        if not self._closing and len(self._live(c.endpoint)) < self.floor[c.endpoint]:
             self._spawn(self._new(c.endpoint))
 
     def _spawn(self, c: Container) -> None:
+        self._event(c.endpoint, "start", c.id)
         task = asyncio.create_task(self._run(c))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
     async def start(self) -> None:
-        for name, n in self.target.items():
-            for _ in range(n):
-                self._spawn(self._new(name))
+        for ep in self.app:
+            b = Batcher(ep.name, max_batch_rows=ep.batching.max_batch_rows,
+                        wait_ms=ep.batching.wait_ms,
+                        pick=lambda name=ep.name: self._pick(name), on_batch=self._on_batch)
+            self.batchers[ep.name] = b
+            b.start()
+            for _ in range(self.floor[ep.name]):
+                self._spawn(self._new(ep.name))
+        self._ticker = asyncio.create_task(self._tick_forever())
 
     async def wait_ready(self, timeout_s: float) -> bool:
         loop = asyncio.get_running_loop()
@@ -97,48 +147,110 @@ class Pool:
 
     async def stop(self) -> None:
         self._closing = True
+        if self._ticker:
+            self._ticker.cancel()
+        await asyncio.gather(*(b.stop() for b in self.batchers.values()),
+                             return_exceptions=True)
         await asyncio.gather(*(c.stop() for cs in self.containers.values() for c in cs),
                              return_exceptions=True)
         for t in list(self._tasks):
             t.cancel()
 
-    # ------------------------------------------------------------------ Backend protocol
-    def _pick(self, endpoint: str, exclude: set[int]) -> Container:
-        ready = [c for c in self.containers[endpoint]
-                 if c.free_slots > 0 and c.id not in exclude]
-        if not ready:
-            warming = any(c.state in (State.STARTING, State.WARMING)
-                          for c in self.containers[endpoint])
-            raise Unavailable(f"endpoint {endpoint!r} has no free container slot "
-                              f"({'containers are still starting' if warming else 'all busy'})",
-                              retry_after_s=1.0)
-        return max(ready, key=lambda c: c.free_slots)
+    # ------------------------------------------------------------------ scaling and health
+    def start_cold(self, endpoint: str) -> bool:
+        """Start one more container (spill_cold) unless at `max_containers`."""
+        if len(self._live(endpoint)) >= self.app[endpoint].warm.container_cap:
+            return False
+        self._spawn(self._new(endpoint))
+        return True
 
-    async def _batch(self, endpoint: str, rows: list[Any]) -> list[Any]:
-        tried: set[int] = set()
+    async def _tick_forever(self) -> None:
         while True:
-            c = self._pick(endpoint, tried)
-            try:
-                # shield: a caller's timeout must not cancel the reply bookkeeping
-                return await asyncio.shield(c.submit(rows))
-            except Unavailable:
-                tried.add(c.id)
-                if len(tried) > 1:
-                    raise   # retried once elsewhere already
+            await asyncio.sleep(TICK_S)
+            self.tick(time.monotonic())
 
-    async def predict(self, endpoint: str, inputs: list[Any], *, timeout_s: float) -> list[Any]:
-        size = self.app[endpoint].batching.max_batch_rows
-        chunks = [inputs[i:i + size] for i in range(0, len(inputs), size)]
-        free = sum(c.free_slots for c in self.containers[endpoint])
-        if len(chunks) > free:
-            # Refuse before submitting anything: part of a request is wasted work.
-            raise Unavailable(f"endpoint {endpoint!r} has {free} free container slots, this "
-                              f"request needs {len(chunks)}", retry_after_s=1.0)
-        results = await asyncio.wait_for(
-            asyncio.gather(*(self._batch(endpoint, ch) for ch in chunks)), timeout_s)
-        return [out for chunk in results for out in chunk]
+    def tick(self, now: float) -> None:
+        """Scale idle containers down past the floor; drain and kill stuck ones."""
+        for ep in self.app:
+            for c in list(self.containers[ep.name]):
+                if c.inflight and c.state in (State.READY, State.BUSY) \
+                        and now - c.last_progress_s > ep.route.stuck_after_s:
+                    why = (f"stuck: {len(c.inflight)} batches in flight and no completion "
+                           f"for {now - c.last_progress_s:.1f}s (stuck_after_s="
+                           f"{ep.route.stuck_after_s:g})")
+                    log.warning("container %s of %s %s; replacing it", c.id, ep.name, why)
+                    self._event(ep.name, "stuck", c.id)
+                    c.kill(why)
+            live = self._live(ep.name)
+            idle = [c for c in live if c.state == State.READY and not c.inflight
+                    and now - c.idle_since_s >= ep.warm.scaledown_window_s]
+            if idle and len(live) > self.floor[ep.name]:
+                victim = min(idle, key=lambda c: c.idle_since_s)
+                log.info("container %s of %s idle for %.0fs: scaling down", victim.id,
+                         ep.name, now - victim.idle_since_s)
+                self._event(ep.name, "scale_down", victim.id)
+                task = asyncio.create_task(victim.stop())
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+
+    # ------------------------------------------------------------------ Backend protocol
+    def _pick(self, endpoint: str) -> Container | None:
+        free = [c for c in self.containers[endpoint] if c.free_slots > 0]
+        return min(free, key=lambda c: len(c.inflight)) if free else None
+
+    def _on_batch(self, result: BatchResult, c: Any) -> None:
+        self.samples[c.endpoint].append((result.rows, result.compute_s))
+        self.service[c.endpoint] = ServiceTime.fit(list(self.samples[c.endpoint]),
+                                                   SERVICE_PRIOR)
+        if self.on_batch_metrics:
+            self.on_batch_metrics(c.endpoint, result.rows, result.compute_s)
+
+    def cold_start_s(self, endpoint: str) -> float:
+        seen = self.cold_starts[endpoint]
+        return max(seen) if seen else COLD_START_PRIOR_S
+
+    def snapshot(self, endpoint: str) -> Snapshot:
+        ep, b = self.app[endpoint], self.batchers[endpoint]
+        svc, cold = self.service[endpoint], self.cold_start_s(endpoint)
+        now = time.monotonic()
+        views = []
+        for c in self.containers[endpoint]:
+            backlog = sum(svc.seconds(r) for r in c.inflight_rows.values())
+            ready_in = max(0.0, cold - (now - c.history[0][0]))
+            views.append(ContainerView(str(c.id), str(c.state), c.free_slots, c.slots,
+                                       backlog, ready_in))
+        return Snapshot(now_s=now, containers=tuple(views), service=svc, cold_start_s=cold,
+                        max_batch_rows=ep.batching.max_batch_rows,
+                        max_queue=ep.route.max_queue, max_containers=ep.warm.container_cap,
+                        spill=ep.route.spill, queued=b.queued, queued_rows=b.queued_rows,
+                        tenant_queued=b.tenant_queued())
+
+    async def run(self, endpoint: str, inputs: list[Any], *, timeout_s: float,
+                  priority: int = 1, tenant: str = "anonymous") -> list[Any]:
+        """Queue `inputs` for the endpoint's batcher and wait at most `timeout_s`.
+
+        Returns one entry per input: its output, or the exception that failed it alone
+        (EndpointError, Unavailable). Raises TimeoutError when the deadline passes first;
+        its queued items are then withdrawn before they reach a model.
+        """
+        if endpoint not in self.batchers:
+            raise Unavailable(f"endpoint {endpoint!r} is not started", retry_after_s=1.0)
+        loop = asyncio.get_running_loop()
+        futures = self.batchers[endpoint].submit(
+            f"r{next(self._request_ids)}", inputs, deadline_s=loop.time() + timeout_s,
+            priority=priority, tenant=tenant)
+        try:
+            done, pending = await asyncio.wait(futures, timeout=timeout_s)
+        finally:
+            for f in futures:
+                f.cancel()   # no-op for finished ones; withdraws queued ones
+        if pending or any(isinstance(f.exception(), TimeoutError) for f in futures):
+            raise TimeoutError(f"endpoint {endpoint!r} missed the deadline of {timeout_s:g}s")
+        return [f.exception() or f.result() for f in futures]
 
     def readiness(self) -> dict[str, Any]:
         eps = {name: [c.describe() for c in cs] for name, cs in self.containers.items()}
         ready = all(any(c["state"] in ("ready", "busy") for c in cs) for cs in eps.values())
-        return {"ready": ready, "endpoints": eps}
+        queues = {name: {"queued": b.queued, "queued_rows": b.queued_rows}
+                  for name, b in self.batchers.items()}
+        return {"ready": ready, "endpoints": eps, "queues": queues}

@@ -4,12 +4,15 @@ Run as ``python -m floodway.runtime.worker APP ENDPOINT STORE``. It speaks newli
 JSON with its parent: requests on stdin, replies on the process's original stdout (fd 1 is then
 pointed at stderr, so a stray print in user code cannot corrupt the protocol).
 
-    parent -> worker   {"id": int, "inputs": [...]}
+    parent -> worker   {"id": int, "items": [[item_id, input], ...]}
     worker -> parent   {"type": "phase", "phase": "warming"}
                        {"type": "ready", "timings_s": {...}, "backend": str, "torch": bool}
-                       {"type": "result", "id": int, "outputs": [...]}
-                       {"type": "error", "id": int, "error": str}
+                       {"type": "result", "id": int, "outputs": [[item_id, output], ...],
+                        "errors": [[item_id, message], ...], "compute_s": float}
                        {"type": "failed", "error": str}          (then exit 1)
+
+Outputs travel with their item ids, so the router maps them back by id, never by position.
+When a batch raises, each item is run alone so that a bad item fails alone.
 
 Cold-start phases (seconds): process_start (spawn -> interpreter running this module),
 imports (user module and floodway), artifact_load, warmup (first inference).
@@ -31,6 +34,49 @@ WARMUP_INPUTS_ENV = "FLOODWAY_WARMUP_INPUTS"
 def _to_jsonable(value):
     tolist = getattr(value, "tolist", None)
     return tolist() if callable(tolist) else value
+
+
+def _shape(value) -> tuple:
+    shape = getattr(value, "shape", None)
+    if shape is not None:
+        return tuple(shape)
+    if isinstance(value, (list, tuple)):
+        return (len(value), *(_shape(value[0]) if value else ()))
+    return ()
+
+
+def _call(fn, model, inputs: list) -> list:
+    """`fn` on one batch, its contract checked: one output per input, all of one shape."""
+    out = fn(model, inputs)
+    n = len(out) if hasattr(out, "__len__") else -1
+    if n != len(inputs):
+        raise ContractError(f"returned {n} outputs for {len(inputs)} inputs")
+    outs = [_to_jsonable(o) for o in out]
+    shapes = {_shape(o) for o in outs}
+    if len(shapes) > 1:
+        raise ContractError(f"returned outputs of different shapes {sorted(shapes)}")
+    return outs
+
+
+class ContractError(Exception):
+    """The endpoint function broke its contract (output count or shape)."""
+
+
+def run_batch(fn, model, items: list) -> tuple[list, list]:
+    """Run `items` ([item_id, input] pairs) as one batch -> (outputs, errors), each a list of
+    [item_id, value]. A raising batch of several items is retried item by item."""
+    ids, inputs = [i for i, _ in items], [x for _, x in items]
+    try:
+        return [list(p) for p in zip(ids, _call(fn, model, inputs), strict=True)], []
+    except Exception as e:  # noqa: BLE001 - a failing batch must not kill the container
+        if len(items) == 1 or isinstance(e, ContractError):
+            return [], [[i, f"{type(e).__name__}: {e}"] for i in ids]
+    done, errors = [], []
+    for item in items:
+        d, err = run_batch(fn, model, [item])
+        done += d
+        errors += err
+    return done, errors
 
 
 def _die_with_parent() -> None:
@@ -95,11 +141,10 @@ def main(argv: list[str]) -> int:
 
     for line in sys.stdin:
         req = json.loads(line)
-        try:
-            outputs = [_to_jsonable(o) for o in ep.fn(model, req["inputs"])]
-            send({"type": "result", "id": req["id"], "outputs": outputs})
-        except Exception as e:  # noqa: BLE001 - a failing batch must not kill the container
-            send({"type": "error", "id": req["id"], "error": f"{type(e).__name__}: {e}"})
+        t = time.perf_counter()
+        done, errors = run_batch(ep.fn, model, req["items"])
+        send({"type": "result", "id": req["id"], "outputs": done, "errors": errors,
+              "compute_s": time.perf_counter() - t})
     return 0
 
 

@@ -1,12 +1,14 @@
 """The router's HTTP surface, in process (ASGI), over a scripted backend."""
 
 import asyncio
+import time
 
 import httpx
 import pytest
 
 import floodway as fw
 from floodway.errors import EndpointError, Unavailable
+from floodway.routers.decide import ContainerView, ServiceTime, Snapshot
 from floodway.runtime.http import make_asgi_app
 
 app = fw.App("t")
@@ -18,21 +20,38 @@ def upper(model, texts: list[str]) -> list[str]:
 
 
 class ScriptedBackend:
-    """Runs the endpoint function in process; `mode` makes it fail in chosen ways."""
+    """Runs the endpoint function in process; `mode` makes it fail in chosen ways. Its
+    snapshot shows one warm container with `free` free slots (0: all busy for 10 s)."""
 
     def __init__(self):
         self.mode = "ok"
         self.calls: list[tuple[str, list, float]] = []
         self.ready = True
+        self.free = 4
+        self.cold_starts = 0
 
-    async def predict(self, endpoint, inputs, *, timeout_s):
+    def snapshot(self, endpoint):
+        backlog = 0.0 if self.free else 10.0
+        c = ContainerView("1", "ready" if self.free else "busy", self.free, 4, backlog)
+        return Snapshot(now_s=time.monotonic(), containers=(c,),
+                        service=ServiceTime(0.001, 0.01), cold_start_s=0.05,
+                        max_batch_rows=32, max_queue=8, max_containers=2)
+
+    def start_cold(self, endpoint):
+        self.cold_starts += 1
+        return True
+
+    async def run(self, endpoint, inputs, *, timeout_s, priority=1, tenant="anonymous"):
         self.calls.append((endpoint, inputs, timeout_s))
         if self.mode == "unavailable":
             raise Unavailable("all busy", retry_after_s=2.5)
         if self.mode == "slow":
             await asyncio.wait_for(asyncio.sleep(10), timeout_s)
         if self.mode == "raises":
-            raise EndpointError("endpoint 'upper' raised ValueError: boom")
+            return [EndpointError("endpoint 'upper' raised ValueError: boom")] * len(inputs)
+        if self.mode == "one_bad":
+            return [EndpointError("endpoint 'upper' raised ValueError: bad") if t == "bad"
+                    else t.upper() for t in inputs]
         if self.mode == "short":
             return inputs[:-1]
         return app[endpoint](None, inputs)
@@ -131,7 +150,7 @@ def echo(model, texts: list[str]) -> list[str]:
 
 
 class EchoBackend(ScriptedBackend):
-    async def predict(self, endpoint, inputs, *, timeout_s):
+    async def run(self, endpoint, inputs, *, timeout_s, priority=1, tenant="anonymous"):
         self.calls.append((endpoint, inputs, timeout_s))
         return inputs
 
@@ -190,9 +209,50 @@ def test_metrics_count_outcomes_and_report_containers():
     assert 'floodway_requests_total{endpoint="upper",outcome="ok"} 2.0' in text
     assert 'floodway_requests_total{endpoint="upper",outcome="invalid_request"} 1.0' in text
     assert 'floodway_requests_total{endpoint="upper",outcome="unavailable"} 1.0' in text
+    assert 'floodway_decisions_total{action="dispatch",endpoint="upper"} 3.0' in text
     assert 'floodway_requests_total{endpoint="(unknown)",outcome="not_found"} 2.0' in text
     assert 'floodway_request_seconds_count{endpoint="upper",outcome="ok"} 2.0' in text
     assert 'floodway_containers{endpoint="upper",state="ready"} 1.0' in text
     assert 'floodway_containers{endpoint="upper",state="starting"} 1.0' in text
     assert ('floodway_cold_start_seconds{container="1",endpoint="upper",phase="imports"} 0.25'
             in text)
+
+
+def test_a_bad_item_fails_alone_and_is_named(backend):
+    async def go():
+        backend.mode = "one_bad"
+        transport = httpx.ASGITransport(app=make_asgi_app(app, backend))
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+            return await _post(c, b'{"inputs": ["a", "bad", "c"]}')
+
+    r = run(go())
+    assert r.status_code == 500
+    body = r.json()
+    assert body["outputs"] == ["A", None, "C"]
+    assert body["item_errors"] == [{"index": 1, "message": "endpoint 'upper' raised "
+                                                         "ValueError: bad"}]
+    assert "1 of 3 inputs failed; first: inputs[1]" in body["error"]["message"]
+
+
+def test_overload_sheds_fast_with_retry_after_or_spills_cold(backend):
+    async def go():
+        transport = httpx.ASGITransport(app=make_asgi_app(app, backend))
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+            backend.free = 0          # 10 s of backlog against a 0.2 s deadline
+            spilled = await _post(c, b'{"inputs": ["a"]}')
+            t = time.perf_counter()
+            backend.snapshot = lambda ep: Snapshot(
+                now_s=time.monotonic(), containers=(ContainerView("1", "busy", 0, 4, 10.0),),
+                service=ServiceTime(0.001, 0.01), cold_start_s=5.0, max_batch_rows=32,
+                max_queue=8, max_containers=2)
+            shed = await _post(c, b'{"inputs": ["a"]}')
+            return spilled, shed, time.perf_counter() - t, await c.get("/metrics")
+
+    spilled, shed, shed_s, metrics = run(go())
+    assert spilled.status_code == 200 and backend.cold_starts == 1
+    assert shed.status_code == 503 and shed.json()["error"]["type"] == "overloaded"
+    assert int(shed.headers["retry-after"]) >= 1
+    assert shed_s < 1.0   # answered at once, not after the deadline
+    assert len(backend.calls) == 1
+    assert 'floodway_spills_total{endpoint="upper",to="cold"} 1.0' in metrics.text
+    assert 'floodway_sheds_total{endpoint="upper",status="503"} 1.0' in metrics.text

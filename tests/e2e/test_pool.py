@@ -20,15 +20,17 @@ def test_not_ready_until_a_container_has_warmed_up(built_store):
         first = pool.readiness()
         ok = await pool.wait_ready(60)
         after = pool.readiness()
+        (container,) = pool.containers["embed"]
         await pool.stop()
-        return first, ok, after, pool.readiness()
+        return first, ok, after, container
 
-    first, ok, after, stopped = asyncio.run(go())
+    first, ok, after, container = asyncio.run(go())
     assert first["ready"] is False
     assert first["endpoints"]["embed"][0]["state"] == "starting"
     assert ok and after["ready"] is True
     assert after["endpoints"]["embed"][0]["cold_start_s"]["total"] > 0
-    assert [c["state"] for c in stopped["endpoints"]["embed"]] == ["stopped"]
+    assert [str(s) for _, s in container.history] == ["starting", "warming", "ready",
+                                                      "draining", "stopped"]
 
 
 def test_container_that_cannot_load_fails_without_crash_loop(tmp_path, built_store):
@@ -103,9 +105,11 @@ def test_worker_starts_reliably_with_prefetch(built_store):
     for _ in range(4):
         proc = subprocess.run(
             [sys.executable, "-m", "floodway.runtime.worker", str(MODAL_APP), "embed",
-             str(built_store)], input='{"id": 1, "inputs": ["again"]}\n', capture_output=True,
-            text=True, timeout=60, env=env)
+             str(built_store)], input='{"id": 1, "items": [["r1:0", "again"]]}\n',
+            capture_output=True, text=True, timeout=60, env=env)
         assert proc.returncode == 0, proc.stderr[-2000:]
         lines = [json.loads(x) for x in proc.stdout.splitlines()]
         assert [m["type"] for m in lines] == ["phase", "ready", "result"]
-        assert lines[1]["torch"] is False and len(lines[2]["outputs"][0]) == 384
+        assert lines[1]["torch"] is False
+        ((item, vector),) = lines[2]["outputs"]
+        assert item == "r1:0" and len(vector) == 384 and lines[2]["errors"] == []

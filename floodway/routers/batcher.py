@@ -1,0 +1,256 @@
+"""Dynamic batching by rows: one bounded priority queue per endpoint, batches cut by rows.
+
+A request's inputs become items (`<request id>:<index>`). The batcher takes items in
+priority order (high first, then arrival), fills a batch up to `max_batch_rows` rows, and
+waits at most `wait_ms` after the oldest item of the batch arrived for more to come (the
+Triton / Ray Serve `batch_wait_timeout_s` rule). A batch goes to a container only when one
+has a free slot: until then items wait in the queue, whose size `decide()` bounds.
+
+Items whose deadline passed or whose caller went away (the future was cancelled) are dropped
+before they reach a model. Results come back keyed by item id and are mapped to the waiting
+futures by id, never by position. A bad item fails alone (the worker re-runs a failing batch
+item by item). A batch lost to a dying container is retried once on another container; a
+second loss fails its items with Unavailable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import logging
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from floodway.errors import EndpointError, Unavailable
+
+log = logging.getLogger("floodway.batcher")
+
+
+class BatchResultLike(Protocol):
+    outputs: dict[str, Any]
+    errors: dict[str, str]
+    rows: int
+    compute_s: float
+
+
+class Slot(Protocol):
+    """What the batcher needs of a container: a free slot and `submit`."""
+
+    id: Any
+
+    def submit(self, items: list[tuple[str, Any]]) -> asyncio.Future: ...
+
+
+@dataclass(order=True)
+class Item:
+    sort_key: tuple[int, int]
+    id: str = field(compare=False)
+    value: Any = field(compare=False)
+    request: str = field(compare=False)
+    tenant: str = field(compare=False)
+    deadline_s: float = field(compare=False)
+    enqueued_s: float = field(compare=False)
+    future: asyncio.Future = field(compare=False)
+    tries: int = field(default=0, compare=False)
+    queued: bool = field(default=True, compare=False)
+
+
+class Batcher:
+    """The queue and batch former of one endpoint.
+
+    `pick()` returns a container with a free slot or None; call `notify()` whenever a slot
+    frees or a container becomes ready. `on_batch(result, container)` sees every completed
+    batch (service-time fit, metrics). Times are `loop.time()` seconds.
+    """
+
+    def __init__(self, endpoint: str, *, max_batch_rows: int, wait_ms: float,
+                 pick: Callable[[], Slot | None],
+                 on_batch: Callable[[BatchResultLike, Slot], None] | None = None):
+        self.endpoint = endpoint
+        self.max_batch_rows, self.wait_s = max_batch_rows, wait_ms / 1000.0
+        self.pick, self.on_batch = pick, on_batch
+        self._heap: list[Item] = []
+        self._seq = itertools.count()
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task | None = None
+        self._inflight: set[asyncio.Task] = set()
+        # Live queue accounting for the decision snapshot.
+        self.queued_rows = 0
+        self._per_request: Counter[str] = Counter()
+        self._per_tenant: Counter[str] = Counter()
+        self.dropped = Counter[str]()   # reason -> items dropped before a model
+
+    # ------------------------------------------------------------------ accounting
+    @property
+    def queued(self) -> int:
+        """Requests with at least one item still waiting."""
+        return len(self._per_request)
+
+    def tenant_queued(self) -> dict[str, int]:
+        return dict(self._per_tenant)
+
+    def _unqueue(self, item: Item) -> None:
+        if not item.queued:
+            return
+        item.queued = False
+        self.queued_rows -= 1
+        self._per_request[item.request] -= 1
+        if self._per_request[item.request] <= 0:
+            del self._per_request[item.request]
+            self._per_tenant[item.tenant] -= 1
+            if self._per_tenant[item.tenant] <= 0:
+                del self._per_tenant[item.tenant]
+
+    # ------------------------------------------------------------------ public
+    def submit(self, request_id: str, values: list[Any], *, deadline_s: float,
+               priority: int = 1, tenant: str = "anonymous") -> list[asyncio.Future]:
+        """Queue one request's inputs; one future per input, resolving to its output or
+        raising EndpointError (the item failed), TimeoutError (deadline passed while queued)
+        or Unavailable (its container died twice). Cancel the futures to withdraw them."""
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        futures = []
+        self._per_request[request_id] += len(values)
+        self._per_tenant[tenant] += 1
+        for i, value in enumerate(values):
+            fut = loop.create_future()
+            item = Item((-priority, next(self._seq)), f"{request_id}:{i}", value, request_id,
+                        tenant, deadline_s, now, fut)
+            # A cancelled future (client gone, timeout) leaves the queue count at once.
+            fut.add_done_callback(lambda _f, it=item: self._unqueue(it))
+            heapq.heappush(self._heap, item)
+            futures.append(fut)
+        self.queued_rows += len(values)
+        self.notify()
+        return futures
+
+    def notify(self) -> None:
+        self._wake.set()
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name=f"batcher-{self.endpoint}")
+
+    async def stop(self) -> None:
+        if self._task:
+            self._task.cancel()
+        for item in self._heap:
+            if not item.future.done():
+                item.future.set_exception(Unavailable(f"endpoint {self.endpoint!r} is "
+                                                      "shutting down"))
+        self._heap.clear()
+        for t in list(self._inflight):
+            t.cancel()
+
+    # ------------------------------------------------------------------ the loop
+    def _prune(self, now: float) -> None:
+        """Drop dead items at the head: withdrawn, or past their deadline."""
+        while self._heap:
+            head = self._heap[0]
+            if head.future.done():
+                self.dropped["cancelled"] += 1
+            elif head.deadline_s <= now:
+                self.dropped["deadline"] += 1
+                head.future.set_exception(TimeoutError("deadline passed while queued"))
+            else:
+                return
+            heapq.heappop(self._heap)
+
+    async def _sleep_until_woken(self, timeout_s: float | None) -> None:
+        self._wake.clear()
+        try:
+            await asyncio.wait_for(self._wake.wait(), timeout_s)
+        except TimeoutError:
+            pass
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            self._prune(loop.time())
+            if not self._heap:
+                await self._sleep_until_woken(None)
+                continue
+            slot = self.pick()
+            if slot is None:
+                # Re-check deadlines now and then even if no slot frees.
+                await self._sleep_until_woken(0.05)
+                continue
+            live = sum(1 for it in self._heap if not it.future.done())
+            oldest = min(it.enqueued_s for it in self._heap)
+            fill_by = oldest + self.wait_s
+            if live < self.max_batch_rows and loop.time() < fill_by:
+                await self._sleep_until_woken(fill_by - loop.time())
+                if sum(1 for it in self._heap if not it.future.done()) < self.max_batch_rows \
+                        and loop.time() < fill_by:
+                    continue   # woken early by a slot or a single item: look again
+            self._send(self._take(loop.time()))
+
+    def _take(self, now: float) -> list[Item]:
+        batch: list[Item] = []
+        while self._heap and len(batch) < self.max_batch_rows:
+            self._prune(now)
+            if not self._heap:
+                break
+            item = heapq.heappop(self._heap)
+            self._unqueue(item)
+            batch.append(item)
+        return batch
+
+    def _send(self, batch: list[Item]) -> None:
+        if not batch:
+            return
+        slot = self.pick()
+        if slot is None:   # the slot went away while the batch filled: back to the queue
+            self._requeue(batch)
+            return
+        try:
+            fut = slot.submit([(it.id, it.value) for it in batch])
+        except Unavailable:
+            self._requeue(batch)
+            return
+        task = asyncio.create_task(self._deliver(batch, slot, fut))
+        self._inflight.add(task)
+        task.add_done_callback(self._inflight.discard)
+
+    def _requeue(self, batch: list[Item]) -> None:
+        for item in batch:
+            if item.future.done():
+                continue
+            item.queued = True
+            self.queued_rows += 1
+            self._per_request[item.request] += 1
+            if self._per_request[item.request] == 1:
+                self._per_tenant[item.tenant] += 1
+            heapq.heappush(self._heap, item)
+        self.notify()
+
+    async def _deliver(self, batch: list[Item], slot: Slot, fut: asyncio.Future) -> None:
+        try:
+            result = await fut
+        except Unavailable as e:
+            retry = [it for it in batch if it.tries == 0]
+            for it in batch:
+                if it.tries > 0 and not it.future.done():
+                    it.future.set_exception(e)
+            for it in retry:
+                it.tries += 1
+            log.warning("batch of %d rows lost on container %s (%s); retrying once",
+                        len(batch), slot.id, e)
+            self._requeue(retry)
+            return
+        for it in batch:
+            if it.future.done():
+                continue
+            if it.id in result.outputs:
+                it.future.set_result(result.outputs[it.id])
+            elif it.id in result.errors:
+                it.future.set_exception(EndpointError(f"endpoint {self.endpoint!r} raised "
+                                                      f"{result.errors[it.id]}"))
+            else:
+                it.future.set_exception(EndpointError(f"endpoint {self.endpoint!r} returned "
+                                                      f"no output for item {it.id}"))
+        if self.on_batch:
+            self.on_batch(result, slot)
+        self.notify()

@@ -1,0 +1,237 @@
+"""The dispatch decision: a pure function of a pool snapshot and one request.
+
+    decide(snapshot, request) -> Decision(action, reason, est_wait_s, retry_after_s, status)
+
+The local runtime, the Modal router and the simulator all call `decide`; only the source of
+the snapshot differs (the local pool, `Function.get_current_stats()`, the simulated pool).
+
+Algorithm (all times in seconds, on the snapshot's clock):
+
+1. `service` = predicted seconds of one batch of min(rows, max_batch_rows) rows, from the
+   measured linear fit a*rows + b (`ServiceTime.fit`). The chunks of a large request run on
+   separate slots, so one batch time is the estimate for the whole request.
+2. `budget` = deadline - now. No budget left -> shed (deadline). A budget shorter than
+   `service` can never be met synchronously -> spill_async if allowed, else shed.
+3. `wait` = when this request would start if it joined the queue: water-filling of the work
+   ahead (queued rows, at the fitted rate) over every live container, each available from
+   its own backlog (warm) or remaining cold start (starting/warming). A container processes
+   one batch at a time; its slots only pipeline work, they add no throughput.
+4. dispatch: nothing is queued, a warm container has a free slot, and its backlog plus
+   `service` fits the budget.
+5. queue: `wait + service` fits the budget and the bounded queue has room for this priority
+   (low may use half of `max_queue`, normal 90 %, high all of it: low sheds and spills
+   first) and this tenant (at most half the queue, so one tenant cannot starve the rest).
+   Each starting container adds its slots to the room: work may wait for capacity that is
+   already on its way.
+6. spill_cold: "cold" is in the endpoint's spill list, a container may still be started
+   (live < max_containers), and the *measured* cold start plus `service` fits the budget.
+   Started containers enter step 3 for the next requests, which is the hysteresis that keeps
+   one burst from starting max_containers at once.
+7. spill_async: "async" is in the spill list, the request accepts it and the job store is
+   accepting -> the request becomes a durable job (202).
+8. shed: 503 with Retry-After = the estimated wait until capacity frees (1..60 s).
+
+Overload behaviour: nothing waits that cannot meet its deadline, the queue never exceeds its
+cap, and a shed answer costs one call of this function (microseconds). Rate limiting by tenant
+(429) happens before `decide`, in `floodway.routers.admission`.
+
+The water-filling wait is the M/D/c-style deterministic estimate used by Clipper
+(Crankshaw et al., NSDI 2017) and Ray Serve's queue-length based routing: predictable,
+cheap, and conservative under bursts because it counts work, not requests.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+LIVE = frozenset({"starting", "warming", "ready", "busy"})
+WARM = frozenset({"ready", "busy"})
+# Share of max_queue each priority may fill (index = priority): low sheds and spills first.
+QUEUE_SHARE = (0.5, 0.9, 1.0)
+TENANT_SHARE = 0.5
+RETRY_AFTER_S = (1.0, 60.0)
+
+
+class Action(enum.StrEnum):
+    DISPATCH = "dispatch"
+    QUEUE = "queue"
+    SPILL_COLD = "spill_cold"
+    SPILL_ASYNC = "spill_async"
+    SHED = "shed"
+
+
+@dataclass(frozen=True)
+class ServiceTime:
+    """Seconds to run one batch of `rows` rows: `per_row_s * rows + per_batch_s`."""
+
+    per_row_s: float
+    per_batch_s: float
+
+    def seconds(self, rows: int) -> float:
+        return self.per_row_s * rows + self.per_batch_s
+
+    @classmethod
+    def fit(cls, samples: Sequence[tuple[int, float]], prior: ServiceTime) -> ServiceTime:
+        """Least-squares fit of (rows, seconds) samples; `prior` where they cannot decide.
+
+        One distinct batch size fixes only the mean: the prior's slope is kept and the
+        intercept moves. Coefficients are clamped at zero (a negative per-batch cost is
+        noise, not a discount).
+        """
+        if not samples:
+            return prior
+        n = len(samples)
+        mx = sum(r for r, _ in samples) / n
+        my = sum(s for _, s in samples) / n
+        sxx = sum((r - mx) ** 2 for r, _ in samples)
+        if sxx < 1e-9:
+            a = prior.per_row_s
+        else:
+            a = max(0.0, sum((r - mx) * (s - my) for r, s in samples) / sxx)
+        b = max(0.0, my - a * mx)
+        return cls(a, b)
+
+
+@dataclass(frozen=True)
+class ContainerView:
+    """One container as the decision sees it.
+
+    `state`: starting | warming | ready | busy | draining | stopped | failed.
+    `backlog_s`: estimated seconds of work already sent to it (warm containers).
+    `ready_in_s`: estimated seconds until it is warm (starting/warming containers).
+    """
+
+    id: str
+    state: str
+    free_slots: int = 0
+    slots: int = 1
+    backlog_s: float = 0.0
+    ready_in_s: float = 0.0
+
+    @property
+    def available_in_s(self) -> float:
+        return self.backlog_s if self.state in WARM else self.ready_in_s + self.backlog_s
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The state of one endpoint at `now_s`. `queued` requests hold `queued_rows` rows."""
+
+    now_s: float
+    containers: tuple[ContainerView, ...]
+    service: ServiceTime
+    cold_start_s: float
+    max_batch_rows: int
+    max_queue: int
+    max_containers: int
+    spill: tuple[str, ...] = ("cold", "async")
+    queued: int = 0
+    queued_rows: int = 0
+    tenant_queued: Mapping[str, int] = field(default_factory=dict)
+    async_accepting: bool = True
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request: `rows` inputs, an absolute `deadline_s` (snapshot clock), a priority
+    (0 low, 1 normal, 2 high), its tenant, and whether it may become an async job."""
+
+    rows: int
+    deadline_s: float
+    priority: int = 1
+    tenant: str = "anonymous"
+    allow_async: bool = True
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What to do with a request. `status` is the HTTP status of a shed (503), else 0."""
+
+    action: Action
+    reason: str
+    est_wait_s: float = 0.0
+    retry_after_s: float = 0.0
+    status: int = 0
+
+
+def water_fill(available_in_s: Sequence[float], work_s: float) -> float:
+    """Earliest time at which `work_s` seconds of work ahead is done when servers become
+    free at the given times and then work in parallel. inf with no server."""
+    times = sorted(available_in_s)
+    if not times:
+        return math.inf
+    done, level = 0.0, times[0]
+    for i, t in enumerate(times):
+        # Between `level` and `t`, i servers are working.
+        if i and done + i * (t - level) >= work_s:
+            return level + (work_s - done) / i
+        done += i * (t - level)
+        level = t
+    return level + (work_s - done) / len(times)
+
+
+def _batches_s(service: ServiceTime, rows: int, max_batch_rows: int) -> float:
+    """Seconds of work for `rows` rows cut into full batches (the batcher fills batches)."""
+    if rows <= 0:
+        return 0.0
+    full, rest = divmod(rows, max_batch_rows)
+    return full * service.seconds(max_batch_rows) + (service.seconds(rest) if rest else 0.0)
+
+
+def _retry_after(wait_s: float) -> float:
+    lo, hi = RETRY_AFTER_S
+    return lo if not math.isfinite(wait_s) else min(hi, max(lo, wait_s))
+
+
+def decide(snap: Snapshot, req: Request) -> Decision:
+    """Dispatch, queue, spill or shed `req` (see the module docstring for the algorithm)."""
+    service = snap.service.seconds(min(req.rows, snap.max_batch_rows))
+    budget = req.deadline_s - snap.now_s
+    can_async = "async" in snap.spill and req.allow_async and snap.async_accepting
+
+    def spill_async_or_shed(reason: str, wait_s: float) -> Decision:
+        if can_async:
+            return Decision(Action.SPILL_ASYNC, reason, est_wait_s=wait_s)
+        return Decision(Action.SHED, reason, est_wait_s=wait_s,
+                        retry_after_s=_retry_after(wait_s), status=503)
+
+    if budget <= 0:
+        return Decision(Action.SHED, "deadline already passed", retry_after_s=RETRY_AFTER_S[0],
+                        status=503)
+    if service > budget:
+        return spill_async_or_shed(f"service time {service:.3f}s exceeds the deadline budget "
+                                   f"{budget:.3f}s", service)
+
+    live = [c for c in snap.containers if c.state in LIVE]
+    warm = [c for c in live if c.state in WARM]
+    if snap.queued == 0:
+        free = [c for c in warm if c.free_slots > 0]
+        if free:
+            best = min(free, key=lambda c: c.backlog_s)
+            if best.backlog_s + service <= budget:
+                return Decision(Action.DISPATCH, "warm container has a free slot",
+                                est_wait_s=best.backlog_s)
+
+    ahead_s = _batches_s(snap.service, snap.queued_rows, snap.max_batch_rows)
+    wait = water_fill([c.available_in_s for c in live], ahead_s)
+    starting_room = sum(c.slots for c in live if c.state not in WARM)
+    room = math.floor(snap.max_queue * QUEUE_SHARE[max(0, min(2, req.priority))]) \
+        + starting_room
+    tenant_cap = max(1, math.ceil((snap.max_queue + starting_room) * TENANT_SHARE))
+    fits = wait + service <= budget
+    if fits and snap.queued < room and snap.tenant_queued.get(req.tenant, 0) < tenant_cap:
+        return Decision(Action.QUEUE, f"estimated wait {wait:.3f}s fits the deadline",
+                        est_wait_s=wait)
+
+    why = (f"estimated wait {wait:.3f}s + service {service:.3f}s exceeds the budget "
+           f"{budget:.3f}s" if not fits else f"queue full for this priority or tenant "
+           f"({snap.queued} queued)")
+    if "cold" in snap.spill and len(live) < snap.max_containers \
+            and snap.cold_start_s + service <= budget:
+        return Decision(Action.SPILL_COLD, f"{why}; a cold start "
+                        f"({snap.cold_start_s:.2f}s measured) meets the deadline",
+                        est_wait_s=snap.cold_start_s)
+    return spill_async_or_shed(why, wait)

@@ -1,0 +1,123 @@
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from floodway.routers.decide import (
+    Action,
+    ContainerView,
+    Request,
+    ServiceTime,
+    Snapshot,
+    decide,
+    water_fill,
+)
+
+SVC = ServiceTime(per_row_s=0.001, per_batch_s=0.01)   # 32 rows: 0.042 s
+
+
+def warm(cid: str, free: int = 4, backlog_s: float = 0.0, slots: int = 4) -> ContainerView:
+    return ContainerView(cid, "ready" if free else "busy", free_slots=free, slots=slots,
+                         backlog_s=backlog_s)
+
+
+def snap(*containers: ContainerView, **kw) -> Snapshot:
+    base = dict(now_s=100.0, containers=containers, service=SVC, cold_start_s=1.0,
+                max_batch_rows=32, max_queue=10, max_containers=4)
+    return Snapshot(**{**base, **kw})
+
+
+def req(rows: int = 1, budget_s: float = 2.0, **kw) -> Request:
+    return Request(rows=rows, deadline_s=100.0 + budget_s, **kw)
+
+
+def test_dispatch_to_a_free_warm_slot():
+    d = decide(snap(warm("a")), req())
+    assert d.action == Action.DISPATCH and d.status == 0
+
+
+def test_queue_when_no_free_slot_but_the_wait_fits():
+    d = decide(snap(warm("a", free=0, backlog_s=0.5)), req())
+    assert d.action == Action.QUEUE
+    assert d.est_wait_s == pytest.approx(0.5)
+
+
+def test_queued_work_ahead_means_queue_not_dispatch():
+    # Dispatching past queued requests would reorder them.
+    d = decide(snap(warm("a"), queued=3, queued_rows=3), req())
+    assert d.action == Action.QUEUE
+
+
+def test_spill_cold_when_the_queue_wait_misses_the_deadline():
+    d = decide(snap(warm("a", free=0, backlog_s=5.0)), req(budget_s=2.0))
+    assert d.action == Action.SPILL_COLD
+    assert "1.00s measured" in d.reason
+
+
+def test_no_cold_spill_beyond_max_containers_or_when_cold_start_is_too_slow():
+    busy = [warm(str(i), free=0, backlog_s=5.0) for i in range(4)]
+    assert decide(snap(*busy), req()).action == Action.SPILL_ASYNC
+    assert decide(snap(busy[0], cold_start_s=3.0), req()).action == Action.SPILL_ASYNC
+
+
+def test_shed_with_retry_after_when_async_is_not_allowed():
+    d = decide(snap(warm("a", free=0, backlog_s=5.0), spill=()), req())
+    assert d.action == Action.SHED and d.status == 503
+    assert 1.0 <= d.retry_after_s <= 60.0
+    assert decide(snap(warm("a", free=0, backlog_s=5.0)),
+                  req(allow_async=False)).action == Action.SPILL_COLD
+
+
+def test_deadline_already_passed_or_shorter_than_service():
+    assert decide(snap(warm("a")), req(budget_s=0)).action == Action.SHED
+    d = decide(snap(warm("a")), req(rows=32, budget_s=0.02))   # 32 rows take 0.042 s
+    assert d.action == Action.SPILL_ASYNC and "exceeds the deadline budget" in d.reason
+
+
+def test_starting_container_absorbs_the_next_requests():
+    # After one spill_cold, the container on its way counts as capacity: no second spill.
+    starting = ContainerView("b", "starting", slots=4, ready_in_s=0.8)
+    d = decide(snap(warm("a", free=0, backlog_s=5.0), starting), req())
+    assert d.action == Action.QUEUE
+    assert d.est_wait_s == pytest.approx(0.8)
+
+
+def test_low_priority_is_refused_queue_room_first():
+    s = snap(warm("a", free=0, backlog_s=0.1), queued=5, queued_rows=5, spill=())
+    assert decide(s, req(priority=0)).action == Action.SHED      # low: 5 of 10
+    assert decide(s, req(priority=1)).action == Action.QUEUE
+    full = snap(warm("a", free=0, backlog_s=0.1), queued=9, queued_rows=9, spill=())
+    assert decide(full, req(priority=1)).action == Action.SHED   # normal: 9 of 10
+    assert decide(full, req(priority=2)).action == Action.QUEUE  # high: all 10
+
+
+def test_one_tenant_cannot_fill_the_queue():
+    s = snap(warm("a", free=0, backlog_s=0.1), queued=5, queued_rows=5, spill=(),
+             tenant_queued={"greedy": 5})
+    assert decide(s, req(tenant="greedy")).action == Action.SHED
+    assert decide(s, req(tenant="other")).action == Action.QUEUE
+
+
+def test_async_not_offered_when_the_store_is_not_accepting():
+    d = decide(snap(warm("a", free=0, backlog_s=5.0), spill=("async",),
+                    async_accepting=False), req())
+    assert d.action == Action.SHED
+
+
+def test_water_fill():
+    assert water_fill([], 1.0) == math.inf
+    assert water_fill([0.0, 0.0], 1.0) == pytest.approx(0.5)
+    # One server free at 0, another at 1: 1.5 s of work ends at 1.25.
+    assert water_fill([0.0, 1.0], 1.5) == pytest.approx(1.25)
+    assert water_fill([0.0, 1.0], 0.5) == pytest.approx(0.5)
+    assert water_fill([2.0], 0.0) == pytest.approx(2.0)
+
+
+def test_service_time_fit():
+    prior = ServiceTime(0.5, 0.5)
+    assert ServiceTime.fit([], prior) is prior
+    fit = ServiceTime.fit([(r, 0.002 * r + 0.01) for r in (1, 8, 32, 32)], prior)
+    assert fit.per_row_s == pytest.approx(0.002) and fit.per_batch_s == pytest.approx(0.01)
+    one_size = ServiceTime.fit([(8, 0.1), (8, 0.3)], prior)
+    assert one_size.per_row_s == 0.5 and one_size.per_batch_s == 0.0   # clamped, not negative
