@@ -1,0 +1,162 @@
+"""Runs queued jobs: claims them from a JobStore and awaits an async `run(job)` for each.
+
+Outcomes map onto the store as:
+- `run` returns a list          -> complete (the first completion wins, see JobStore);
+- Unavailable                   -> fail(retry=True) after `retry_after_s`, and this runner
+                                   claims nothing more for that long (capacity, try later);
+- RequestError / EndpointError  -> fail(retry=False) with the message (a re-run cannot help);
+- any other exception           -> fail(retry=True) (may be transient);
+- the runner dies or is killed  -> nothing: the lease expires and any runner re-claims it.
+
+While `run` is in flight the lease is renewed every `lease_s / 3` seconds, so only a dead
+runner (or a stalled event loop) lets it expire.
+
+The store calls run inline on the event loop: each is one short SQLite transaction (a few
+milliseconds at most, an fsync for writes) and the loop thread already does the same for
+`submit` on the request path; a thread hop per call would cost about as much as the call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+from floodway.errors import EndpointError, RequestError, Unavailable
+from floodway.routers.jobs import Job, JobStore
+
+log = logging.getLogger("floodway.jobs")
+
+MAX_BACKOFF_S = 30.0
+
+
+class JobRunner:
+    """Claims up to `concurrency` jobs at a time as `owner` (unique per runner: a router
+    instance) with leases of `lease_s` seconds; polls every `poll_s` seconds when idle, or
+    sooner after `wake()`. `endpoints`: only these (None: all)."""
+
+    def __init__(self, store: JobStore, run: Callable[[Job], Awaitable[list[Any]]], *,
+                 owner: str, lease_s: float = 30.0, concurrency: int = 4, poll_s: float = 0.2,
+                 endpoints: Iterable[str] | None = None):
+        if lease_s <= 0 or concurrency < 1 or poll_s <= 0:
+            raise ValueError("lease_s and poll_s must be > 0, concurrency >= 1")
+        self.store, self.run, self.owner = store, run, owner
+        self.lease_s, self.concurrency, self.poll_s = lease_s, concurrency, poll_s
+        self.endpoints = None if endpoints is None else list(endpoints)
+        self._inflight: dict[asyncio.Task, str] = {}   # task -> job id
+        self._wake = asyncio.Event()
+        self._loop_task: asyncio.Task | None = None
+        self._stopping = False
+        self._paused_until = 0.0   # loop time; set by an Unavailable
+
+    @property
+    def inflight(self) -> int:
+        return len(self._inflight)
+
+    def start(self) -> None:
+        """Start the claim loop on the running event loop."""
+        if self._loop_task is None:
+            self._stopping = False
+            self._loop_task = asyncio.get_running_loop().create_task(self._claim_loop())
+
+    def wake(self) -> None:
+        """Claim now instead of at the next poll (call right after a submit)."""
+        self._wake.set()
+
+    async def stop(self, grace_s: float = 10.0, *, release: bool = True) -> None:
+        """Claim nothing more; let in-flight jobs finish for up to `grace_s` seconds, then
+        cancel the rest. `release`: hand those back to the queue at once (their attempt not
+        counted); without it they are abandoned as by a crash and wait for their lease to
+        expire."""
+        self._stopping = True
+        self._wake.set()
+        if self._loop_task is not None:
+            await self._loop_task
+            self._loop_task = None
+        if self._inflight:
+            await asyncio.wait(list(self._inflight), timeout=grace_s)
+        left = dict(self._inflight)
+        for task in left:
+            task.cancel()
+        await asyncio.gather(*left, return_exceptions=True)
+        if release:
+            for job_id in left.values():
+                self.store.release(job_id, self.owner)
+
+    # ------------------------------------------------------------------ internals
+    async def _claim_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while not self._stopping:
+            # Cleared before claiming: a wake() during the claim is not lost.
+            self._wake.clear()
+            free = self.concurrency - len(self._inflight)
+            if free > 0 and loop.time() >= self._paused_until:
+                try:
+                    jobs = self.store.claim(self.owner, lease_s=self.lease_s,
+                                            endpoints=self.endpoints, limit=free)
+                except Exception:   # a locked or broken store must not end the loop
+                    log.exception("claiming jobs failed; retrying in %.1fs", self.poll_s)
+                    jobs = []
+                for job in jobs:
+                    task = loop.create_task(self._run_one(job))
+                    self._inflight[task] = job.id
+                if jobs and len(jobs) == free:
+                    continue
+            try:
+                await asyncio.wait_for(self._wake.wait(), self.poll_s)
+            except TimeoutError:
+                pass
+
+    async def _renew(self, job_id: str) -> None:
+        while True:
+            await asyncio.sleep(self.lease_s / 3)
+            try:
+                if not self.store.renew(job_id, self.owner, self.lease_s):
+                    # Taken over or finished elsewhere; our result may still win (first
+                    # completion wins), so keep running but stop renewing.
+                    log.warning("job %s: lease lost while running", job_id)
+                    return
+            except Exception:
+                log.exception("job %s: renewing its lease failed", job_id)
+
+    async def _run_one(self, job: Job) -> None:
+        renewer = asyncio.create_task(self._renew(job.id))
+        try:
+            try:
+                outputs = await self.run(job)
+            finally:
+                renewer.cancel()
+            self._settle(job, outputs)
+        except asyncio.CancelledError:
+            raise   # abandoned: the lease expires, or stop() releases it
+        except Unavailable as e:
+            delay_s = min(max(e.retry_after_s, 0.0), MAX_BACKOFF_S)
+            self._paused_until = asyncio.get_running_loop().time() + delay_s
+            self._fail(job, str(e), retry=True, delay_s=delay_s)
+        except (RequestError, EndpointError) as e:
+            self._fail(job, str(e), retry=False)
+        except Exception as e:
+            self._fail(job, f"{type(e).__name__}: {e}", retry=True)
+        finally:
+            self._inflight.pop(asyncio.current_task(), None)  # type: ignore[arg-type]
+            self._wake.set()   # a slot is free
+
+    def _settle(self, job: Job, outputs: Any) -> None:
+        if not isinstance(outputs, list):
+            raise EndpointError(f"job {job.id}: run returned {type(outputs).__name__}, "
+                                "expected a list of outputs")
+        try:
+            done = self.store.complete(job.id, self.owner, outputs)
+        except (TypeError, ValueError) as e:
+            raise EndpointError(f"job {job.id}: outputs are not JSON: {e}") from e
+        if not done:
+            log.info("job %s: already finished elsewhere; result dropped", job.id)
+
+    def _fail(self, job: Job, error: str, *, retry: bool, delay_s: float = 0.0) -> None:
+        try:
+            if not self.store.fail(job.id, self.owner, error, retry=retry, delay_s=delay_s):
+                log.info("job %s: no longer ours; failure not recorded: %s", job.id, error)
+        except Exception:
+            log.exception("job %s: recording its failure failed; its lease will expire",
+                          job.id)

@@ -1,0 +1,422 @@
+"""The durable async job queue: one SQLite file, one explicit state machine per job.
+
+    queued -> running -> succeeded -> expired
+       ^       |    \\-> failed -------^
+       '-------'   fail(retry=True) or release; an expired lease: running -> running
+
+A job is committed to disk (WAL, ``synchronous=FULL``) before `submit` returns, so a `202`
+means the job survives a kill -9 of the router right after it, and an OS crash or power loss
+too: FULL fsyncs the WAL on every commit, NORMAL would only survive a process kill.
+
+Delivery is lease-based and at-least-once, like SQS visibility timeouts or Celery's
+``acks_late``: `claim` hands a job out with a lease (``lease_s``); the owner `renew`s it while
+it runs and `complete`s or `fail`s it. A job whose lease ran out (its worker or router died)
+is claimable again by anyone; every claim counts an attempt, and a job whose attempts reached
+``max_attempts`` is failed instead of being handed out again. The first `complete` wins, even
+from an owner whose lease had expired (its result is as good as a re-run's); later ones change
+nothing.
+
+Idempotency keys work as in Stripe's API and the IETF Idempotency-Key draft: the same
+(tenant, endpoint, key) returns the job already created, whatever its state; the same key with
+a different body is a 409. A key lives as long as its job (until the job expires).
+
+Expiry: a finished job expires ``ttl_s`` after it finished. `get` answers an expired job that
+is still on disk as a tombstone (state ``expired``, no inputs or outputs); `purge` deletes
+expired rows (it also runs lazily from `submit` and `claim`), after which `get` returns None.
+Queued and running jobs never expire.
+
+Times are wall-clock seconds since the epoch from the injectable `clock` (they are stored and
+compared across restarts and processes, so not monotonic). Every method takes one short
+transaction on one connection guarded by a lock; several processes may share the file
+(``BEGIN IMMEDIATE`` makes claims atomic across them, ``busy_timeout`` makes them wait).
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import json
+import os
+import re
+import sqlite3
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import Any
+
+from floodway.errors import FloodwayError, RequestError
+
+SCHEMA_VERSION = 1
+BUSY_TIMEOUT_MS = 5000
+# Lower rank is claimed first; anything else is refused at submit.
+PRIORITIES: dict[str, int] = {"high": 0, "normal": 1, "low": 2}
+MAX_KEY_LEN = 255   # as Stripe's API
+_ID_RE = re.compile(r"[0-9a-f]{32}")
+_KEY_RE = re.compile(rf"[\x21-\x7e]{{1,{MAX_KEY_LEN}}}")   # visible ASCII: a header value
+
+
+class JobState(enum.StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    EXPIRED = "expired"
+
+
+TRANSITIONS: dict[JobState, frozenset[JobState]] = {
+    # queued -> failed: claimed with its attempts already used up (max_attempts lowered).
+    # queued -> succeeded: a stale owner delivers after its job was re-queued (first wins).
+    JobState.QUEUED: frozenset({JobState.RUNNING, JobState.FAILED, JobState.SUCCEEDED}),
+    # running -> running: re-claimed by another owner after its lease expired.
+    JobState.RUNNING: frozenset({JobState.RUNNING, JobState.QUEUED, JobState.SUCCEEDED,
+                                 JobState.FAILED}),
+    JobState.SUCCEEDED: frozenset({JobState.EXPIRED}),
+    JobState.FAILED: frozenset({JobState.EXPIRED}),
+    JobState.EXPIRED: frozenset(),
+}
+
+
+class IllegalTransition(RuntimeError):
+    pass
+
+
+def check_transition(old: JobState, new: JobState) -> None:
+    """Raise IllegalTransition unless TRANSITIONS allows `old` -> `new`."""
+    if new not in TRANSITIONS[old]:
+        raise IllegalTransition(f"job: {old} -> {new}")
+
+
+def _iso(t: float | None) -> str | None:
+    if t is None:
+        return None
+    return datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+@dataclass(frozen=True)
+class Job:
+    """One job as stored. Times are epoch seconds; `finished_s`/`expires_s` are None until
+    the job succeeded or failed. `error` holds the last error while a job is retried."""
+
+    id: str
+    endpoint: str
+    tenant: str | None
+    priority: str
+    state: JobState
+    inputs: list[Any]
+    outputs: list[Any] | None
+    error: str | None
+    attempts: int
+    created_s: float
+    updated_s: float
+    finished_s: float | None
+    expires_s: float | None
+
+    @property
+    def done(self) -> bool:
+        return self.state in (JobState.SUCCEEDED, JobState.FAILED, JobState.EXPIRED)
+
+    def to_wire(self) -> dict[str, Any]:
+        """The ``GET /v1/jobs/<id>`` answer. Inputs are never echoed; times are RFC 3339 UTC
+        strings (``finished_at`` null until done); ``outputs`` only when succeeded,
+        ``error`` only when failed."""
+        out: dict[str, Any] = {"id": self.id, "endpoint": self.endpoint,
+                               "status": str(self.state), "attempts": self.attempts,
+                               "created_at": _iso(self.created_s),
+                               "finished_at": _iso(self.finished_s)}
+        if self.state == JobState.SUCCEEDED:
+            out["outputs"] = self.outputs
+        elif self.state == JobState.FAILED:
+            out["error"] = self.error
+        return out
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    id TEXT PRIMARY KEY,
+    endpoint TEXT NOT NULL,
+    tenant TEXT,
+    priority TEXT NOT NULL,
+    rank INTEGER NOT NULL,
+    state TEXT NOT NULL,
+    inputs TEXT NOT NULL,
+    outputs TEXT,
+    error TEXT,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    owner TEXT,
+    lease_until_s REAL,
+    not_before_s REAL NOT NULL,
+    created_s REAL NOT NULL,
+    updated_s REAL NOT NULL,
+    finished_s REAL,
+    expires_s REAL,
+    idem_scope TEXT UNIQUE,
+    body_sha256 TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS jobs_claim ON jobs (state, rank, created_s);
+CREATE INDEX IF NOT EXISTS jobs_lease ON jobs (state, lease_until_s);
+CREATE INDEX IF NOT EXISTS jobs_expiry ON jobs (expires_s) WHERE expires_s IS NOT NULL;
+"""
+
+
+def _body_sha256(endpoint: str, inputs: list[Any]) -> str:
+    blob = json.dumps([endpoint, inputs], sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+class JobStore:
+    """Durable jobs in the SQLite file at `path` (created with its schema if missing).
+
+    `ttl_s`: how long a finished job (and its idempotency key) is kept. `max_attempts`: how
+    many times a job is handed out before it fails for good. `clock`: epoch seconds.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, ttl_s: float = 86400.0,
+                 max_attempts: int = 3, clock: Callable[[], float] = time.time):
+        if ttl_s <= 0 or max_attempts < 1:
+            raise ValueError("ttl_s must be > 0 and max_attempts >= 1")
+        self.path, self.ttl_s, self.max_attempts, self.clock = path, ttl_s, max_attempts, clock
+        self._purge_every_s = min(ttl_s, 60.0)
+        self._next_purge_s = 0.0
+        self._lock = threading.Lock()
+        # Autocommit mode: every write below is one explicit BEGIN IMMEDIATE ... COMMIT.
+        self._db = sqlite3.connect(os.fspath(path), check_same_thread=False,
+                                   isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
+        self._db.row_factory = sqlite3.Row
+        with self._lock:
+            self._db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            self._db.execute("PRAGMA journal_mode = WAL")
+            self._db.execute("PRAGMA synchronous = FULL")
+            version = self._db.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                self._db.close()
+                raise FloodwayError(f"job store {os.fspath(path)!r} has schema version "
+                                    f"{version}; this floodway knows up to {SCHEMA_VERSION}")
+            self._db.executescript(f"BEGIN IMMEDIATE; {_SCHEMA} "
+                                   f"PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;")
+
+    # ------------------------------------------------------------------ plumbing
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    def _job(self, row: sqlite3.Row) -> Job:
+        return Job(id=row["id"], endpoint=row["endpoint"], tenant=row["tenant"],
+                   priority=row["priority"], state=JobState(row["state"]),
+                   inputs=json.loads(row["inputs"]),
+                   outputs=None if row["outputs"] is None else json.loads(row["outputs"]),
+                   error=row["error"], attempts=row["attempts"], created_s=row["created_s"],
+                   updated_s=row["updated_s"], finished_s=row["finished_s"],
+                   expires_s=row["expires_s"])
+
+    def _update(self, db: sqlite3.Connection, row: sqlite3.Row, new: JobState,
+                **cols: Any) -> None:
+        check_transition(JobState(row["state"]), new)
+        cols = {"state": str(new), **cols}
+        sets = ", ".join(f"{k} = ?" for k in cols)
+        db.execute(f"UPDATE jobs SET {sets} WHERE id = ?", [*cols.values(), row["id"]])
+
+    def _finish(self, now: float) -> dict[str, Any]:
+        return {"owner": None, "lease_until_s": None, "updated_s": now, "finished_s": now,
+                "expires_s": now + self.ttl_s}
+
+    def _maybe_purge(self, db: sqlite3.Connection, now: float) -> None:
+        if now >= self._next_purge_s:
+            db.execute("DELETE FROM jobs WHERE expires_s <= ?", (now,))
+            self._next_purge_s = now + self._purge_every_s
+
+    # ------------------------------------------------------------------ API
+    def submit(self, endpoint: str, inputs: list[Any], *, tenant: str | None = None,
+               priority: str = "normal",
+               idempotency_key: str | None = None) -> tuple[Job, bool]:
+        """Store a new queued job durably; return (job, True). With an `idempotency_key`
+        already used by this tenant on this endpoint, return (that job, False) whatever its
+        state. Raises RequestError: 409 when the key was used for a different request
+        (endpoint or inputs), 400 for a malformed key, 422 for an unknown priority."""
+        if priority not in PRIORITIES:
+            raise RequestError(f"priority must be one of {sorted(PRIORITIES)}, got {priority!r}",
+                               status=422, field="priority")
+        if idempotency_key is not None and not _KEY_RE.fullmatch(idempotency_key):
+            raise RequestError(f"an idempotency key is 1 to {MAX_KEY_LEN} visible ASCII "
+                               "characters", status=400, field="Idempotency-Key")
+        body_sha = _body_sha256(endpoint, inputs)
+        scope = (None if idempotency_key is None
+                 else json.dumps([tenant, endpoint, idempotency_key]))
+        inputs_json = json.dumps(inputs, separators=(",", ":"))
+        with self._write() as db:
+            now = self.clock()
+            self._maybe_purge(db, now)
+            if scope is not None:
+                row = db.execute("SELECT * FROM jobs WHERE idem_scope = ?", (scope,)).fetchone()
+                if row is not None and row["expires_s"] is not None and row["expires_s"] <= now:
+                    db.execute("DELETE FROM jobs WHERE id = ?", (row["id"],))  # key expired
+                elif row is not None:
+                    if row["body_sha256"] != body_sha:
+                        raise RequestError(
+                            f"Idempotency-Key {idempotency_key!r} was already used for a "
+                            "different request (other inputs); use a new key for a new "
+                            "request", status=409, field="Idempotency-Key")
+                    return self._job(row), False
+            job = Job(id=uuid.uuid4().hex, endpoint=endpoint, tenant=tenant, priority=priority,
+                      state=JobState.QUEUED, inputs=inputs, outputs=None, error=None,
+                      attempts=0, created_s=now, updated_s=now, finished_s=None,
+                      expires_s=None)
+            db.execute(
+                "INSERT INTO jobs (id, endpoint, tenant, priority, rank, state, inputs, "
+                "not_before_s, created_s, updated_s, idem_scope, body_sha256) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (job.id, endpoint, tenant, priority, PRIORITIES[priority], str(job.state),
+                 inputs_json, now, now, now, scope, body_sha))
+        return job, True
+
+    def claim(self, owner: str, *, lease_s: float, endpoints: Iterable[str] | None = None,
+              limit: int = 1) -> list[Job]:
+        """Atomically take up to `limit` jobs for `owner` with a lease of `lease_s` seconds:
+        queued ones (high priority first, then oldest) and running ones whose lease expired.
+        Each claim counts an attempt; a job that already had `max_attempts` is failed
+        ("gave up after N attempts: ...") instead of being returned."""
+        eps = None if endpoints is None else list(endpoints)
+        where = ("((state = 'queued' AND not_before_s <= :now) "
+                 "OR (state = 'running' AND lease_until_s <= :now))")
+        if eps is not None:
+            where += f" AND endpoint IN ({', '.join(f':e{i}' for i in range(len(eps)))})"
+        taken: list[Job] = []
+        with self._write() as db:
+            now = self.clock()
+            self._maybe_purge(db, now)
+            params: dict[str, Any] = {"now": now, **{f"e{i}": e for i, e in enumerate(eps or [])}}
+            while len(taken) < limit:
+                rows = db.execute(f"SELECT * FROM jobs WHERE {where} "
+                                  "ORDER BY rank, created_s, rowid LIMIT :n",
+                                  {**params, "n": limit - len(taken)}).fetchall()
+                if not rows:
+                    break
+                for row in rows:
+                    expired_lease = row["state"] == JobState.RUNNING
+                    last = (f"lease of {row['owner']} expired" if expired_lease
+                            else row["error"] or "no error recorded")
+                    if row["attempts"] >= self.max_attempts:
+                        self._update(db, row, JobState.FAILED, **self._finish(now),
+                                     error=f"gave up after {row['attempts']} attempts: {last}")
+                        continue
+                    self._update(db, row, JobState.RUNNING, owner=owner,
+                                 lease_until_s=now + lease_s, attempts=row["attempts"] + 1,
+                                 updated_s=now, error=last if expired_lease else row["error"])
+                    taken.append(replace(self._job(row), state=JobState.RUNNING,
+                                         attempts=row["attempts"] + 1, updated_s=now,
+                                         error=last if expired_lease else row["error"]))
+        return taken
+
+    def renew(self, job_id: str, owner: str, lease_s: float) -> bool:
+        """Extend `owner`'s lease to now + `lease_s`; False if it no longer holds the job."""
+        with self._write() as db:
+            now = self.clock()
+            cur = db.execute("UPDATE jobs SET lease_until_s = ?, updated_s = ? "
+                             "WHERE id = ? AND state = 'running' AND owner = ?",
+                             (now + lease_s, now, job_id, owner))
+            return cur.rowcount == 1
+
+    def complete(self, job_id: str, owner: str, outputs: list[Any]) -> bool:
+        """Record the result, once: True if this call finished the job, False if it was
+        already finished (or never handed out). Any owner that ran the job may deliver, even
+        after its lease expired. Raises TypeError/ValueError if `outputs` is not JSON."""
+        outputs_json = json.dumps(outputs, separators=(",", ":"))
+        with self._write() as db:
+            row = db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            if row is None or row["attempts"] == 0 or row["state"] not in (
+                    JobState.RUNNING, JobState.QUEUED):
+                return False
+            now = self.clock()
+            # The owner is kept on a finished job: it says who delivered the result.
+            self._update(db, row, JobState.SUCCEEDED,
+                         **{**self._finish(now), "owner": owner}, outputs=outputs_json,
+                         error=None)
+            return True
+
+    def fail(self, job_id: str, owner: str, error: str, *, retry: bool,
+             delay_s: float = 0.0) -> bool:
+        """Report that `owner`'s attempt failed with `error`. `retry`: put the job back in the
+        queue (claimable after `delay_s` seconds) unless its attempts are used up, in which
+        case it fails ("gave up after N attempts: <error>"). False if `owner` no longer holds
+        the job (its lease was taken over, or the job already finished)."""
+        with self._write() as db:
+            row = db.execute("SELECT * FROM jobs WHERE id = ? AND state = 'running' "
+                             "AND owner = ?", (job_id, owner)).fetchone()
+            if row is None:
+                return False
+            now = self.clock()
+            if retry and row["attempts"] < self.max_attempts:
+                self._update(db, row, JobState.QUEUED, owner=None, lease_until_s=None,
+                             updated_s=now, not_before_s=now + max(0.0, delay_s), error=error)
+            else:
+                if retry:
+                    error = f"gave up after {row['attempts']} attempts: {error}"
+                self._update(db, row, JobState.FAILED, **self._finish(now), error=error)
+            return True
+
+    def release(self, job_id: str, owner: str) -> bool:
+        """Hand a job back to the queue without counting the attempt (a graceful stop, not a
+        failure). False if `owner` no longer holds it."""
+        with self._write() as db:
+            row = db.execute("SELECT * FROM jobs WHERE id = ? AND state = 'running' "
+                             "AND owner = ?", (job_id, owner)).fetchone()
+            if row is None:
+                return False
+            now = self.clock()
+            self._update(db, row, JobState.QUEUED, owner=None, lease_until_s=None,
+                         updated_s=now, not_before_s=now, attempts=max(0, row["attempts"] - 1))
+            return True
+
+    def get(self, job_id: str) -> Job | None:
+        """The job, or None for an unknown, malformed or purged id. An expired job not yet
+        purged comes back as a tombstone: state expired, no inputs, outputs or error."""
+        if not isinstance(job_id, str) or not _ID_RE.fullmatch(job_id):
+            return None
+        with self._lock:
+            row = self._db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        if row is None:
+            return None
+        job = self._job(row)
+        if job.expires_s is not None and job.expires_s <= self.clock():
+            check_transition(job.state, JobState.EXPIRED)
+            return replace(job, state=JobState.EXPIRED, inputs=[], outputs=None, error=None)
+        return job
+
+    def purge(self) -> int:
+        """Delete every expired job (and so its idempotency key); return how many."""
+        with self._write() as db:
+            now = self.clock()
+            self._next_purge_s = now + self._purge_every_s
+            return db.execute("DELETE FROM jobs WHERE expires_s <= ?", (now,)).rowcount
+
+    def counts(self) -> dict[str, int]:
+        """Jobs by state, every state present (queued is the queue depth); expired counts
+        jobs past their expiry that are not purged yet."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT CASE WHEN expires_s <= ? THEN 'expired' ELSE state END AS s, COUNT(*) "
+                "FROM jobs GROUP BY s", (self.clock(),)).fetchall()
+        out = {str(s): 0 for s in JobState}
+        out.update({s: n for s, n in rows})
+        return out
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def __enter__(self) -> JobStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
