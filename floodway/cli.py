@@ -106,15 +106,20 @@ def serve(app: AppArg, host: Annotated[str, typer.Option()] = "127.0.0.1",
               help="containers per endpoint (default: warm pool min + buffer)")] = None,
           show_example: Annotated[bool, typer.Option(
               help="once ready, send one real request and print it as a curl line")] = False,
+          api_key: Annotated[list[str] | None, typer.Option(
+              "--api-key", metavar="KEY", help="accept this bearer token (repeatable; added to "
+                                "$FLOODWAY_API_KEYS, which is safer: command lines are visible "
+                                "to other users); required for a non-loopback --host")] = None,
           ) -> None:
     """Serve endpoints locally: a router on HOST:PORT and worker-process containers."""
+    from floodway.routers.admission import ApiKeys
     from floodway.runtime.server import serve as run
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     _no_modal()
     try:
         run(app, host=host, port=port, store=store, containers=containers,
-            show_example=show_example)
+            show_example=show_example, api_keys=ApiKeys.from_env(extra=api_key or ()))
     except FloodwayError as e:
         raise _fail(e) from None
 

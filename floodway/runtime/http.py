@@ -23,6 +23,7 @@ from starlette.routing import Route
 
 from floodway.errors import EndpointError, RequestError, Unavailable
 from floodway.functions.app import App
+from floodway.routers.admission import ApiKeys
 from floodway.routers.schema import error_body, parse_predict
 from floodway.runtime.metrics import Metrics
 
@@ -62,10 +63,12 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def make_asgi_app(app: App, backend: Backend, *, lifespan: Any = None) -> Starlette:
+def make_asgi_app(app: App, backend: Backend, *, lifespan: Any = None,
+                  api_keys: ApiKeys | None = None) -> Starlette:
     """The router ASGI app for every endpoint of `app`, running work on `backend`.
 
     `lifespan` (a Starlette lifespan context) starts and stops the backend with the server.
+    `api_keys` (None: no authentication) is kept as ``state.api_keys`` of the returned app.
     """
 
     metrics = Metrics(backend.readiness)
@@ -125,9 +128,14 @@ def make_asgi_app(app: App, backend: Backend, *, lifespan: Any = None) -> Starle
         return _error(exc.status_code, kind, f"{request.method} {request.url.path}: {exc.detail}",
                       headers=dict(exc.headers or {}))
 
-    return Starlette(exception_handlers={HTTPException: http_error}, routes=[
+    asgi = Starlette(exception_handlers={HTTPException: http_error}, routes=[
         Route("/v1/{endpoint}", predict, methods=["POST"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
         Route("/metrics", metrics_page, methods=["GET"]),
     ], lifespan=lifespan)
+    # Stored only: not yet enforced. The admission step of `predict` (routers.admission:
+    # tenant_of, then a TenantLimiter per route) is to check it, answering 401 with
+    # WWW-Authenticate from Unauthorized.challenge.
+    asgi.state.api_keys = api_keys or ApiKeys()
+    return asgi
