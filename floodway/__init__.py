@@ -32,13 +32,14 @@ _EXPORTS = {
     "FloodwayError": "floodway.errors",
     "Problem": "floodway.errors",
     "RequestError": "floodway.errors",
+    "Unauthorized": "floodway.errors",
     "Unavailable": "floodway.errors",
 }
 
 __all__ = [
     "App", "ArtifactError", "Batching", "Build", "BuildError", "ConfigError", "Endpoint",
     "EndpointError", "FloodwayError", "HFModel", "Loaded", "LocalModel", "Problem",
-    "RequestError", "Route", "Unavailable", "WarmPool", "Window", "__version__",
+    "RequestError", "Route", "Unauthorized", "Unavailable", "WarmPool", "Window", "__version__",
 ]
 
 if TYPE_CHECKING:
@@ -51,6 +52,7 @@ if TYPE_CHECKING:
         FloodwayError,
         Problem,
         RequestError,
+        Unauthorized,
         Unavailable,
     )
     from floodway.functions.app import App

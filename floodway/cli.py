@@ -106,15 +106,26 @@ def serve(app: AppArg, host: Annotated[str, typer.Option()] = "127.0.0.1",
               help="containers per endpoint (default: warm pool min + buffer)")] = None,
           show_example: Annotated[bool, typer.Option(
               help="once ready, send one real request and print it as a curl line")] = False,
+          api_key: Annotated[list[str] | None, typer.Option(
+              "--api-key", metavar="KEY", help="accept this bearer token (repeatable; added to "
+                                "$FLOODWAY_API_KEYS, which is safer: command lines are visible "
+                                "to other users); required for a non-loopback --host")] = None,
+          jobs_db: Annotated[Path | None, typer.Option(
+              help="SQLite file of async jobs (default: $FLOODWAY_JOBS_DB, else "
+                   "<store>/.jobs/jobs.sqlite3)")] = None,
+          job_ttl_s: Annotated[float, typer.Option(
+              min=1, help="seconds a finished job's result is kept")] = 86400.0,
           ) -> None:
     """Serve endpoints locally: a router on HOST:PORT and worker-process containers."""
+    from floodway.routers.admission import ApiKeys
     from floodway.runtime.server import serve as run
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     _no_modal()
     try:
         run(app, host=host, port=port, store=store, containers=containers,
-            show_example=show_example)
+            show_example=show_example, api_keys=ApiKeys.from_env(extra=api_key or ()),
+            jobs_db=jobs_db, job_ttl_s=job_ttl_s)
     except FloodwayError as e:
         raise _fail(e) from None
 

@@ -5,6 +5,7 @@
     ├── BuildError       a build stage failed (fetch, snapshot, export, parity, publish)
     ├── ArtifactError    built artifacts are missing, incomplete or do not match their manifest
     ├── RequestError     a client request is invalid (maps to a 4xx answer)
+    │   └── Unauthorized no or wrong API key (401 with WWW-Authenticate: Bearer)
     ├── Unavailable      no container can take the work now (503 with Retry-After)
     └── EndpointError    the endpoint function raised or broke its contract (500)
 """
@@ -65,6 +66,24 @@ class RequestError(FloodwayError):
         self.status = status
         self.field = field
         super().__init__(message)
+
+
+class Unauthorized(RequestError):
+    """The request lacks an accepted API key (401).
+
+    `error` is the RFC 6750 (section 3.1) error code, "invalid_token" when a token was sent
+    but not accepted, None when none was sent. `challenge` is the WWW-Authenticate value to
+    answer with. The message never repeats the credential.
+    """
+
+    def __init__(self, message: str, *, error: str | None = None):
+        self.error = error
+        super().__init__(message, status=401, field="Authorization")
+
+    @property
+    def challenge(self) -> str:
+        extra = f', error="{self.error}"' if self.error else ""
+        return f'Bearer realm="floodway"{extra}'
 
 
 class Unavailable(FloodwayError):

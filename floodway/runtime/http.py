@@ -1,9 +1,19 @@
 """The router's HTTP surface (Starlette), shared by the local runtime and the Modal router.
 
-    POST /v1/<endpoint>   {"inputs": [...]} -> 200 {"outputs": [...]}, one output per input
+    POST /v1/<endpoint>       {"inputs": [...]} -> 200 {"outputs": [...]}, one per input;
+                              `Prefer: respond-async` -> 202 + Location, as /jobs below
+    POST /v1/<endpoint>/jobs  -> 202 {"id", "status", ...} + Location: /v1/jobs/<id>
+                              (200 with the same job for a repeated Idempotency-Key)
+    GET  /v1/jobs/<id>        -> status and, once done, outputs or error; 404 / 410 expired
     GET  /healthz         200 while the process is up
     GET  /readyz          200 once a container of every endpoint is warm, else 503; with detail
     GET  /metrics         Prometheus metrics (`floodway.runtime.metrics`)
+
+Admission, in order, before any work: bearer-token auth (401), `X-Priority` and
+`X-Deadline-Ms` (400), the tenant's token bucket (429 + Retry-After), the body size (413,
+never buffered beyond the limit) and payload (4xx). Then `decide()` dispatches, queues,
+spills (cold container, async job) or sheds (503 + Retry-After). A client that disconnects
+withdraws its queued items before they reach a model.
 
 Where the work runs is a `Backend`: the local pool of worker processes, or Modal classes.
 """
@@ -14,6 +24,7 @@ import asyncio
 import json
 import math
 import time
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from starlette.applications import Starlette
@@ -22,8 +33,16 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from floodway.errors import RequestError, Unavailable
+from floodway.errors import RequestError, Unauthorized, Unavailable
 from floodway.functions.app import App
+from floodway.routers.admission import (
+    ApiKeys,
+    Priority,
+    TenantLimiter,
+    parse_deadline,
+    parse_priority,
+    tenant_of,
+)
 from floodway.routers.decide import Action, Decision, Snapshot, decide
 from floodway.routers.decide import Request as DecideRequest
 from floodway.routers.schema import error_body, parse_predict
@@ -111,49 +130,127 @@ def _outputs(name: str, inputs: list[Any], results: list[Any]) -> JSONResponse:
     return JSONResponse(body, status_code=500)
 
 
-def make_asgi_app(app: App, backend: Backend, *, lifespan: Any = None) -> Starlette:
+class Jobs(Protocol):
+    """The async job queue behind ``/v1/<endpoint>/jobs`` and ``/v1/jobs/<id>``."""
+
+    def submit(self, endpoint: str, inputs: list[Any], *, tenant: str, priority: Priority,
+               idempotency_key: str | None) -> tuple[dict[str, Any], bool]:
+        """Persist a job before returning (wire form, created). Raises RequestError."""
+        ...
+
+    def get(self, job_id: str, tenant: str) -> dict[str, Any] | None:
+        """The job's wire form (``status`` "expired" answers 410), None when unknown."""
+        ...
+
+    def counts(self) -> dict[str, int]: ...
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """A request that passed admission: who sent it, how urgent, what it holds."""
+
+    tenant: str
+    priority: Priority
+    budget_s: float
+    inputs: list[Any]
+
+
+def make_asgi_app(app: App, backend: Backend, *, lifespan: Any = None,
+                  api_keys: ApiKeys | None = None, jobs: Jobs | None = None) -> Starlette:
     """The router ASGI app for every endpoint of `app`, running work on `backend`.
 
     `lifespan` (a Starlette lifespan context) starts and stops the backend with the server.
+    `api_keys` (empty: no authentication) are required as bearer tokens; `jobs` (None: no
+    async jobs, and "async" spills are not offered) backs the job routes.
     """
-
-    metrics = Metrics(backend.readiness)
+    keys = api_keys or ApiKeys()
+    metrics = Metrics(backend.readiness, jobs.counts if jobs else None)
     if hasattr(backend, "on_batch_metrics"):
         backend.on_batch_metrics = metrics.batch
+    limiters = {ep.name: TenantLimiter.for_route(ep.route) for ep in app}
 
-    async def predict(request: Request) -> JSONResponse:
-        t0 = time.perf_counter()
-        name = request.path_params["endpoint"]
-        response = await _predict(request, name)
-        outcome = "ok" if response.status_code == 200 else json.loads(response.body)["error"][
-            "type"]
-        # Unknown names share one label: a client must not be able to grow the label set.
-        metrics.observe(name if name in app.endpoints else "(unknown)", outcome,
-                        time.perf_counter() - t0)
-        return response
+    def observed(handler):
+        async def wrapper(request: Request) -> JSONResponse:
+            t0 = time.perf_counter()
+            name = request.path_params.get("endpoint", "(jobs)")
+            response = await handler(request)
+            body = json.loads(response.body)
+            outcome = "ok" if response.status_code < 300 else (
+                body["error"]["type"] if "error" in body else str(response.status_code))
+            if response.status_code == 202:
+                outcome = "accepted"
+            # Unknown names share one label: a client must not be able to grow the label set.
+            known = name in app.endpoints or name == "(jobs)"
+            metrics.observe(name if known else "(unknown)", outcome, time.perf_counter() - t0)
+            return response
+        return wrapper
 
-    async def _predict(request: Request, name: str) -> JSONResponse:
-        eps = app.endpoints
-        if name not in eps:
+    async def admit(request: Request, name: str) -> Admitted | JSONResponse:
+        """Auth, headers and the tenant's rate before the body is read; then the body."""
+        if name not in app.endpoints:
             return _error(404, "not_found", f"no endpoint {name!r}; endpoints: "
-                                            f"{', '.join(sorted(eps)) or '(none)'}")
-        ep = eps[name]
+                                            f"{', '.join(sorted(app.endpoints)) or '(none)'}")
+        ep = app.endpoints[name]
+        try:
+            tenant = tenant_of(request.headers.get("authorization"), keys)
+        except Unauthorized as e:
+            return _error(401, "unauthorized", str(e), e.field,
+                          headers={"WWW-Authenticate": e.challenge})
+        try:
+            priority = parse_priority(request.headers.get("x-priority"))
+            budget_s = parse_deadline(request.headers.get("x-deadline-ms"),
+                                      default_s=ep.route.timeout_s)
+        except RequestError as e:
+            return _error(e.status, "invalid_request", str(e), e.field)
+        wait_s = limiters[name].check(tenant, time.monotonic())
+        if wait_s > 0:
+            metrics.shed(name, 429)
+            return _error(429, "rate_limited", f"tenant over its rate of "
+                          f"{ep.route.tenant_rate_per_s:g} requests/s for endpoint {name!r}",
+                          headers={"Retry-After": _retry_after(wait_s)})
         try:
             body = await read_body(request, ep.route.max_body_bytes)
             inputs = parse_predict(body, ep.input_type, max_inputs=ep.route.max_inputs)
         except RequestError as e:
             kind = "too_large" if e.status == 413 else "invalid_request"
             return _error(e.status, kind, str(e), e.field)
-        budget_s = ep.route.timeout_s
+        return Admitted(tenant, priority, budget_s, inputs)
+
+    def submit_job(request: Request, name: str, a: Admitted) -> JSONResponse:
+        if jobs is None:
+            return _error(501, "not_implemented", "this router has no async job queue")
+        try:
+            wire, created = jobs.submit(name, a.inputs, tenant=a.tenant, priority=a.priority,
+                                        idempotency_key=request.headers.get("idempotency-key"))
+        except RequestError as e:
+            return _error(e.status, "conflict" if e.status == 409 else "invalid_request",
+                          str(e), e.field)
+        location = f"/v1/jobs/{wire['id']}"
+        headers = {"Location": location, "Preference-Applied": "respond-async"}
+        return JSONResponse({**wire, "location": location}, status_code=202 if created else 200,
+                            headers=headers)
+
+    async def predict(request: Request) -> JSONResponse:
+        name = request.path_params["endpoint"]
+        a = await admit(request, name)
+        if isinstance(a, JSONResponse):
+            return a
+        prefer = {t.strip().lower() for t in request.headers.get("prefer", "").split(",")}
+        if "respond-async" in prefer:
+            return submit_job(request, name, a)
         snap = backend.snapshot(name)
-        decision = decide(snap, DecideRequest(rows=len(inputs), deadline_s=snap.now_s + budget_s,
-                                              allow_async=False))
+        decision = decide(snap, DecideRequest(
+            rows=len(a.inputs), deadline_s=snap.now_s + a.budget_s, priority=int(a.priority),
+            tenant=a.tenant, allow_async=jobs is not None))
         metrics.decided(name, decision)
-        if decision.action in (Action.SHED, Action.SPILL_ASYNC):
+        if decision.action == Action.SHED:
             return _shed(name, decision)
+        if decision.action == Action.SPILL_ASYNC:
+            return submit_job(request, name, a)
         if decision.action == Action.SPILL_COLD:
             backend.start_cold(name)
-        work = asyncio.ensure_future(backend.run(name, inputs, timeout_s=budget_s))
+        work = asyncio.ensure_future(backend.run(name, a.inputs, timeout_s=a.budget_s,
+                                                 priority=int(a.priority), tenant=a.tenant))
         gone = asyncio.ensure_future(_disconnected(request))
         try:
             await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
@@ -170,8 +267,30 @@ def make_asgi_app(app: App, backend: Backend, *, lifespan: Any = None) -> Starle
                           headers={"Retry-After": _retry_after(e.retry_after_s)})
         except TimeoutError:
             return _error(504, "deadline_exceeded",
-                          f"endpoint {name!r} did not answer within {budget_s:g} s")
-        return _outputs(name, inputs, results)
+                          f"endpoint {name!r} did not answer within {a.budget_s:g} s")
+        return _outputs(name, a.inputs, results)
+
+    async def create_job(request: Request) -> JSONResponse:
+        name = request.path_params["endpoint"]
+        a = await admit(request, name)
+        return a if isinstance(a, JSONResponse) else submit_job(request, name, a)
+
+    async def get_job(request: Request) -> JSONResponse:
+        if jobs is None:
+            return _error(501, "not_implemented", "this router has no async job queue")
+        try:
+            tenant = tenant_of(request.headers.get("authorization"), keys)
+        except Unauthorized as e:
+            return _error(401, "unauthorized", str(e), e.field,
+                          headers={"WWW-Authenticate": e.challenge})
+        job_id = request.path_params["job_id"]
+        wire = jobs.get(job_id, tenant)
+        if wire is None:
+            return _error(404, "not_found", f"no job {job_id!r} (unknown, purged after its "
+                                            "TTL, or another tenant's)")
+        if wire.get("status") == "expired":
+            return _error(410, "expired", f"job {job_id!r} finished and its result expired")
+        return JSONResponse(wire)
 
     async def metrics_page(request: Request) -> Response:
         body, content_type = metrics.render()
@@ -190,9 +309,13 @@ def make_asgi_app(app: App, backend: Backend, *, lifespan: Any = None) -> Starle
         return _error(exc.status_code, kind, f"{request.method} {request.url.path}: {exc.detail}",
                       headers=dict(exc.headers or {}))
 
-    return Starlette(exception_handlers={HTTPException: http_error}, routes=[
-        Route("/v1/{endpoint}", predict, methods=["POST"]),
+    asgi = Starlette(exception_handlers={HTTPException: http_error}, routes=[
+        Route("/v1/jobs/{job_id}", observed(get_job), methods=["GET"]),
+        Route("/v1/{endpoint}/jobs", observed(create_job), methods=["POST"]),
+        Route("/v1/{endpoint}", observed(predict), methods=["POST"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
         Route("/metrics", metrics_page, methods=["GET"]),
     ], lifespan=lifespan)
+    asgi.state.api_keys = keys
+    return asgi

@@ -13,6 +13,7 @@
     floodway_sheds_total{endpoint, status}              counter: 429 (tenant rate), 503
     floodway_batch_rows{endpoint}                       histogram: rows per batch sent
     floodway_batch_seconds{endpoint}                    histogram: compute seconds per batch
+    floodway_jobs{state}                                gauge: async jobs by state
 
 Outcomes are the error types of the wire format (``ok``, ``invalid_request``, ``too_large``,
 ``not_found``, ``unavailable``, ``deadline_exceeded``, ``endpoint_error``). Each router has its
@@ -69,8 +70,20 @@ class _PoolCollector:
         yield rows
 
 
+class _JobsCollector:
+    def __init__(self, counts: Callable[[], dict[str, int]]):
+        self.counts = counts
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        jobs = GaugeMetricFamily("floodway_jobs", "Async jobs by state", labels=["state"])
+        for state, n in self.counts().items():
+            jobs.add_metric([state], n)
+        yield jobs
+
+
 class Metrics:
-    def __init__(self, readiness: Callable[[], dict[str, Any]]):
+    def __init__(self, readiness: Callable[[], dict[str, Any]],
+                 job_counts: Callable[[], dict[str, int]] | None = None):
         self.registry = CollectorRegistry()
         self.requests = Counter("floodway_requests", "Requests by endpoint and outcome",
                                 ["endpoint", "outcome"], registry=self.registry)
@@ -91,6 +104,8 @@ class Metrics:
                                        "Endpoint compute seconds per batch", ["endpoint"],
                                        buckets=LATENCY_BUCKETS_S, registry=self.registry)
         self.registry.register(_PoolCollector(readiness))
+        if job_counts:
+            self.registry.register(_JobsCollector(job_counts))
 
     def decided(self, endpoint: str, decision: Any) -> None:
         action = str(decision.action)

@@ -1,4 +1,7 @@
-"""`floodway serve`: the local router (uvicorn on loopback) in front of a Pool of containers."""
+"""`floodway serve`: the local router (uvicorn) in front of a Pool of containers.
+
+It binds to loopback unless API keys are configured: beyond this machine, bearer-token auth.
+"""
 
 from __future__ import annotations
 
@@ -16,7 +19,9 @@ import uvicorn
 from floodway.build.store import ArtifactStore
 from floodway.errors import FloodwayError
 from floodway.functions.discover import load_app
+from floodway.routers.admission import API_KEYS_ENV, ApiKeys
 from floodway.runtime.http import make_asgi_app
+from floodway.runtime.local_jobs import LocalJobs, default_jobs_path
 from floodway.runtime.pool import Pool
 
 log = logging.getLogger("floodway.serve")
@@ -33,9 +38,14 @@ def is_loopback(host: str) -> bool:
 
 
 def build_server(app_spec: str, *, store: str | Path | None = None,
-                 containers: int | None = None):
-    """The ASGI app and its Pool for `app_spec` (containers start with the app's lifespan).
+                 containers: int | None = None, api_keys: ApiKeys | None = None,
+                 jobs_db: str | Path | None = None, job_ttl_s: float = 86400.0):
+    """The ASGI app and its Pool for `app_spec` (containers and the job runner start with
+    the app's lifespan).
 
+    `api_keys` (None: no authentication) are required as bearer tokens. Async jobs live in
+    the SQLite file `jobs_db` (None: FLOODWAY_JOBS_DB, else beside the artifact store) and
+    their results are kept `job_ttl_s` seconds after they finish.
     Raises ArtifactError early when an endpoint has no build.
     """
     app, eps = load_app(app_spec)
@@ -44,16 +54,19 @@ def build_server(app_spec: str, *, store: str | Path | None = None,
         st.latest(ep.name)   # fail now, with the command to run, not in every worker
     target = app_spec.split("::")[0]
     pool = Pool(app, target, str(st.root), containers=containers)
+    jobs = LocalJobs(app, pool, jobs_db or default_jobs_path(st.root), ttl_s=job_ttl_s)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app) -> AsyncIterator[None]:
         await pool.start()
+        await jobs.start()
         try:
             yield
         finally:
+            await jobs.stop()
             await pool.stop()
 
-    return make_asgi_app(app, pool, lifespan=lifespan), pool
+    return make_asgi_app(app, pool, lifespan=lifespan, api_keys=api_keys, jobs=jobs), pool
 
 
 async def _show_example(base: str, endpoint: str, pool: Pool, timeout_s: float) -> None:
@@ -76,12 +89,24 @@ async def _show_example(base: str, endpoint: str, pool: Pool, timeout_s: float) 
 
 def serve(app_spec: str, *, host: str = "127.0.0.1", port: int = 8000,
           store: str | Path | None = None, containers: int | None = None,
-          show_example: bool = False, log_level: str = "info") -> None:
-    """Run the router and containers until interrupted (Ctrl-C)."""
-    if not is_loopback(host):
+          show_example: bool = False, log_level: str = "info",
+          api_keys: ApiKeys | None = None, jobs_db: str | Path | None = None,
+          job_ttl_s: float = 86400.0) -> None:
+    """Run the router and containers until interrupted (Ctrl-C).
+
+    `api_keys` None reads them from FLOODWAY_API_KEYS. Raises FloodwayError, before loading
+    anything, for a non-loopback `host` without API keys.
+    """
+    keys = ApiKeys.from_env() if api_keys is None else api_keys
+    if not is_loopback(host) and not keys:
+        # Anyone who can reach the port could otherwise run (and exhaust) the endpoints.
         raise FloodwayError(f"--host {host} is not a loopback address; serving beyond this "
-                            "machine needs bearer-token auth, which this version lacks")
-    asgi, pool = build_server(app_spec, store=store, containers=containers)
+                            f"machine needs bearer-token auth: set {API_KEYS_ENV} "
+                            "(comma-separated keys) or pass --api-key")
+    if keys:
+        log.info("bearer-token auth on: %d API key(s)", len(keys))
+    asgi, pool = build_server(app_spec, store=store, containers=containers, api_keys=keys,
+                              jobs_db=jobs_db, job_ttl_s=job_ttl_s)
     config = uvicorn.Config(asgi, host=host, port=port, log_level=log_level)
     server = uvicorn.Server(config)
 

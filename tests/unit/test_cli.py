@@ -28,8 +28,10 @@ def test_unknown_endpoint_and_missing_file(tmp_path):
 
 
 def test_serve_refuses_public_bind(built_store):
-    r = floodway("serve", str(MODAL_APP), "--host", "0.0.0.0", "--store", str(built_store))
+    r = floodway("serve", str(MODAL_APP), "--host", "0.0.0.0", "--store", str(built_store),
+                 env={"FLOODWAY_API_KEYS": ""})
     assert r.returncode == 2 and "not a loopback address" in r.stderr
+    assert "FLOODWAY_API_KEYS" in r.stderr and "--api-key" in r.stderr
 
 
 def test_build_on_modal_calls_the_apps_build_functions(monkeypatch):

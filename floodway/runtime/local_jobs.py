@@ -1,0 +1,93 @@
+"""Async jobs of the local router: a durable SQLite `JobStore` and a `JobRunner` that runs
+each job on the pool through the same `decide()` as sync requests.
+
+Jobs run at low priority (they have no waiting client): they take at most the low share of
+the queue, so a backlog of jobs never crowds out sync traffic; when `decide()` sheds, the job
+goes back to the queue with the Retry-After as its delay. A router killed mid-job leaves the
+lease to expire, and the next router (or this one restarted) runs the job again.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+from typing import Any
+
+from floodway.errors import EndpointError, Unavailable
+from floodway.functions.app import App
+from floodway.routers.admission import Priority
+from floodway.routers.decide import Action, Request, decide
+from floodway.routers.job_runner import JobRunner
+from floodway.routers.jobs import Job, JobState, JobStore
+
+JOBS_DB_ENV = "FLOODWAY_JOBS_DB"
+# A job has no client waiting: it may wait long for capacity, but not forever per attempt.
+JOB_TIMEOUT_S = 300.0
+
+
+def default_jobs_path(store_root: str | Path) -> Path:
+    """FLOODWAY_JOBS_DB, else ``jobs.sqlite3`` beside the artifact store's builds."""
+    return Path(os.environ.get(JOBS_DB_ENV) or Path(store_root) / ".jobs" / "jobs.sqlite3")
+
+
+class LocalJobs:
+    """The `Jobs` of `floodway.runtime.http` for the local runtime."""
+
+    def __init__(self, app: App, backend: Any, path: str | Path, *, ttl_s: float = 86400.0,
+                 concurrency: int = 2, lease_s: float = 30.0):
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self.app, self.backend = app, backend
+        self.store = JobStore(path, ttl_s=ttl_s)
+        self.runner = JobRunner(self.store, self._run, owner=f"router-{os.getpid()}-"
+                                f"{uuid.uuid4().hex[:8]}", lease_s=lease_s,
+                                concurrency=concurrency)
+
+    def submit(self, endpoint: str, inputs: list[Any], *, tenant: str, priority: Priority,
+               idempotency_key: str | None) -> tuple[dict[str, Any], bool]:
+        """Store the job durably (before the caller answers 202) -> (wire form, created).
+        Raises RequestError (409 reused Idempotency-Key, 400 malformed key)."""
+        job, created = self.store.submit(endpoint, inputs, tenant=tenant,
+                                         priority=priority.name.lower(),
+                                         idempotency_key=idempotency_key)
+        if created:
+            self.runner.wake()
+        return job.to_wire(), created
+
+    def get(self, job_id: str, tenant: str) -> dict[str, Any] | None:
+        """The job's wire form, or None when unknown or another tenant's."""
+        job = self.store.get(job_id)
+        if job is None or (job.state != JobState.EXPIRED and job.tenant != tenant):
+            return None
+        return job.to_wire()
+
+    def counts(self) -> dict[str, int]:
+        return self.store.counts()
+
+    async def start(self) -> None:
+        self.runner.start()
+
+    async def stop(self) -> None:
+        await self.runner.stop(grace_s=5.0)
+        self.store.close()
+
+    async def _run(self, job: Job) -> list[Any]:
+        snap = self.backend.snapshot(job.endpoint)
+        d = decide(snap, Request(rows=len(job.inputs), deadline_s=snap.now_s + JOB_TIMEOUT_S,
+                                 priority=int(Priority.LOW), tenant=job.tenant or "anonymous",
+                                 allow_async=False))
+        if d.action == Action.SHED:
+            raise Unavailable(d.reason, retry_after_s=d.retry_after_s)
+        if d.action == Action.SPILL_COLD:
+            self.backend.start_cold(job.endpoint)
+        results = await self.backend.run(job.endpoint, job.inputs, timeout_s=JOB_TIMEOUT_S,
+                                         priority=int(Priority.LOW),
+                                         tenant=job.tenant or "anonymous")
+        failed = [(i, r) for i, r in enumerate(results) if isinstance(r, BaseException)]
+        if failed:
+            i, err = failed[0]
+            if isinstance(err, Unavailable):
+                raise err
+            raise EndpointError(f"{len(failed)} of {len(results)} inputs failed; first: "
+                                f"inputs[{i}]: {err}")
+        return results
