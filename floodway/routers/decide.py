@@ -7,11 +7,12 @@ the snapshot differs (the local pool, `Function.get_current_stats()`, the simula
 
 Algorithm (all times in seconds, on the snapshot's clock):
 
-1. `service` = predicted seconds of one batch of min(rows, max_batch_rows) rows, from the
-   measured linear fit a*rows + b (`ServiceTime.fit`). The chunks of a large request run on
-   separate slots, so one batch time is the estimate for the whole request.
+1. `alone` = predicted seconds of one batch of min(rows, max_batch_rows) rows, from the
+   measured linear fit a*rows + b (`ServiceTime.fit`); `service` = the same for a full batch
+   of max_batch_rows rows: under load the batcher fills batches, and a request finishes with
+   the whole batch it rode in, not with its own rows.
 2. `budget` = deadline - now. No budget left -> shed (deadline). A budget shorter than
-   `service` can never be met synchronously -> spill_async if allowed, else shed.
+   `alone` can never be met synchronously -> spill_async if allowed, else shed.
 3. `wait` = when this request would start if it joined the queue: water-filling of the work
    ahead (queued rows, at the fitted rate) over every live container, each available from
    its own backlog (warm) or remaining cold start (starting/warming). A container processes
@@ -77,9 +78,11 @@ class ServiceTime:
     def fit(cls, samples: Sequence[tuple[int, float]], prior: ServiceTime) -> ServiceTime:
         """Least-squares fit of (rows, seconds) samples; `prior` where they cannot decide.
 
-        One distinct batch size fixes only the mean: the prior's slope is kept and the
-        intercept moves. Coefficients are clamped at zero (a negative per-batch cost is
-        noise, not a discount).
+        One distinct batch size cannot separate the two costs: all of it is taken as per-row
+        cost (a line through the origin), which overestimates larger batches rather than
+        underestimating them; a queue estimate that is too low misses deadlines, one that is
+        too high only spills a little early, and the batcher soon yields other sizes.
+        Coefficients are clamped at zero (a negative cost is noise, not a discount).
         """
         if not samples:
             return prior
@@ -88,9 +91,8 @@ class ServiceTime:
         my = sum(s for _, s in samples) / n
         sxx = sum((r - mx) ** 2 for r, _ in samples)
         if sxx < 1e-9:
-            a = prior.per_row_s
-        else:
-            a = max(0.0, sum((r - mx) * (s - my) for r, s in samples) / sxx)
+            return cls(my / max(mx, 1e-9), 0.0)
+        a = max(0.0, sum((r - mx) * (s - my) for r, s in samples) / sxx)
         b = max(0.0, my - a * mx)
         return cls(a, b)
 
@@ -188,7 +190,8 @@ def _retry_after(wait_s: float) -> float:
 
 def decide(snap: Snapshot, req: Request) -> Decision:
     """Dispatch, queue, spill or shed `req` (see the module docstring for the algorithm)."""
-    service = snap.service.seconds(min(req.rows, snap.max_batch_rows))
+    alone = snap.service.seconds(min(req.rows, snap.max_batch_rows))
+    service = snap.service.seconds(snap.max_batch_rows)
     budget = req.deadline_s - snap.now_s
     can_async = "async" in snap.spill and req.allow_async and snap.async_accepting
 
@@ -201,9 +204,9 @@ def decide(snap: Snapshot, req: Request) -> Decision:
     if budget <= 0:
         return Decision(Action.SHED, "deadline already passed", retry_after_s=RETRY_AFTER_S[0],
                         status=503)
-    if service > budget:
-        return spill_async_or_shed(f"service time {service:.3f}s exceeds the deadline budget "
-                                   f"{budget:.3f}s", service)
+    if alone > budget:
+        return spill_async_or_shed(f"service time {alone:.3f}s exceeds the deadline budget "
+                                   f"{budget:.3f}s", alone)
 
     live = [c for c in snap.containers if c.state in LIVE]
     warm = [c for c in live if c.state in WARM]

@@ -2,7 +2,7 @@
 
 Outcomes map onto the store as:
 - `run` returns a list          -> complete (the first completion wins, see JobStore);
-- Unavailable                   -> fail(retry=True) after `retry_after_s`, and this runner
+- Unavailable                   -> release (not an attempt) for `retry_after_s`, and this runner
                                    claims nothing more for that long (capacity, try later);
 - RequestError / EndpointError  -> fail(retry=False) with the message (a re-run cannot help);
 - any other exception           -> fail(retry=True) (may be transient);
@@ -133,7 +133,9 @@ class JobRunner:
         except Unavailable as e:
             delay_s = min(max(e.retry_after_s, 0.0), MAX_BACKOFF_S)
             self._paused_until = asyncio.get_running_loop().time() + delay_s
-            self._fail(job, str(e), retry=True, delay_s=delay_s)
+            # No capacity is not a failed attempt: back to the queue, attempts unchanged.
+            if not self.store.release(job.id, self.owner, delay_s=delay_s):
+                log.info("job %s: no longer ours; not released: %s", job.id, e)
         except (RequestError, EndpointError) as e:
             self._fail(job, str(e), retry=False)
         except Exception as e:

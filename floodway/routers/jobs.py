@@ -365,9 +365,10 @@ class JobStore:
                 self._update(db, row, JobState.FAILED, **self._finish(now), error=error)
             return True
 
-    def release(self, job_id: str, owner: str) -> bool:
-        """Hand a job back to the queue without counting the attempt (a graceful stop, not a
-        failure). False if `owner` no longer holds it."""
+    def release(self, job_id: str, owner: str, *, delay_s: float = 0.0) -> bool:
+        """Hand a job back to the queue without counting the attempt (a graceful stop, or no
+        capacity yet: not a failure), claimable again after `delay_s` seconds. False if
+        `owner` no longer holds it."""
         with self._write() as db:
             row = db.execute("SELECT * FROM jobs WHERE id = ? AND state = 'running' "
                              "AND owner = ?", (job_id, owner)).fetchone()
@@ -375,7 +376,8 @@ class JobStore:
                 return False
             now = self.clock()
             self._update(db, row, JobState.QUEUED, owner=None, lease_until_s=None,
-                         updated_s=now, not_before_s=now, attempts=max(0, row["attempts"] - 1))
+                         updated_s=now, not_before_s=now + max(0.0, delay_s),
+                         attempts=max(0, row["attempts"] - 1))
             return True
 
     def get(self, job_id: str) -> Job | None:

@@ -243,6 +243,13 @@ def make_asgi_app(app: App, backend: Backend, *, lifespan: Any = None,
             rows=len(a.inputs), deadline_s=snap.now_s + a.budget_s, priority=int(a.priority),
             tenant=a.tenant, allow_async=jobs is not None))
         metrics.decided(name, decision)
+        response = await _decided(request, name, a, decision)
+        # Which way the request went, for clients and load tests (not a contract).
+        response.headers["X-Floodway-Decision"] = str(decision.action)
+        return response
+
+    async def _decided(request: Request, name: str, a: Admitted,
+                       decision: Decision) -> JSONResponse:
         if decision.action == Action.SHED:
             return _shed(name, decision)
         if decision.action == Action.SPILL_ASYNC:

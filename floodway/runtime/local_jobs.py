@@ -1,9 +1,12 @@
 """Async jobs of the local router: a durable SQLite `JobStore` and a `JobRunner` that runs
 each job on the pool through the same `decide()` as sync requests.
 
-Jobs run at low priority (they have no waiting client): they take at most the low share of
-the queue, so a backlog of jobs never crowds out sync traffic; when `decide()` sheds, the job
-goes back to the queue with the Retry-After as its delay. A router killed mid-job leaves the
+Jobs fill idle capacity only (they have no waiting client): a job runs when `decide()` would
+dispatch it at once (a free slot and nothing queued), else it goes back to the job queue with
+the estimated wait as its delay. Work queued by sync requests was promised a start time that
+counted only the work ahead of it; a job slipped in later would break that promise. Under a
+sustained overload jobs therefore wait for the burst to pass, which is what spilling to async
+is for. A router killed mid-job leaves the
 lease to expire, and the next router (or this one restarted) runs the job again.
 """
 
@@ -24,6 +27,7 @@ from floodway.routers.jobs import Job, JobState, JobStore
 JOBS_DB_ENV = "FLOODWAY_JOBS_DB"
 # A job has no client waiting: it may wait long for capacity, but not forever per attempt.
 JOB_TIMEOUT_S = 300.0
+IDLE_RETRY_S = 0.5
 
 
 def default_jobs_path(store_root: str | Path) -> Path:
@@ -35,7 +39,7 @@ class LocalJobs:
     """The `Jobs` of `floodway.runtime.http` for the local runtime."""
 
     def __init__(self, app: App, backend: Any, path: str | Path, *, ttl_s: float = 86400.0,
-                 concurrency: int = 2, lease_s: float = 30.0):
+                 concurrency: int = 2, lease_s: float = 10.0):
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         self.app, self.backend = app, backend
         self.store = JobStore(path, ttl_s=ttl_s)
@@ -76,10 +80,9 @@ class LocalJobs:
         d = decide(snap, Request(rows=len(job.inputs), deadline_s=snap.now_s + JOB_TIMEOUT_S,
                                  priority=int(Priority.LOW), tenant=job.tenant or "anonymous",
                                  allow_async=False))
-        if d.action == Action.SHED:
-            raise Unavailable(d.reason, retry_after_s=d.retry_after_s)
-        if d.action == Action.SPILL_COLD:
-            self.backend.start_cold(job.endpoint)
+        if d.action != Action.DISPATCH:
+            raise Unavailable(f"waiting for idle capacity ({d.action}: {d.reason})",
+                              retry_after_s=max(IDLE_RETRY_S, d.est_wait_s, d.retry_after_s))
         results = await self.backend.run(job.endpoint, job.inputs, timeout_s=JOB_TIMEOUT_S,
                                          priority=int(Priority.LOW),
                                          tenant=job.tenant or "anonymous")

@@ -13,6 +13,8 @@
     floodway_sheds_total{endpoint, status}              counter: 429 (tenant rate), 503
     floodway_batch_rows{endpoint}                       histogram: rows per batch sent
     floodway_batch_seconds{endpoint}                    histogram: compute seconds per batch
+    floodway_dropped_total{endpoint, reason}            counter: queued rows dropped before a
+                                                        model (deadline, cancelled)
     floodway_jobs{state}                                gauge: async jobs by state
 
 Outcomes are the error types of the wire format (``ok``, ``invalid_request``, ``too_large``,
@@ -26,7 +28,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import generate_latest
 
 # Sub-10 ms to 10 s: shed answers are milliseconds, served ones up to a deadline.
@@ -42,7 +44,8 @@ class _PoolCollector:
         self.readiness = readiness
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        detail = self.readiness().get("endpoints", {})
+        whole = self.readiness()
+        detail, detail_queues = whole.get("endpoints", {}), whole.get("queues", {})
         states = GaugeMetricFamily("floodway_containers", "Containers by endpoint and state",
                                    labels=["endpoint", "state"])
         cold = GaugeMetricFamily("floodway_cold_start_seconds",
@@ -61,13 +64,18 @@ class _PoolCollector:
                                   labels=["endpoint"])
         rows = GaugeMetricFamily("floodway_queue_rows", "Rows waiting for a slot",
                                  labels=["endpoint"])
-        for endpoint, q in self.readiness().get("queues", {}).items():
+        dropped = CounterMetricFamily("floodway_dropped", "Queued rows dropped before a model",
+                                      labels=["endpoint", "reason"])
+        for endpoint, q in detail_queues.items():
             depth.add_metric([endpoint], q.get("queued", 0))
             rows.add_metric([endpoint], q.get("queued_rows", 0))
+            for reason, n in q.get("dropped", {}).items():
+                dropped.add_metric([endpoint, reason], n)
         yield states
         yield cold
         yield depth
         yield rows
+        yield dropped
 
 
 class _JobsCollector:

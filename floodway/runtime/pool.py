@@ -251,6 +251,6 @@ class Pool:
     def readiness(self) -> dict[str, Any]:
         eps = {name: [c.describe() for c in cs] for name, cs in self.containers.items()}
         ready = all(any(c["state"] in ("ready", "busy") for c in cs) for cs in eps.values())
-        queues = {name: {"queued": b.queued, "queued_rows": b.queued_rows}
-                  for name, b in self.batchers.items()}
+        queues = {name: {"queued": b.queued, "queued_rows": b.queued_rows,
+                         "dropped": dict(b.dropped)} for name, b in self.batchers.items()}
         return {"ready": ready, "endpoints": eps, "queues": queues}

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -30,34 +32,61 @@ def wait_until(predicate, timeout_s: float, what: str, interval_s: float = 0.1):
 
 
 class Server:
-    def __init__(self, proc: subprocess.Popen, base: str):
-        self.proc, self.base = proc, base
+    def __init__(self, proc: subprocess.Popen, base: str, log: Path):
+        self.proc, self.base, self.log = proc, base, log
         self.client = httpx.Client(base_url=base, timeout=30)
 
     def readiness(self) -> dict:
         return self.client.get("/readyz").json()
 
+    def containers(self, endpoint: str = "embed") -> list[dict]:
+        return self.readiness()["endpoints"][endpoint]
 
-@pytest.fixture(scope="module")
-def server(built_store) -> Iterator[Server]:
+    def metric(self, line_start: str) -> float:
+        """The value of the first /metrics sample line starting with `line_start` (0 if none)."""
+        for line in self.client.get("/metrics").text.splitlines():
+            if line.startswith(line_start):
+                return float(line.rsplit(" ", 1)[1])
+        return 0.0
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        self.client.close()
+
+
+@contextlib.contextmanager
+def running_server(app_file: Path, store: Path, *args: str, log: Path,
+                   env: dict[str, str] | None = None, whole_pool: bool = True
+                   ) -> Iterator[Server]:
+    """`floodway serve APP` on a free loopback port, ready (polled, never slept for).
+    Its output goes to `log` (a pipe nobody reads would block the server once full)."""
     port = free_port()
-    env = {**os.environ, "FLOODWAY_STORE": str(built_store)}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "floodway.cli", "serve", str(MODAL_APP), "--port", str(port)],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    srv = Server(proc, f"http://127.0.0.1:{port}")
+    full_env = {**os.environ, "FLOODWAY_STORE": str(store), **(env or {})}
+    with open(log, "a") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "floodway.cli", "serve", str(app_file), "--port", str(port),
+             *args], cwd=ROOT, env=full_env, stdout=out, stderr=subprocess.STDOUT, text=True)
+    srv = Server(proc, f"http://127.0.0.1:{port}", log)
     try:
         wait_until(lambda: proc.poll() is None and srv.client.get("/healthz").status_code == 200,
                    60, "/healthz")
         wait_until(lambda: srv.client.get("/readyz").status_code == 200, 120, "/readyz")
-        # /readyz needs one warm container per endpoint; the tests want the whole pool.
-        wait_until(lambda: all(c["state"] == "ready" for cs in srv.readiness()["endpoints"]
-                               .values() for c in cs), 120, "every container ready")
+        if whole_pool:
+            # /readyz needs one warm container per endpoint; tests want the whole pool.
+            wait_until(lambda: all(c["state"] == "ready" for cs in srv.readiness()["endpoints"]
+                                   .values() for c in cs), 120, "every container ready")
         yield srv
     finally:
-        proc.terminate()
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        srv.client.close()
+        srv.stop()
+
+
+@pytest.fixture(scope="module")
+def server(built_store, tmp_path_factory) -> Iterator[Server]:
+    log = tmp_path_factory.mktemp("serve") / "serve.log"
+    with running_server(MODAL_APP, built_store, log=log) as srv:
+        yield srv

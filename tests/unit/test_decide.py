@@ -120,4 +120,6 @@ def test_service_time_fit():
     fit = ServiceTime.fit([(r, 0.002 * r + 0.01) for r in (1, 8, 32, 32)], prior)
     assert fit.per_row_s == pytest.approx(0.002) and fit.per_batch_s == pytest.approx(0.01)
     one_size = ServiceTime.fit([(8, 0.1), (8, 0.3)], prior)
-    assert one_size.per_row_s == 0.5 and one_size.per_batch_s == 0.0   # clamped, not negative
+    assert one_size.per_row_s == pytest.approx(0.025) and one_size.per_batch_s == 0.0
+    noisy = ServiceTime.fit([(1, 0.5), (2, 0.1)], prior)
+    assert noisy.per_row_s == 0.0 and noisy.per_batch_s == pytest.approx(0.3)   # clamped

@@ -1,0 +1,145 @@
+"""The router end to end: real `floodway serve` processes, real worker containers loading the
+built artifacts, and a scripted endpoint function (tests/e2e/timed_app.py) for timing."""
+
+from __future__ import annotations
+
+import os
+import signal
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.e2e.conftest import running_server, wait_until
+
+pytestmark = pytest.mark.e2e
+TIMED_APP = Path(__file__).with_name("timed_app.py")
+
+
+@pytest.fixture
+def serve(built_store, tmp_path):
+    def start(*args: str, **kw):
+        return running_server(TIMED_APP, built_store, *args, log=tmp_path / "serve.log",
+                              env={"FLOODWAY_JOBS_DB": str(tmp_path / "jobs.sqlite3")}, **kw)
+    return start
+
+
+def post_many(base: str, bodies: list[dict], headers: dict | None = None,
+              timeout_s: float = 30) -> list[httpx.Response]:
+    """POST every body at once (one thread each), as a burst of independent clients."""
+    def one(body):
+        with httpx.Client(base_url=base, timeout=timeout_s) as c:
+            return c.post("/v1/embed", json=body, headers=headers or {})
+    with ThreadPoolExecutor(len(bodies)) as ex:
+        return list(ex.map(one, bodies))
+
+
+def test_batches_by_rows_and_maps_each_output_to_its_request(serve):
+    with serve() as srv:
+        bodies = [{"inputs": ["x" * n]} for n in range(1, 13)]
+        rs = post_many(srv.base, bodies)
+        assert [r.status_code for r in rs] == [200] * 12
+        assert [r.json()["outputs"][0][0] for r in rs] == list(range(1, 13))
+        batches = srv.metric('floodway_batch_rows_count{endpoint="embed"}')
+        rows = srv.metric('floodway_batch_rows_sum{endpoint="embed"}')
+        assert rows == 12 and batches < 12   # several requests shared a batch
+
+
+def test_a_bad_item_fails_alone_while_its_batch_mates_succeed(serve):
+    with serve() as srv:
+        mixed, other = post_many(srv.base, [{"inputs": ["a", "bad", "ccc"]},
+                                            {"inputs": ["dd"]}])
+        assert mixed.status_code == 500
+        body = mixed.json()
+        assert [o and o[0] for o in body["outputs"]] == [1, None, 3]
+        assert body["item_errors"][0]["index"] == 1
+        assert "ValueError: bad item" in body["item_errors"][0]["message"]
+        assert other.status_code == 200 and other.json()["outputs"][0][0] == 2
+        # The container survived the bad item.
+        assert srv.client.post("/v1/embed", json={"inputs": ["e"]}).status_code == 200
+
+
+def test_burst_spills_to_a_cold_container_then_scales_down(serve):
+    with serve() as srv:
+        first_pid = srv.containers()[0]["pid"]
+        # Teach the service-time fit that a row takes about 0.6 s.
+        assert srv.client.post("/v1/embed", json={"inputs": ["sleep:600"]}).status_code == 200
+        burst = post_many(srv.base, [{"inputs": ["sleep:600"]}] * 10,
+                          headers={"X-Deadline-Ms": "4000"})
+        codes = [r.status_code for r in burst]
+        assert set(codes) <= {200, 202, 503}, [r.text for r in burst]
+        assert codes.count(200) >= 3
+        assert srv.metric('floodway_spills_total{endpoint="embed",to="cold"}') >= 1
+        pids = {r.json()["outputs"][0][1] for r in burst if r.status_code == 200}
+        assert len(pids | {first_pid}) == 2   # the spilled container served some of them
+        for r in burst:
+            if r.status_code == 503:
+                assert int(r.headers["retry-after"]) >= 1
+        # Idle past the 2 s scale-down window: back to the floor of one container.
+        wait_until(lambda: len(srv.containers()) == 1 and srv.containers()[0]["state"]
+                   == "ready", 30, "scale-down to the floor")
+
+
+def test_async_jobs_idempotency_and_prefer_respond_async(serve):
+    with serve() as srv:
+        c = srv.client
+        a = c.post("/v1/embed/jobs", json={"inputs": ["abc"]}, headers={"Idempotency-Key": "k1"})
+        assert a.status_code == 202 and a.headers["location"] == f"/v1/jobs/{a.json()['id']}"
+        again = c.post("/v1/embed/jobs", json={"inputs": ["abc"]},
+                       headers={"Idempotency-Key": "k1"})
+        assert again.status_code == 200 and again.json()["id"] == a.json()["id"]
+        clash = c.post("/v1/embed/jobs", json={"inputs": ["xyz"]},
+                       headers={"Idempotency-Key": "k1"})
+        assert clash.status_code == 409 and clash.json()["error"]["field"] == "Idempotency-Key"
+        done = wait_until(lambda: (j := c.get(a.headers["location"]).json())["status"]
+                          == "succeeded" and j, 30, "job done")
+        assert done["outputs"][0][0] == 3
+        pref = c.post("/v1/embed", json={"inputs": ["hello"]},
+                      headers={"Prefer": "respond-async"})
+        assert pref.status_code == 202 and pref.headers["preference-applied"] == "respond-async"
+        assert c.get("/v1/jobs/" + "0" * 32).status_code == 404
+
+
+def test_work_of_a_client_that_left_never_reaches_a_model(serve):
+    with serve() as srv:
+        # Fill both slots of the only container (one batch each), then queue one request and
+        # hang up on it.
+        busy = ThreadPoolExecutor(2)
+        futs = []
+        for n in (1, 2):
+            futs.append(busy.submit(httpx.post, f"{srv.base}/v1/embed",
+                                    json={"inputs": ["sleep:1500"]}, timeout=30))
+            wait_until(lambda n=n: srv.containers()[0]["inflight"] >= n, 10, f"{n} batches")
+        with pytest.raises(httpx.TimeoutException):
+            httpx.post(f"{srv.base}/v1/embed", json={"inputs": ["sleep:1500"] * 4},
+                       timeout=0.3)
+        assert all(f.result().status_code == 200 for f in futs)
+        wait_until(lambda: srv.metric('floodway_dropped_total{endpoint="embed",'
+                                      'reason="cancelled"}') >= 4, 10, "dropped rows")
+        assert srv.metric('floodway_batch_rows_sum{endpoint="embed"}') <= 2
+
+
+def test_stuck_container_is_replaced(serve):
+    with serve() as srv:
+        pid = srv.containers()[0]["pid"]
+        r = srv.client.post("/v1/embed", json={"inputs": ["hang"]},
+                            headers={"X-Deadline-Ms": "800"})
+        assert r.status_code == 504
+        # stuck_after_s is 3: the container is killed and another one takes its place.
+        wait_until(lambda: any(c["pid"] != pid and c["state"] == "ready"
+                               for c in srv.containers()), 30, "replacement container")
+        ok = srv.client.post("/v1/embed", json={"inputs": ["fine"]})
+        assert ok.status_code == 200 and ok.json()["outputs"][0][1] != pid
+
+
+def test_jobs_survive_a_router_kill(serve):
+    with serve() as srv:
+        r = srv.client.post("/v1/embed/jobs", json={"inputs": ["sleep:2000", "x"]})
+        assert r.status_code == 202
+        os.kill(srv.proc.pid, signal.SIGKILL)   # containers die with it (PDEATHSIG)
+        srv.proc.wait(10)
+    with serve() as again:
+        job = wait_until(lambda: (j := again.client.get(r.headers["location"]).json())[
+            "status"] == "succeeded" and j, 60, "job re-run after the kill")
+        assert [o[0] for o in job["outputs"]] == [10, 1] and job["attempts"] >= 1
