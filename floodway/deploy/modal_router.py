@@ -7,9 +7,10 @@ Snapshot of one endpoint (`ModalBackend.snapshot`, synchronous and cheap):
 
 - ``Function.get_current_stats()`` of the endpoint's class gives ``backlog`` (inputs waiting
   for a container) and ``num_total_runners`` (containers). A Cls has no public stats call;
-  its bound method shares the class service function's id, so ``Cls().predict
-  .get_current_stats.aio()`` is that function's stats (``Function.from_id`` documents that a
-  Cls id supports ``get_current_stats``; https://modal.com/docs/sdk/py/latest/modal.Function).
+  the method of an instance without parameters is bound to the class service function's id,
+  so ``Cls().predict.get_current_stats.aio()`` is that function's stats (modal 1.6's
+  ``Function.from_id`` documents that a Cls id supports ``get_current_stats``; fields as in
+  https://modal.com/docs/sdk/js/latest/FunctionStats).
   It is a network call: its result is cached for `stats_ttl_s` and refreshed by a background
   task that `snapshot()` starts, so a request never waits on it. Before the first answer, the
   warm pool's ``min_containers`` stand in for the runners (Modal keeps those up).
@@ -24,15 +25,22 @@ Snapshot of one endpoint (`ModalBackend.snapshot`, synchronous and cheap):
   work in the ``floodway-stats`` `modal.Dict` (`record_cold_start`); the estimate is
   `BOOT_S` (scheduling and snapshot restore, which the container cannot see) plus the slowest
   recent sample. Without samples: `COLD_START_PRIOR_S` = 30 s, between a memory-snapshot
-  restore and a full GPU cold start (Modal reports snapshots start 3-10x faster,
-  https://modal.com/docs/guide/memory-snapshots; a full GPU model-server cold start is about
-  a minute, https://modal.com/docs/guide/cold-start). Too high a guess only delays a
-  spill_cold the autoscaler would do anyway; too low would make requests wait past deadlines.
+  restore and a full GPU cold start: Modal reports snapshots start 3-10x faster
+  (https://modal.com/docs/guide/memory-snapshots), and a GPU model server takes about a
+  minute to download, load and initialize from scratch versus about 10 s restored (NVIDIA
+  Dynamo's snapshot docs, https://docs.nvidia.com/dynamo/dev/kubernetes/operations/
+  cold-start-optimizations/dynamo-snapshot). Too high a guess only delays a spill_cold that
+  the autoscaler does anyway; too low would make requests wait past their deadlines.
 
 `start_cold` calls nothing: Modal's autoscaler starts containers by itself when inputs queue,
 up to ``max_containers`` (https://modal.com/docs/guide/scale). The router only remembers the
 start it asked for as a "starting" container until the stats show it or its cold start has
 passed, so that one burst does not count on the same new capacity many times.
+
+Known gaps: whether ``num_total_runners`` includes containers still booting is not
+documented; they are all counted as warm. With ``min_containers=0`` and no runner, a sync
+request whose deadline is shorter than the cold start is spilled to a job (which starts a
+container) or shed: sync traffic alone starts nothing then.
 """
 
 from __future__ import annotations
