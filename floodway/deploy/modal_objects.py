@@ -5,8 +5,11 @@
 For each endpoint: a Modal class (named in CamelCase, ``embed`` -> ``Embed``) on the endpoint's
 GPU, memory-snapshotted, with the warm pool as its autoscaler settings, the artifact Volume
 mounted read-only, and one `@modal.batched` method ``predict(inputs: list) -> list``. Then one
-CPU function ``router`` serving `make_asgi_app` (the local router's HTTP surface) whose backend
-calls those classes. Constructing all this is offline: no Modal token, no network.
+CPU function ``router`` serving `make_asgi_app` (the local router's HTTP surface) with
+`ModalBackend` (`floodway.deploy.modal_router`: the same `decide()`, fed by Modal's stats) and
+`ModalJobs`, and one CPU function ``run_job(endpoint, inputs) -> outputs`` that async jobs are
+spawned on (a class with a batched method may have no other method). Constructing all this is
+offline: no Modal token, no network.
 
 Builds on Modal: for each distinct GPU type among the endpoints, one build function
 (`build_function_name`: ``L4`` -> ``build_l4``, ``H100:2`` -> ``build_h100_2``, CPU ->
@@ -28,7 +31,6 @@ the deploying machine's and ship a pickled closure instead of the source that is
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import os
 import re
@@ -40,7 +42,13 @@ from typing import Any
 
 import modal
 
-from floodway.errors import EndpointError, FloodwayError
+from floodway.deploy.modal_router import (
+    ITEM_ERROR,
+    JOB_TIMEOUT_S,
+    ModalBackend,
+    record_cold_start,
+)
+from floodway.errors import FloodwayError
 from floodway.functions.app import App
 from floodway.functions.endpoint import Endpoint
 
@@ -51,6 +59,7 @@ SERVING_PACKAGES = (
 )
 PYTHON_VERSION = "3.11"
 ROUTER_NAME = "router"
+JOB_FUNCTION_NAME = "run_job"
 # Requests one router container serves at once; each is mostly awaiting GPU classes.
 ROUTER_MAX_INPUTS = 256
 # The build extras (pyproject's ``build`` and ``tensorrt`` extras). torch is whichever wheel pip
@@ -119,37 +128,6 @@ def build_function_name(gpu: str | None) -> str:
     return f"build_{slug}" + (f"_{count}" if count else "")
 
 
-class ModalBackend:
-    """The router's `Backend` on Modal: one ``predict.remote.aio`` call per input row.
-
-    `classes` maps endpoint name -> its Modal class. Rows are sent concurrently and
-    `@modal.batched` regroups them into batches inside the GPU containers; outputs come back in
-    input order. Raises TimeoutError past `timeout_s`, EndpointError when the call fails.
-    """
-
-    def __init__(self, classes: dict[str, Any]):
-        self._classes = dict(classes)
-
-    async def predict(self, endpoint: str, inputs: list[Any], *, timeout_s: float) -> list[Any]:
-        obj = self._classes[endpoint]()
-        calls = [obj.predict.remote.aio(item) for item in inputs]
-        try:
-            # On timeout wait_for cancels the gather, which cancels the pending Modal inputs.
-            return list(await asyncio.wait_for(asyncio.gather(*calls), timeout_s))
-        except (TimeoutError, modal.exception.TimeoutError) as e:
-            raise TimeoutError(f"endpoint {endpoint!r} did not answer within {timeout_s:g} s") \
-                from e
-        except FloodwayError:
-            raise
-        except Exception as e:
-            raise EndpointError(f"endpoint {endpoint!r} failed on Modal: "
-                                f"{type(e).__name__}: {e}") from e
-
-    def readiness(self) -> dict[str, Any]:
-        # Modal queues inputs and starts containers on demand, so the router can always accept.
-        return {"ready": True, "backend": "modal"}
-
-
 def _store_root(artifacts_path: str) -> Path:
     return Path(os.environ.get("FLOODWAY_STORE") or artifacts_path)
 
@@ -188,6 +166,7 @@ def _worker_class(ep: Endpoint, artifacts_path: str) -> type:
     class Worker:
         model: Any = None
         hooks_ran: tuple[str, ...] = ()
+        load_wall: tuple[float, float] = (0.0, 0.0)
 
         @modal.enter(snap=True)
         def load(self) -> None:
@@ -199,26 +178,38 @@ def _worker_class(ep: Endpoint, artifacts_path: str) -> type:
             from floodway.build.loader import load
             from floodway.build.store import ArtifactStore
 
-            t0 = time.perf_counter()
+            w0, t0 = time.time(), time.perf_counter()
             self.model = load(ArtifactStore(_store_root(artifacts_path)).latest(ep.name))
             self.model.timings_s["enter_snap"] = time.perf_counter() - t0
+            self.load_wall = (w0, time.time())
             self.hooks_ran = (*self.hooks_ran, "snap")
 
         @modal.enter(snap=False)
         def to_gpu(self) -> None:
-            """After restore, with the GPU attached: move the session to CUDA when possible."""
-            t0 = time.perf_counter()
+            """After restore, with the GPU attached: move the session to CUDA when possible;
+            on Modal, record this start for the router's cold-start estimate."""
+            w0, t0 = time.time(), time.perf_counter()
             _move_to_cuda(self.model)
             self.model.timings_s["enter_gpu"] = time.perf_counter() - t0
             self.hooks_ran = (*self.hooks_ran, "gpu")
+            if not modal.is_local():
+                record_cold_start(ep.name, *self.load_wall, w0, time.time())
 
         @modal.batched(max_batch_size=batching.max_batch_rows, wait_ms=int(batching.wait_ms))
         def predict(self, inputs: list) -> list:
-            """A batch of N input rows -> N outputs, in order (callers send one row each)."""
-            outputs = ep.fn(self.model, inputs)
-            if len(outputs) != len(inputs):
-                raise EndpointError(f"endpoint {ep.name!r} returned {len(outputs)} outputs for "
-                                    f"{len(inputs)} inputs")
+            """A batch of N input rows -> N outputs, in order (callers send one row each).
+
+            A raising batch is re-run item by item; an item that still raises answers
+            ``{ITEM_ERROR: "Type: message"}`` instead of failing every row of its batch.
+            """
+            from floodway.runtime.worker import run_batch
+
+            done, errors = run_batch(ep.fn, self.model, list(enumerate(inputs)))
+            outputs: list[Any] = [None] * len(inputs)
+            for i, value in done:
+                outputs[i] = value
+            for i, message in errors:
+                outputs[i] = {ITEM_ERROR: message}
             return outputs
 
     return Worker
@@ -343,7 +334,8 @@ def _install(module: str, name: str, obj: Any) -> None:
 def to_modal(fw_app: App, *, volume_name: str = "floodway-artifacts",
              artifacts_path: str = "/artifacts", image: modal.Image | None = None,
              build_image: modal.Image | None = None, secrets: Sequence[modal.Secret] = (),
-             module: str | None = None) -> modal.App:
+             router_secrets: Sequence[modal.Secret] = (), module: str | None = None,
+             ) -> modal.App:
     """Build the Modal App for every endpoint of `fw_app` (see the module doc).
 
     Call it at the top level of the module that `modal deploy` runs: the generated class per
@@ -356,6 +348,9 @@ def to_modal(fw_app: App, *, volume_name: str = "floodway-artifacts",
     image (default: `default_build_image`, or `image` plus `with_build_extras` when `image` is
     given). `secrets`: given to the build functions only, e.g.
     ``[modal.Secret.from_name("huggingface")]`` providing ``HF_TOKEN`` for gated models.
+    `router_secrets`: given to the router, e.g. ``[modal.Secret.from_name("floodway-keys")]``
+    providing ``FLOODWAY_API_KEYS``; the router refuses to start without keys unless
+    ``FLOODWAY_PUBLIC_ROUTER=1`` is set there too (`modal_router.router_api_keys`).
     """
     if module is None:
         caller = inspect.currentframe().f_back  # type: ignore[union-attr]
@@ -385,16 +380,30 @@ def to_modal(fw_app: App, *, volume_name: str = "floodway-artifacts",
         _install(module, user_cls.__name__, cls)
         classes[ep.name] = cls
 
+    async def run_job(endpoint: str, inputs: list) -> list:
+        """One async job: its rows through the endpoint's class -> outputs, in order.
+        Raises EndpointError naming the first failed row (the job fails)."""
+        from floodway.deploy.modal_router import run_job_rows
+
+        return await run_job_rows(ModalBackend(fw_app, classes), endpoint, inputs)
+
+    _make_global(run_job, JOB_FUNCTION_NAME, module)
+    job_fn = app.function(image=image, timeout=JOB_TIMEOUT_S)(
+        modal.concurrent(max_inputs=ROUTER_MAX_INPUTS)(run_job))
+    _install(module, JOB_FUNCTION_NAME, job_fn)
+
     def router():
+        from floodway.deploy.modal_router import ModalJobs, router_api_keys
         from floodway.runtime.http import make_asgi_app
 
-        return make_asgi_app(fw_app, ModalBackend(classes))
+        return make_asgi_app(fw_app, ModalBackend(fw_app, classes), jobs=ModalJobs(job_fn),
+                             api_keys=router_api_keys())
 
     _make_global(router, ROUTER_NAME, module)
     # Keep a router warm when any endpoint keeps a GPU warm, else the router's cold start
     # would sit in front of the warm GPU.
     router_min = 1 if any(ep.warm.min_containers > 0 for ep in fw_app) else 0
-    web = app.function(image=image, min_containers=router_min)(
+    web = app.function(image=image, min_containers=router_min, secrets=list(router_secrets))(
         modal.concurrent(max_inputs=ROUTER_MAX_INPUTS)(modal.asgi_app()(router)))
     _install(module, ROUTER_NAME, web)
 

@@ -21,6 +21,7 @@ Where the work runs is a `Backend`: the local pool of worker processes, or Modal
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import math
 import time
@@ -131,7 +132,11 @@ def _outputs(name: str, inputs: list[Any], results: list[Any]) -> JSONResponse:
 
 
 class Jobs(Protocol):
-    """The async job queue behind ``/v1/<endpoint>/jobs`` and ``/v1/jobs/<id>``."""
+    """The async job queue behind ``/v1/<endpoint>/jobs`` and ``/v1/jobs/<id>``.
+
+    `submit` and `get` may also be coroutines (the Modal jobs are): the router awaits what
+    they return when it is awaitable.
+    """
 
     def submit(self, endpoint: str, inputs: list[Any], *, tenant: str, priority: Priority,
                idempotency_key: str | None) -> tuple[dict[str, Any], bool]:
@@ -139,10 +144,16 @@ class Jobs(Protocol):
         ...
 
     def get(self, job_id: str, tenant: str) -> dict[str, Any] | None:
-        """The job's wire form (``status`` "expired" answers 410), None when unknown."""
+        """The job's wire form (``status`` "expired" answers 410), None when unknown.
+        Raises Unavailable (503) when the queue cannot be asked now."""
         ...
 
     def counts(self) -> dict[str, int]: ...
+
+
+async def _resolved(value: Any) -> Any:
+    """`value`, awaited first when it is awaitable (sync or async `Jobs`)."""
+    return await value if inspect.isawaitable(value) else value
 
 
 @dataclass(frozen=True)
@@ -216,12 +227,13 @@ def make_asgi_app(app: App, backend: Backend, *, lifespan: Any = None,
             return _error(e.status, kind, str(e), e.field)
         return Admitted(tenant, priority, budget_s, inputs)
 
-    def submit_job(request: Request, name: str, a: Admitted) -> JSONResponse:
+    async def submit_job(request: Request, name: str, a: Admitted) -> JSONResponse:
         if jobs is None:
             return _error(501, "not_implemented", "this router has no async job queue")
         try:
-            wire, created = jobs.submit(name, a.inputs, tenant=a.tenant, priority=a.priority,
-                                        idempotency_key=request.headers.get("idempotency-key"))
+            wire, created = await _resolved(jobs.submit(
+                name, a.inputs, tenant=a.tenant, priority=a.priority,
+                idempotency_key=request.headers.get("idempotency-key")))
         except RequestError as e:
             return _error(e.status, "conflict" if e.status == 409 else "invalid_request",
                           str(e), e.field)
@@ -237,7 +249,7 @@ def make_asgi_app(app: App, backend: Backend, *, lifespan: Any = None,
             return a
         prefer = {t.strip().lower() for t in request.headers.get("prefer", "").split(",")}
         if "respond-async" in prefer:
-            return submit_job(request, name, a)
+            return await submit_job(request, name, a)
         snap = backend.snapshot(name)
         decision = decide(snap, DecideRequest(
             rows=len(a.inputs), deadline_s=snap.now_s + a.budget_s, priority=int(a.priority),
@@ -253,7 +265,7 @@ def make_asgi_app(app: App, backend: Backend, *, lifespan: Any = None,
         if decision.action == Action.SHED:
             return _shed(name, decision)
         if decision.action == Action.SPILL_ASYNC:
-            return submit_job(request, name, a)
+            return await submit_job(request, name, a)
         if decision.action == Action.SPILL_COLD:
             backend.start_cold(name)
         work = asyncio.ensure_future(backend.run(name, a.inputs, timeout_s=a.budget_s,
@@ -280,7 +292,7 @@ def make_asgi_app(app: App, backend: Backend, *, lifespan: Any = None,
     async def create_job(request: Request) -> JSONResponse:
         name = request.path_params["endpoint"]
         a = await admit(request, name)
-        return a if isinstance(a, JSONResponse) else submit_job(request, name, a)
+        return a if isinstance(a, JSONResponse) else await submit_job(request, name, a)
 
     async def get_job(request: Request) -> JSONResponse:
         if jobs is None:
@@ -291,7 +303,11 @@ def make_asgi_app(app: App, backend: Backend, *, lifespan: Any = None,
             return _error(401, "unauthorized", str(e), e.field,
                           headers={"WWW-Authenticate": e.challenge})
         job_id = request.path_params["job_id"]
-        wire = jobs.get(job_id, tenant)
+        try:
+            wire = await _resolved(jobs.get(job_id, tenant))
+        except Unavailable as e:
+            return _error(503, "unavailable", str(e),
+                          headers={"Retry-After": _retry_after(e.retry_after_s)})
         if wire is None:
             return _error(404, "not_found", f"no job {job_id!r} (unknown, purged after its "
                                             "TTL, or another tenant's)")

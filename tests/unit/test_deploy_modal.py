@@ -7,13 +7,11 @@ Settings are read where modal 1.x keeps them before deployment: the public `Func
 
 from __future__ import annotations
 
-import asyncio
 import importlib
 import importlib.util
 import os
 import subprocess
 import sys
-import types
 from pathlib import Path
 
 import modal
@@ -31,8 +29,8 @@ from modal._utils.async_utils import synchronizer
 from modal_proto import api_pb2
 
 import floodway as fw
-from floodway.deploy.modal_objects import ModalBackend, class_name
-from floodway.errors import EndpointError, FloodwayError
+from floodway.deploy.modal_objects import class_name
+from floodway.errors import FloodwayError
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -132,16 +130,36 @@ def test_objects_are_found_as_a_container_finds_them(modal_app):
     assert imported.app is _impl(modal_app.app)
 
 
-def test_router_serves_the_http_surface(modal_app):
+def test_router_serves_the_http_surface(modal_app, monkeypatch):
     from starlette.testclient import TestClient
 
+    monkeypatch.delenv("FLOODWAY_API_KEYS", raising=False)
+    monkeypatch.delenv("FLOODWAY_PUBLIC_ROUTER", raising=False)
+    with pytest.raises(FloodwayError, match="public web endpoint"):
+        _impl(modal_app.router)._raw_f()        # no keys: refuses to start
+    monkeypatch.setenv("FLOODWAY_API_KEYS", "test-key-0123456789")
     asgi = _impl(modal_app.router)._raw_f()
+    assert asgi.state.api_keys
     with TestClient(asgi) as client:
         assert client.get("/healthz").status_code == 200
         ready = client.get("/readyz")
         assert ready.status_code == 200
-        assert ready.json() == {"ready": True, "backend": "modal"}
-        assert client.post("/v1/nope", json={"inputs": ["x"]}).status_code == 404
+        detail = ready.json()
+        assert (detail["ready"], detail["backend"]) == (True, "modal")
+        assert detail["modal"]["embed"]["runners"] is None        # no stats fetched yet
+        assert client.post("/v1/embed", json={"inputs": ["x"]}).status_code == 401
+        headers = {"Authorization": "Bearer test-key-0123456789"}
+        assert client.post("/v1/nope", json={"inputs": ["x"]},
+                           headers=headers).status_code == 404
+    monkeypatch.delenv("FLOODWAY_API_KEYS")
+    monkeypatch.setenv("FLOODWAY_PUBLIC_ROUTER", "1")
+    assert not _impl(modal_app.router)._raw_f().state.api_keys
+
+
+def test_run_job_function(modal_app):
+    info = modal_app.run_job.info()
+    assert info.gpus == []                      # a CPU function fanning out to the class
+    assert _impl(modal_app.run_job)._source_info.implementation_name == "run_job"
 
 
 # ---------------------------------------------------------------- container-side code, locally
@@ -238,44 +256,3 @@ def test_class_name_collision_is_reported(tmp_path, monkeypatch):
 def test_class_name():
     assert class_name("embed") == "Embed"
     assert class_name("big-model_v2") == "BigModelV2"
-
-
-# ---------------------------------------------------------------- ModalBackend with fake classes
-
-def _fake_cls(aio):
-    """A stand-in for a Modal class: ``Cls().predict.remote.aio(row)`` awaits `aio(row)`."""
-    method = types.SimpleNamespace(remote=types.SimpleNamespace(aio=aio))
-    return lambda: types.SimpleNamespace(predict=method)
-
-
-def test_backend_keeps_order_and_runs_rows_concurrently():
-    started: list[int] = []
-
-    async def aio(row):
-        started.append(row)
-        await asyncio.sleep(0.01 * (3 - row))     # later rows finish first
-        return row * 10
-
-    backend = ModalBackend({"e": _fake_cls(aio)})
-    out = asyncio.run(backend.predict("e", [0, 1, 2], timeout_s=2.0))
-    assert out == [0, 10, 20]
-    assert sorted(started) == [0, 1, 2]
-    assert backend.readiness() == {"ready": True, "backend": "modal"}
-
-
-def test_backend_maps_errors():
-    async def slow(row):
-        await asyncio.sleep(5)
-
-    async def modal_timeout(row):
-        raise modal.exception.FunctionTimeoutError("took too long")
-
-    async def broken(row):
-        raise ValueError("bad row")
-
-    with pytest.raises(TimeoutError):
-        asyncio.run(ModalBackend({"e": _fake_cls(slow)}).predict("e", [1], timeout_s=0.05))
-    with pytest.raises(TimeoutError):
-        asyncio.run(ModalBackend({"e": _fake_cls(modal_timeout)}).predict("e", [1], timeout_s=1))
-    with pytest.raises(EndpointError, match="ValueError: bad row"):
-        asyncio.run(ModalBackend({"e": _fake_cls(broken)}).predict("e", [1], timeout_s=1))
