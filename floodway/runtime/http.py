@@ -76,6 +76,9 @@ class Backend(Protocol):
         ...
 
 
+BODY_TIMEOUT_S = 30.0
+
+
 def _error(status: int, kind: str, message: str, field: str | None = None,
            headers: dict[str, str] | None = None) -> JSONResponse:
     return JSONResponse(error_body(kind, message, field), status_code=status, headers=headers)
@@ -220,8 +223,13 @@ def make_asgi_app(app: App, backend: Backend, *, lifespan: Any = None,
                           f"{ep.route.tenant_rate_per_s:g} requests/s for endpoint {name!r}",
                           headers={"Retry-After": _retry_after(wait_s)})
         try:
-            body = await read_body(request, ep.route.max_body_bytes)
+            # A client that trickles its body must not hold a connection for ever.
+            body = await asyncio.wait_for(read_body(request, ep.route.max_body_bytes),
+                                          BODY_TIMEOUT_S)
             inputs = parse_predict(body, ep.input_type, max_inputs=ep.route.max_inputs)
+        except TimeoutError:
+            return _error(408, "request_timeout", f"the request body did not arrive within "
+                                                  f"{BODY_TIMEOUT_S:g} s")
         except RequestError as e:
             kind = "too_large" if e.status == 413 else "invalid_request"
             return _error(e.status, kind, str(e), e.field)

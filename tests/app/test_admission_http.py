@@ -1,0 +1,141 @@
+"""Admission over HTTP (in process): auth, headers, tenant rate, async jobs and their expiry."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+
+import floodway as fw
+from floodway.routers.admission import ApiKeys
+from floodway.runtime.http import make_asgi_app
+from floodway.runtime.local_jobs import LocalJobs
+from tests.app.test_http import ScriptedBackend
+
+app = fw.App("adm")
+
+
+@app.endpoint(model=fw.HFModel("org/m", revision="b" * 40),
+              route=fw.Route(timeout_s=0.5, tenant_rate_per_s=1, tenant_burst=2))
+def upper(model, texts: list[str]) -> list[str]:
+    return [t.upper() for t in texts]
+
+
+def client(asgi) -> httpx.AsyncClient:
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=asgi), base_url="http://t")
+
+
+def test_bearer_auth_when_keys_are_configured():
+    backend = ScriptedBackend()
+    asgi = make_asgi_app(app, backend, api_keys=ApiKeys(frozenset({"s3cret"})))
+
+    async def go():
+        async with client(asgi) as c:
+            body = {"inputs": ["a"]}
+            return (await c.post("/v1/upper", json=body),
+                    await c.post("/v1/upper", json=body,
+                                 headers={"Authorization": "Bearer wrong"}),
+                    await c.post("/v1/upper", json=body,
+                                 headers={"Authorization": "Bearer s3cret"}))
+
+    missing, wrong, ok = asyncio.run(go())
+    assert missing.status_code == 401 and missing.headers["www-authenticate"].startswith("Bearer")
+    assert missing.json()["error"]["field"] == "Authorization"
+    assert wrong.status_code == 401 and "wrong" not in wrong.text
+    assert ok.status_code == 200
+    assert len(backend.calls) == 1   # refused requests did no work
+
+
+def test_tenant_token_bucket_answers_429_with_retry_after_per_tenant():
+    backend = ScriptedBackend()
+    asgi = make_asgi_app(app, backend)
+
+    async def go():
+        async with client(asgi) as c:
+            a = [await c.post("/v1/upper", json={"inputs": ["a"]},
+                              headers={"Authorization": "Bearer tenant-a"}) for _ in range(3)]
+            b = await c.post("/v1/upper", json={"inputs": ["b"]},
+                             headers={"Authorization": "Bearer tenant-b"})
+            return a, b, await c.get("/metrics")
+
+    a, b, metrics = asyncio.run(go())
+    assert [r.status_code for r in a] == [200, 200, 429]   # burst of 2, then 1/s
+    assert a[2].json()["error"]["type"] == "rate_limited"
+    assert int(a[2].headers["retry-after"]) >= 1
+    assert b.status_code == 200   # another tenant has its own bucket
+    assert 'floodway_sheds_total{endpoint="upper",status="429"} 1.0' in metrics.text
+
+
+def test_priority_and_deadline_headers_are_validated_and_used():
+    backend = ScriptedBackend()
+    asgi = make_asgi_app(app, backend)
+
+    async def go():
+        async with client(asgi) as c:
+            body = {"inputs": ["a"]}
+            return (await c.post("/v1/upper", json=body, headers={"X-Priority": "urgent"}),
+                    await c.post("/v1/upper", json=body, headers={"X-Deadline-Ms": "-5"}),
+                    await c.post("/v1/upper", json=body, headers={"X-Deadline-Ms": "1500",
+                                                                 "X-Priority": "high"}))
+
+    prio, deadline, ok = asyncio.run(go())
+    assert prio.status_code == 400 and prio.json()["error"]["field"] == "X-Priority"
+    assert "urgent" in prio.json()["error"]["message"]
+    assert deadline.status_code == 400 and deadline.json()["error"]["field"] == "X-Deadline-Ms"
+    assert ok.status_code == 200 and backend.calls == [("upper", ["a"], 1.5)]
+
+
+def test_async_job_lifecycle_and_expiry_is_410(tmp_path):
+    backend = ScriptedBackend()
+    now = [1_700_000_000.0]
+    jobs = LocalJobs(app, backend, tmp_path / "jobs.sqlite3", ttl_s=60)
+    jobs.store.clock = lambda: now[0]
+    asgi = make_asgi_app(app, backend, jobs=jobs)
+
+    async def go():
+        await jobs.start()
+        try:
+            async with client(asgi) as c:
+                r = await c.post("/v1/upper/jobs", json={"inputs": ["a", "b"]})
+                loc = r.headers["location"]
+                for _ in range(200):
+                    done = await c.get(loc)
+                    if done.json()["status"] == "succeeded":
+                        break
+                    await asyncio.sleep(0.01)
+                other = await c.get(loc, headers={"Authorization": "Bearer someone-else"})
+                now[0] += 61   # past the TTL
+                expired = await c.get(loc)
+                bad = await c.post("/v1/upper/jobs", json={"inputs": []})
+                return r, done, other, expired, bad
+        finally:
+            await jobs.stop()
+
+    r, done, other, expired, bad = asyncio.run(go())
+    assert r.status_code == 202 and r.json()["status"] == "queued"
+    assert done.json()["outputs"] == ["A", "B"]
+    assert other.status_code == 404           # another tenant's job is not visible
+    assert expired.status_code == 410 and expired.json()["error"]["type"] == "expired"
+    assert bad.status_code == 422              # validated before it is stored
+
+
+def test_overload_spills_to_async_when_the_router_has_a_job_queue(tmp_path):
+    backend = ScriptedBackend()
+    backend.free = 0   # 10 s of backlog, deadline 0.5 s, cold start too slow below
+    backend.snapshot = lambda ep: ScriptedBackend.snapshot(backend, ep).__class__(
+        **{**ScriptedBackend.snapshot(backend, ep).__dict__, "cold_start_s": 5.0})
+    jobs = LocalJobs(app, backend, tmp_path / "jobs.sqlite3")
+    asgi = make_asgi_app(app, backend, jobs=jobs)
+
+    async def go():
+        async with client(asgi) as c:
+            t = time.perf_counter()
+            r = await c.post("/v1/upper", json={"inputs": ["a"]})
+            return r, time.perf_counter() - t
+
+    r, took_s = asyncio.run(go())
+    jobs.store.close()
+    assert r.status_code == 202 and r.headers["x-floodway-decision"] == "spill_async"
+    assert r.headers["location"].startswith("/v1/jobs/")
+    assert took_s < 1.0 and backend.calls == []
