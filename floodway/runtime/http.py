@@ -188,10 +188,11 @@ def make_asgi_app(app: App, backend: Backend, *, lifespan: Any = None,
             t0 = time.perf_counter()
             name = request.path_params.get("endpoint", "(jobs)")
             response = await handler(request)
-            body = json.loads(response.body)
-            outcome = "ok" if response.status_code < 300 else (
-                body["error"]["type"] if "error" in body else str(response.status_code))
-            if response.status_code == 202:
+            code = response.status_code
+            # Only error bodies are parsed: a 200 can hold megabytes of outputs.
+            outcome = "ok" if code < 300 else json.loads(response.body).get(
+                "error", {}).get("type", str(code))
+            if code == 202:
                 outcome = "accepted"
             # Unknown names share one label: a client must not be able to grow the label set.
             known = name in app.endpoints or name == "(jobs)"

@@ -30,7 +30,7 @@ from floodway.deploy import NO_MODAL_ENV
 from floodway.errors import Unavailable
 from floodway.functions.app import App
 from floodway.routers.batcher import Batcher
-from floodway.routers.decide import ContainerView, ServiceTime, Snapshot
+from floodway.routers.decide import LIVE, ContainerView, ServiceTime, Snapshot
 from floodway.runtime.container import BatchResult, Container, State
 
 log = logging.getLogger("floodway.pool")
@@ -158,8 +158,10 @@ class Pool:
 
     # ------------------------------------------------------------------ scaling and health
     def start_cold(self, endpoint: str) -> bool:
-        """Start one more container (spill_cold) unless at `max_containers`."""
-        if len(self._live(endpoint)) >= self.app[endpoint].warm.container_cap:
+        """Start one more container (spill_cold) unless at `max_containers` or while
+        containers of this endpoint are failing to start (the replacement backoff rules)."""
+        if self._failures[endpoint] or \
+                len(self._live(endpoint)) >= self.app[endpoint].warm.container_cap:
             return False
         self._spawn(self._new(endpoint))
         return True
@@ -219,9 +221,13 @@ class Pool:
             ready_in = max(0.0, cold - (now - c.history[0][0]))
             views.append(ContainerView(str(c.id), str(c.state), c.free_slots, c.slots,
                                        backlog, ready_in))
+        cap = ep.warm.container_cap
+        if self._failures[endpoint]:
+            # Containers are failing to start: spilling to cold would only add failures.
+            cap = min(cap, sum(1 for v in views if v.state in LIVE))
         return Snapshot(now_s=now, containers=tuple(views), service=svc, cold_start_s=cold,
                         max_batch_rows=ep.batching.max_batch_rows,
-                        max_queue=ep.route.max_queue, max_containers=ep.warm.container_cap,
+                        max_queue=ep.route.max_queue, max_containers=cap,
                         spill=ep.route.spill, queued=b.queued, queued_rows=b.queued_rows,
                         tenant_queued=b.tenant_queued())
 

@@ -1,0 +1,190 @@
+"""The dynamic batcher against fake containers (asyncio only, no processes)."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+import pytest
+
+from floodway.errors import EndpointError, Unavailable
+from floodway.routers.batcher import Batcher
+
+
+@dataclass
+class Result:
+    outputs: dict
+    errors: dict
+    rows: int
+    compute_s: float = 0.0
+
+
+class FakeSlot:
+    """A container with `slots` slots; each batch is answered when the test says so, or at
+    once (`auto`) by upper-casing its items, reversed so that order cannot carry the mapping."""
+
+    def __init__(self, cid: str, slots: int = 1, auto: bool = True):
+        self.id, self.slots, self.auto = cid, slots, auto
+        self.batches: list[list[tuple[str, str]]] = []
+        self.pending: list[asyncio.Future] = []
+        self.dead = False
+
+    @property
+    def free(self) -> int:
+        return 0 if self.dead else self.slots - sum(1 for f in self.pending if not f.done())
+
+    def submit(self, items):
+        if self.free <= 0:
+            raise Unavailable("no slot")
+        self.batches.append(list(items))
+        fut = asyncio.get_running_loop().create_future()
+        self.pending.append(fut)
+        if self.auto:
+            outs = {i: v.upper() for i, v in reversed(items) if v != "bad"}
+            errs = {i: "ValueError: bad" for i, v in items if v == "bad"}
+            fut.set_result(Result(outs, errs, len(items)))
+        return fut
+
+
+def make(slots: list[FakeSlot], rows: int = 4, wait_ms: float = 20) -> Batcher:
+    def pick():
+        free = [s for s in slots if s.free > 0]
+        return free[0] if free else None
+    return Batcher("ep", max_batch_rows=rows, wait_ms=wait_ms, pick=pick)
+
+
+def run(coro):
+    return asyncio.run(asyncio.wait_for(coro, 10))
+
+
+def test_batches_by_rows_across_requests_and_maps_by_id():
+    async def go():
+        slot = FakeSlot("a")
+        b = make([slot], rows=4)
+        b.start()
+        deadline = asyncio.get_running_loop().time() + 5
+        reqs = [b.submit(f"r{i}", [f"x{i}", f"y{i}"], deadline_s=deadline) for i in range(3)]
+        outs = [await asyncio.gather(*fs) for fs in reqs]
+        await b.stop()
+        return outs, slot.batches
+
+    outs, batches = run(go())
+    assert outs == [["X0", "Y0"], ["X1", "Y1"], ["X2", "Y2"]]
+    assert [len(x) for x in batches] == [4, 2]   # rows, not requests; a request split
+
+
+def test_a_bad_item_fails_alone():
+    async def go():
+        b = make([FakeSlot("a")])
+        b.start()
+        deadline = asyncio.get_running_loop().time() + 5
+        fs = b.submit("r", ["a", "bad", "c"], deadline_s=deadline)
+        res = await asyncio.gather(*fs, return_exceptions=True)
+        await b.stop()
+        return res
+
+    a, bad, c = run(go())
+    assert (a, c) == ("A", "C")
+    assert isinstance(bad, EndpointError) and "ValueError: bad" in str(bad)
+
+
+def test_waits_at_most_wait_ms_for_more_rows():
+    async def go():
+        b = make([FakeSlot("a")], rows=32, wait_ms=30)
+        b.start()
+        loop = asyncio.get_running_loop()
+        t = loop.time()
+        (f,) = b.submit("r", ["a"], deadline_s=t + 5)
+        await f
+        took = loop.time() - t
+        await b.stop()
+        return took
+
+    took = run(go())
+    assert 0.025 <= took < 0.5
+
+
+def test_expired_and_withdrawn_items_never_reach_a_container():
+    async def go():
+        slot = FakeSlot("a", auto=False)
+        b = make([slot], rows=2, wait_ms=0)
+        b.start()
+        loop = asyncio.get_running_loop()
+        first = b.submit("busy", ["a"], deadline_s=loop.time() + 5)
+        await asyncio.sleep(0.01)                       # the only slot is now taken
+        short = b.submit("short", ["b"], deadline_s=loop.time() + 0.05)
+        gone = b.submit("gone", ["c"], deadline_s=loop.time() + 5)
+        assert b.queued == 2 and b.queued_rows == 2
+        gone[0].cancel()                                # the client hung up
+        await asyncio.sleep(0)                          # done callbacks run on the loop
+        assert b.queued == 1 and b.tenant_queued() == {"anonymous": 1}
+        await asyncio.sleep(0.1)
+        slot.pending[0].set_result(Result({"busy:0": "A"}, {}, 1))
+        with pytest.raises(TimeoutError):
+            await short[0]
+        await first[0]
+        await b.stop()
+        return slot.batches, dict(b.dropped)
+
+    batches, dropped = run(go())
+    assert batches == [[("busy:0", "a")]]
+    assert dropped == {"deadline": 1, "cancelled": 1}
+
+
+def test_batch_lost_with_its_container_is_retried_once_elsewhere():
+    async def go():
+        dying, healthy = FakeSlot("dying", auto=False), FakeSlot("healthy")
+        healthy.dead = True                             # not ready yet
+        b = make([dying, healthy], rows=4, wait_ms=0)
+        b.start()
+        fs = b.submit("r", ["a", "b"], deadline_s=asyncio.get_running_loop().time() + 5)
+        await asyncio.sleep(0.01)
+        dying.dead, healthy.dead = True, False
+        dying.pending[0].set_exception(Unavailable("container died"))
+        b.notify()
+        out = await asyncio.gather(*fs)
+        await b.stop()
+        return out, dying.batches, healthy.batches
+
+    out, lost, retried = run(go())
+    assert out == ["A", "B"] and len(lost) == 1 and len(retried) == 1
+
+
+def test_second_loss_fails_with_unavailable():
+    async def go():
+        slot = FakeSlot("a", auto=False)
+        b = make([slot], rows=4, wait_ms=0)
+        b.start()
+        (f,) = b.submit("r", ["a"], deadline_s=asyncio.get_running_loop().time() + 5)
+        for _ in range(2):
+            while not slot.pending or slot.pending[-1].done():
+                await asyncio.sleep(0.005)
+            slot.pending[-1].set_exception(Unavailable("died again"))
+        with pytest.raises(Unavailable):
+            await f
+        await b.stop()
+        return len(slot.batches)
+
+    assert run(go()) == 2
+
+
+def test_high_priority_goes_first():
+    async def go():
+        slot = FakeSlot("a", auto=False)
+        b = make([slot], rows=1, wait_ms=0)
+        b.start()
+        t = asyncio.get_running_loop().time() + 5
+        b.submit("blocker", ["z"], deadline_s=t)
+        await asyncio.sleep(0.01)
+        b.submit("low", ["l"], deadline_s=t, priority=0)
+        b.submit("normal", ["n"], deadline_s=t, priority=1)
+        b.submit("high", ["h"], deadline_s=t, priority=2)
+        for _ in range(4):
+            while not slot.pending or slot.pending[-1].done():
+                await asyncio.sleep(0.005)
+            (item_id, value), = slot.batches[-1]
+            slot.pending[-1].set_result(Result({item_id: value}, {}, 1))
+        await b.stop()
+        return [batch[0][1] for batch in slot.batches]
+
+    assert run(go()) == ["z", "h", "n", "l"]
