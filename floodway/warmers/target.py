@@ -1,0 +1,312 @@
+"""The warm target of one endpoint: how many containers to keep warm now, and why.
+
+    desired(now_s, history, config, measured, state) -> (WarmTarget, PolicyState)
+
+`desired` is a pure function: the same clock, traffic history, `WarmPool` config, measurements
+and policy state always give the same target. The local runtime, the Modal warmers (which pass
+the target to ``Function.update_autoscaler``) and the simulator all call it; only the source
+of the inputs differs. The names mirror Modal's autoscaler (https://modal.com/docs/guide/scale):
+
+- ``min_containers``: containers kept warm even when the endpoint is idle;
+- ``buffer_containers``: extra idle containers kept *while the endpoint is active*, i.e. while
+  it has had an input within the last ``scaledown_window`` (Modal's meaning);
+- ``scaledown_window``: seconds an idle container waits before it is stopped (2..3600 on Modal).
+
+Composition (all times in seconds since the epoch, UTC):
+
+1. floor = the config's ``min_containers``;
+2. each `Window` that is open, or opens within ``lead_s`` + the measured cold start, raises
+   the floor to its ``min_containers`` (`floodway.warmers.schedule.window_status`);
+3. with ``predictive=True``, the predictive policy raises the floor to its own
+   (`floodway.warmers.predictive.predictive`: hybrid histogram keep-alive / pre-warm for the
+   first container, Little's law with hysteresis beyond it) and sets ``scaledown_window_s``
+   from its keep-alive; without it, ``scaledown_window_s`` is the config's;
+4. min_containers = max of the above, capped at ``max_containers``;
+5. buffer_containers = the config's while active (an arrival within the last
+   ``scaledown_window_s``), else 0, capped so that floor + buffer <= ``max_containers``.
+
+Hysteresis needs memory: it lives in `PolicyState`, an immutable value passed in and returned,
+so the function stays pure and a simulator (or a Modal cron, via `to_dict`/`from_dict` in a
+`modal.Dict`) can carry it between calls.
+
+Traffic: `History` holds user requests only. Warm-up inferences, health probes and warmer
+pings must never be recorded (`floodway.warmers.history.TrafficHistory.record`): counted as
+traffic they would keep an idle endpoint "active" and teach the histogram a fake pattern.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from floodway.config import MODAL_SCALEDOWN_MAX_S, MODAL_SCALEDOWN_MIN_S
+
+if TYPE_CHECKING:
+    from floodway.config import WarmPool
+    from floodway.warmers.predictive import PredictiveParams, SizingState
+
+MINUTE_S = 60.0
+# Prior for the cold start before anything was measured: the Modal router uses the same 30 s
+# (between a memory-snapshot restore and a full GPU cold start; see deploy/modal_router.py).
+COLD_START_PRIOR_S = 30.0
+# Prior for the seconds one request holds a container slot before any was measured.
+SERVICE_PRIOR_S = 0.1
+
+
+# ---------------------------------------------------------------- inputs
+
+@dataclass(frozen=True, eq=False)
+class History:
+    """Per-minute arrival counts of one endpoint.
+
+    `counts[i]` is the number of user requests that arrived in epoch minute
+    ``start_minute + i`` (epoch minute = floor(unix seconds / 60)), shape (n,), int64,
+    read-only. The last minute may be the current one, still filling up.
+
+    Build with `History.from_counts` (simulator, trace replay) or
+    `TrafficHistory.history` (the router's store). Compares by identity (it wraps an array).
+    """
+
+    start_minute: int
+    counts: np.ndarray
+
+    def __post_init__(self) -> None:
+        arr = np.asarray(self.counts, dtype=np.int64).reshape(-1)
+        if arr.size and int(arr.min()) < 0:
+            raise ValueError("History.counts must be non-negative arrival counts")
+        if arr is self.counts:
+            arr = arr.view()
+        arr.flags.writeable = False
+        object.__setattr__(self, "counts", arr)
+        object.__setattr__(self, "start_minute", int(self.start_minute))
+
+    @classmethod
+    def from_counts(cls, counts: Sequence[int] | np.ndarray, start_minute: int = 0) -> History:
+        """A history from per-minute counts, the first at epoch minute `start_minute`.
+
+        Raises ValueError on a negative count. The array is copied only if it is not already
+        int64 (a trace row can be passed without a copy, then frozen as a read-only view).
+        """
+        return cls(start_minute, np.asarray(counts, dtype=np.int64))
+
+    @classmethod
+    def empty(cls, now_s: float) -> History:
+        """No arrivals, ending at the minute of `now_s`."""
+        return cls(minute_of(now_s), np.zeros(0, dtype=np.int64))
+
+    @property
+    def end_minute(self) -> int:
+        """The epoch minute after the last one covered (exclusive end)."""
+        return self.start_minute + len(self.counts)
+
+    @property
+    def total(self) -> int:
+        return int(self.counts.sum())
+
+    def upto(self, now_s: float) -> History:
+        """The minutes up to and including the minute of `now_s` (a view, no copy): a policy
+        given a whole trace must not see the future."""
+        stop = minute_of(now_s) + 1 - self.start_minute
+        if stop >= len(self.counts):
+            return self
+        return History(self.start_minute, self.counts[:max(stop, 0)])
+
+    def active_minutes(self) -> np.ndarray:
+        """Epoch minutes with at least one arrival, ascending, shape (k,)."""
+        return np.flatnonzero(self.counts) + self.start_minute
+
+    def last_arrival_minute(self) -> int | None:
+        """The epoch minute of the latest arrival, or None without any."""
+        nz = np.flatnonzero(self.counts)
+        return int(nz[-1]) + self.start_minute if nz.size else None
+
+    def last_arrival_s(self, now_s: float | None = None) -> float | None:
+        """The latest instant the latest arrival may have happened: the end of its minute,
+        or `now_s` if that is earlier (the minute is the current one). None without any.
+
+        The end, not the start, of the minute: "active" then lasts the full scaledown window
+        after the real arrival, never less (Modal counts from the last input)."""
+        m = self.last_arrival_minute()
+        if m is None:
+            return None
+        end = (m + 1) * MINUTE_S
+        return end if now_s is None else min(end, now_s)
+
+    def idle_times_min(self) -> np.ndarray:
+        """Idle times (ITs) between consecutive arrivals in whole idle minutes, shape (k-1,)
+        for k active minutes, oldest first.
+
+        Arrivals in consecutive minutes give 0, one arrival every 10 minutes gives 9 (the nine
+        fully idle minutes between them). Several arrivals within one minute are one busy
+        minute: the per-minute record cannot see sub-minute gaps.
+        """
+        act = np.flatnonzero(self.counts)
+        return np.diff(act) - 1 if act.size > 1 else np.zeros(0, dtype=np.int64)
+
+    def _last(self, now_s: float, minutes: int) -> np.ndarray:
+        end = minute_of(now_s) + 1 - self.start_minute
+        lo = max(end - max(int(minutes), 1), 0)
+        return self.counts[lo:max(end, 0)]
+
+    def rate_per_s(self, now_s: float, minutes: int) -> float:
+        """Mean arrivals per second over the `minutes` minutes ending with the minute of
+        `now_s` (minutes outside the history count as zero)."""
+        return float(self._last(now_s, minutes).sum()) / (max(int(minutes), 1) * MINUTE_S)
+
+    def peak_rate_per_s(self, now_s: float, minutes: int) -> float:
+        """The busiest of the last `minutes` minutes (ending with the minute of `now_s`),
+        as arrivals per second: sizes a burst by its peak, not by its average."""
+        last = self._last(now_s, minutes)
+        return float(last.max()) / MINUTE_S if last.size else 0.0
+
+
+def minute_of(t_s: float) -> int:
+    """The epoch minute holding unix time `t_s`."""
+    return math.floor(t_s / MINUTE_S)
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What was measured of an endpoint (defaults are priors until something is measured).
+
+    `cold_start_s`: seconds from asking for a container to its first ready answer (default
+    `COLD_START_PRIOR_S` = 30 s, the Modal router's prior). `service_s`: seconds one request
+    holds a container (default 0.1 s). `concurrency`: requests one container serves at once
+    (default 1). For a batching endpoint use `from_batches`. Raises ValueError on a negative
+    time or a concurrency <= 0.
+    """
+
+    cold_start_s: float = COLD_START_PRIOR_S
+    service_s: float = SERVICE_PRIOR_S
+    concurrency: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not (self.cold_start_s >= 0 and self.service_s >= 0):
+            raise ValueError(f"Measured times must be >= 0, got cold_start_s="
+                             f"{self.cold_start_s!r}, service_s={self.service_s!r}")
+        if not self.concurrency > 0:
+            raise ValueError(f"Measured.concurrency must be > 0, got {self.concurrency!r}")
+
+    @classmethod
+    def from_batches(cls, cold_start_s: float, batch_s: float, batch_rows: int,
+                     rows_per_request: float = 1.0) -> Measured:
+        """A container that runs one batch of `batch_rows` rows in `batch_s` seconds serves
+        ``batch_rows / rows_per_request`` requests per `batch_s`: in Little's law that is a
+        service time of `batch_s` at that concurrency."""
+        return cls(cold_start_s, batch_s, max(batch_rows / max(rows_per_request, 1e-9), 1e-9))
+
+
+# ---------------------------------------------------------------- outputs
+
+@dataclass(frozen=True)
+class WarmTarget:
+    """What to ask the autoscaler for (Modal's names and meanings; see the module docstring).
+
+    `reason` says in words which source set each number, e.g.
+    ``"min 4: window '55 8 * * 1-5' opens in 40 s; buffer 0: idle"``.
+    """
+
+    min_containers: int
+    buffer_containers: int
+    scaledown_window_s: float
+    reason: str
+
+
+@dataclass(frozen=True)
+class PolicyState:
+    """The memory of `desired` between calls for one endpoint (start with `PolicyState()`).
+
+    `sizing`: the Little's-law hysteresis state (`floodway.warmers.predictive.SizingState`);
+    None until the predictive policy first ran.
+    """
+
+    sizing: SizingState | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-able dict (for a `modal.Dict` or a file between warmer runs)."""
+        return {"sizing": None if self.sizing is None else self.sizing.to_dict()}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> PolicyState:
+        """The inverse of `to_dict`; None or an empty mapping gives a fresh state."""
+        from floodway.warmers.predictive import SizingState
+
+        raw = (data or {}).get("sizing")
+        return cls(None if raw is None else SizingState.from_dict(raw))
+
+
+@dataclass(frozen=True)
+class _Part:
+    containers: int
+    why: str
+
+
+# ---------------------------------------------------------------- the policy
+
+def clamp_scaledown_s(seconds: float) -> float:
+    """Clamp to Modal's accepted ``scaledown_window`` range (2..3600 s)."""
+    return float(min(max(seconds, MODAL_SCALEDOWN_MIN_S), MODAL_SCALEDOWN_MAX_S))
+
+
+def desired(now_s: float, history: History, config: WarmPool, measured: Measured,
+            state: PolicyState | None = None, *,
+            params: PredictiveParams | None = None) -> tuple[WarmTarget, PolicyState]:
+    """The warm target at `now_s` (unix seconds) and the state to pass to the next call.
+
+    `history` may extend past `now_s` (a whole trace): only minutes up to the minute of
+    `now_s` are used. `config` is assumed valid (the decorator validates it). `params` tunes
+    the predictive policy (default `PredictiveParams()`, the paper's constants). Pure: no
+    clock, no I/O. See the module docstring for the composition.
+    """
+    from floodway.warmers.predictive import PredictiveParams, SizingState, predictive
+    from floodway.warmers.schedule import window_status
+
+    state = state or PolicyState()
+    history = history.upto(now_s)
+    cap = config.container_cap
+    floors = [_Part(config.min_containers, f"config min_containers {config.min_containers}")]
+    for w in config.windows:
+        st = window_status(w, now_s, measured)
+        if st.warm:
+            floors.append(_Part(st.min_containers, st.reason))
+
+    scaledown_s = clamp_scaledown_s(config.scaledown_window_s)
+    scaledown_why = "config"
+    sizing = state.sizing
+    if config.predictive:
+        pred, sizing = predictive(now_s, history, measured, params or PredictiveParams(),
+                                  sizing or SizingState())
+        floors.append(_Part(pred.min_containers, pred.reason))
+        if pred.scaledown_window_s is not None:
+            scaledown_s = clamp_scaledown_s(pred.scaledown_window_s)
+            scaledown_why = pred.scaledown_reason
+
+    # On a tie the later, more specific source explains the number (predictive > window >
+    # config), so that "0" still says e.g. when the next pre-warm comes.
+    best = max(reversed(floors), key=lambda p: p.containers)
+    floor = min(best.containers, cap)
+    floor_why = best.why
+    if best.containers > cap:
+        floor_why += f" (capped at max_containers {cap})"
+
+    last_s = history.last_arrival_s(now_s)
+    active = last_s is not None and now_s - last_s < scaledown_s
+    buffer = min(config.buffer_containers, cap - floor) if active else 0
+    if active:
+        buffer_why = f"active, last arrival {now_s - last_s:.0f} s ago"  # type: ignore[operator]
+    else:
+        buffer_why = "idle" if last_s is None else \
+            f"idle for {now_s - last_s:.0f} s >= scaledown window"
+    reason = (f"min {floor}: {floor_why}; buffer {buffer}: {buffer_why}; "
+              f"scaledown {scaledown_s:.0f} s: {scaledown_why}")
+    return (WarmTarget(floor, buffer, scaledown_s, reason), PolicyState(sizing))
+
+
+__all__ = [
+    "COLD_START_PRIOR_S", "History", "Measured", "PolicyState", "WarmTarget", "clamp_scaledown_s",
+    "desired", "minute_of",
+]
