@@ -161,8 +161,9 @@ class Build(_Config):
 @dataclass(frozen=True)
 class Window(_Config):
     """A scheduled warm window: from each `cron` match, for `duration_s`, keep at least
-    `min_containers` warm. `lead_s` starts warming that much earlier (cold start included).
-    `cron` is a 5-field crontab expression evaluated in `timezone` (IANA name)."""
+    `min_containers` warm. Warming starts `lead_s` plus the measured cold start earlier, so
+    the containers are ready when the window opens. `cron` is a 5-field crontab expression
+    evaluated in `timezone` (IANA name)."""
 
     cron: str
     duration_s: float
