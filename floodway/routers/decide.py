@@ -31,6 +31,8 @@ Algorithm (all times in seconds, on the snapshot's clock):
 7. spill_async: "async" is in the spill list, the request accepts it and the job store is
    accepting -> the request becomes a durable job (202).
 8. shed: 503 with Retry-After = the estimated wait until capacity frees (1..60 s).
+   With no live container at all (scaled to zero) and cold spills allowed, a spill_async or
+   shed also asks for a container (`start_cold`), so that the requests after it find one.
 
 Overload behaviour: nothing waits that cannot meet its deadline, the queue never exceeds its
 cap, and a shed answer costs one call of this function (microseconds). Rate limiting by tenant
@@ -46,7 +48,7 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 LIVE = frozenset({"starting", "warming", "ready", "busy"})
 WARM = frozenset({"ready", "busy"})
@@ -150,13 +152,16 @@ class Request:
 
 @dataclass(frozen=True)
 class Decision:
-    """What to do with a request. `status` is the HTTP status of a shed (503), else 0."""
+    """What to do with a request. `status` is the HTTP status of a shed (503), else 0.
+    `start_cold`: also start a container although this request will not wait for it (no
+    container is live: scale from zero for the requests that follow)."""
 
     action: Action
     reason: str
     est_wait_s: float = 0.0
     retry_after_s: float = 0.0
     status: int = 0
+    start_cold: bool = False
 
 
 def water_fill(available_in_s: Sequence[float], work_s: float) -> float:
@@ -232,9 +237,12 @@ def decide(snap: Snapshot, req: Request) -> Decision:
     why = (f"estimated wait {wait:.3f}s + service {service:.3f}s exceeds the budget "
            f"{budget:.3f}s" if not fits else f"queue full for this priority or tenant "
            f"({snap.queued} queued)")
-    if "cold" in snap.spill and len(live) < snap.max_containers \
-            and snap.cold_start_s + service <= budget:
+    can_start = "cold" in snap.spill and len(live) < snap.max_containers
+    if can_start and snap.cold_start_s + service <= budget:
         return Decision(Action.SPILL_COLD, f"{why}; a cold start "
                         f"({snap.cold_start_s:.2f}s measured) meets the deadline",
                         est_wait_s=snap.cold_start_s)
-    return spill_async_or_shed(why, wait)
+    d = spill_async_or_shed(why, snap.cold_start_s if not live else wait)
+    if can_start and not live:
+        d = replace(d, start_cold=True)
+    return d

@@ -271,6 +271,8 @@ def make_asgi_app(app: App, backend: Backend, *, lifespan: Any = None,
 
     async def _decided(request: Request, name: str, a: Admitted,
                        decision: Decision) -> JSONResponse:
+        if decision.start_cold:
+            backend.start_cold(name)
         if decision.action == Action.SHED:
             return _shed(name, decision)
         if decision.action == Action.SPILL_ASYNC:

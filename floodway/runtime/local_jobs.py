@@ -80,6 +80,8 @@ class LocalJobs:
         d = decide(snap, Request(rows=len(job.inputs), deadline_s=snap.now_s + JOB_TIMEOUT_S,
                                  priority=int(Priority.LOW), tenant=job.tenant or "anonymous",
                                  allow_async=False))
+        if d.action == Action.SPILL_COLD or d.start_cold:
+            self.backend.start_cold(job.endpoint)   # e.g. scaled to zero: bring one up
         if d.action != Action.DISPATCH:
             raise Unavailable(f"waiting for idle capacity ({d.action}: {d.reason})",
                               retry_after_s=max(IDLE_RETRY_S, d.est_wait_s, d.retry_after_s))

@@ -1,13 +1,17 @@
 """The local pool: containers per endpoint, scaled, replaced and stopped; the local Backend.
 
-Per endpoint the pool keeps a floor of containers (`WarmPool.min_containers +
-buffer_containers`, or the `--containers` override), starts more on `spill_cold` up to
-`max_containers`, and scales idle ones down after `scaledown_window_s`: it picks the
-longest-idle container above the floor, stops routing to it (draining) and lets in-flight
-work finish. A container that dies is replaced while the pool is under its floor, with
-exponential backoff so a broken build cannot crash-loop the machine. A container with work
-in flight and no completion for `Route.stuck_after_s` is declared stuck, drained, killed and
-replaced; its batches are retried once elsewhere (see `floodway.routers.batcher`).
+Per endpoint the pool keeps the floor that the warm-pool policy asks for
+(`floodway.warmers.desired`: `min_containers`, scheduled windows, the predictive policy, and
+`buffer_containers` while the endpoint is active), recomputed every tick from the measured
+cold start and service time and the endpoint's traffic history; `--containers N` pins the
+floor instead. It starts more on `spill_cold` up to `max_containers`, and scales idle ones
+down after the target's `scaledown_window_s`: it picks the longest-idle container above the
+floor, stops routing to it (draining) and lets in-flight work finish. Only user batches
+reset a container's idle timer (warm-up runs before it is ready; probes never reach it).
+A container that dies is replaced while the pool is under its floor, with exponential
+backoff so a broken build cannot crash-loop the machine. A container with work in flight and
+no completion for `Route.stuck_after_s` is declared stuck, drained, killed and replaced;
+its batches are retried once elsewhere (see `floodway.routers.batcher`).
 
 `snapshot()` describes an endpoint for `floodway.routers.decide.decide`: containers with
 their free slots and backlog, queue length, the service time fitted from measured batches,
@@ -32,6 +36,15 @@ from floodway.functions.app import App
 from floodway.routers.batcher import Batcher
 from floodway.routers.decide import LIVE, ContainerView, ServiceTime, Snapshot
 from floodway.runtime.container import BatchResult, Container, State
+from floodway.warmers.history import TrafficHistory
+from floodway.warmers.target import (
+    History,
+    Measured,
+    PolicyState,
+    WarmTarget,
+    desired,
+    minute_of,
+)
 
 log = logging.getLogger("floodway.pool")
 BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
@@ -40,24 +53,29 @@ TICK_S = 0.5
 SERVICE_PRIOR = ServiceTime(per_row_s=0.005, per_batch_s=0.02)
 COLD_START_PRIOR_S = 10.0
 SAMPLES = 64
+HISTORY_MIN = 240   # the hybrid histogram's range (Shahrad et al. 2020, section 4.2)
 
 
 class Pool:
     """Local containers for every endpoint of `app`; implements the http `Backend` protocol.
 
-    `containers`: the floor per endpoint (None: the warm pool's min + buffer, at least 1),
-    capped at `WarmPool.max_containers`. `clock` is monotonic seconds.
+    `containers`: pin the floor per endpoint (None: follow the warm-pool policy), capped at
+    `WarmPool.max_containers`. `history`: where user arrivals are recorded per minute
+    (None: in memory only).
     """
 
     def __init__(self, app: App, app_spec: str, store_root: str, *,
-                 containers: int | None = None):
+                 containers: int | None = None, history: TrafficHistory | None = None):
         self.app, self.app_spec, self.store_root = app, app_spec, store_root
+        self.pinned = containers
+        self.history = history
+        self.targets: dict[str, WarmTarget] = {}
+        self._policy: dict[str, PolicyState] = {}
+        self._counts: dict[str, dict[int, int]] = {ep.name: {} for ep in app}
         self.floor: dict[str, int] = {}
         for ep in app:
-            n = containers if containers is not None else max(
-                1, ep.warm.min_containers + ep.warm.buffer_containers)
-            self.floor[ep.name] = min(n, ep.warm.container_cap)
-        total = sum(self.floor.values()) or 1
+            self._retarget(ep.name, time.time())
+        total = sum(max(1, n) for n in self.floor.values()) or 1
         # Share the cores: each container's ONNX Runtime gets cpu_count / containers threads.
         self.threads = max(1, (os.cpu_count() or 1) // total)
         self.containers: dict[str, list[Container]] = {ep.name: [] for ep in app}
@@ -67,6 +85,7 @@ class Pool:
         self.cold_starts: dict[str, deque[float]] = {ep.name: deque(maxlen=8) for ep in app}
         self.service: dict[str, ServiceTime] = {ep.name: SERVICE_PRIOR for ep in app}
         self._failures: dict[str, int] = {ep.name: 0 for ep in app}
+        self._replacing: dict[str, int] = {ep.name: 0 for ep in app}
         self._closing = False
         self._tasks: set[asyncio.Task] = set()
         self._request_ids = itertools.count(1)
@@ -115,7 +134,11 @@ class Pool:
         delay = BACKOFF_S[min(n, len(BACKOFF_S) - 1)]
         log.warning("container %s of %s failed (%s); replacing in %.1fs", c.id, c.endpoint,
                     c.error, delay)
-        await asyncio.sleep(delay)
+        self._replacing[c.endpoint] += 1
+        try:
+            await asyncio.sleep(delay)
+        finally:
+            self._replacing[c.endpoint] -= 1
         if not self._closing and len(self._live(c.endpoint)) < self.floor[c.endpoint]:
             self._spawn(self._new(c.endpoint))
 
@@ -156,6 +179,47 @@ class Pool:
         for t in list(self._tasks):
             t.cancel()
 
+    # ------------------------------------------------------------------ warm-pool policy
+    def record_arrival(self, endpoint: str, now_s: float | None = None) -> None:
+        """Count one user request (never warm-ups or probes) in the traffic history."""
+        now_s = time.time() if now_s is None else now_s
+        if self.history is not None:
+            self.history.record(endpoint, now_s)
+        else:
+            minute = minute_of(now_s)
+            counts = self._counts[endpoint]
+            counts[minute] = counts.get(minute, 0) + 1
+            for old in [m for m in counts if m < minute - HISTORY_MIN]:
+                del counts[old]
+
+    def _history(self, endpoint: str, now_s: float) -> History:
+        if self.history is not None:
+            return self.history.history(endpoint, now_s, HISTORY_MIN)
+        counts = self._counts[endpoint]
+        end = minute_of(now_s)
+        start = end - HISTORY_MIN + 1
+        return History.from_counts([counts.get(m, 0) for m in range(start, end + 1)], start)
+
+    def measured(self, endpoint: str) -> Measured:
+        mbr = self.app[endpoint].batching.max_batch_rows
+        return Measured.from_batches(self.cold_start_s(endpoint),
+                                     self.service[endpoint].seconds(mbr), mbr)
+
+    def _retarget(self, endpoint: str, now_s: float) -> None:
+        ep = self.app[endpoint]
+        if self.pinned is not None:
+            n = min(self.pinned, ep.warm.container_cap)
+            self.targets[endpoint] = WarmTarget(n, 0, ep.warm.scaledown_window_s,
+                                                f"pinned to {n} (--containers)")
+        else:
+            target, self._policy[endpoint] = desired(
+                now_s, self._history(endpoint, now_s), ep.warm, self.measured(endpoint),
+                self._policy.get(endpoint))
+            self.targets[endpoint] = target
+        t = self.targets[endpoint]
+        self.floor[endpoint] = min(t.min_containers + t.buffer_containers,
+                                   ep.warm.container_cap)
+
     # ------------------------------------------------------------------ scaling and health
     def start_cold(self, endpoint: str) -> bool:
         """Start one more container (spill_cold) unless at `max_containers` or while
@@ -172,8 +236,11 @@ class Pool:
             self.tick(time.monotonic())
 
     def tick(self, now: float) -> None:
-        """Scale idle containers down past the floor; drain and kill stuck ones."""
+        """Follow the warm target: start containers up to the floor, scale idle ones down
+        past it after the scale-down window; drain and kill stuck ones."""
+        wall = time.time()
         for ep in self.app:
+            self._retarget(ep.name, wall)
             for c in list(self.containers[ep.name]):
                 if c.inflight and c.state in (State.READY, State.BUSY) \
                         and now - c.last_progress_s > ep.route.stuck_after_s:
@@ -184,8 +251,15 @@ class Pool:
                     self._event(ep.name, "stuck", c.id)
                     c.kill(why)
             live = self._live(ep.name)
+            if len(live) < self.floor[ep.name] and not self._failures[ep.name] \
+                    and not self._replacing[ep.name]:
+                # The floor rose (a window opens, traffic grew): warm up ahead of demand.
+                for _ in range(self.floor[ep.name] - len(live)):
+                    self._spawn(self._new(ep.name))
+                continue
+            window_s = self.targets[ep.name].scaledown_window_s
             idle = [c for c in live if c.state == State.READY and not c.inflight
-                    and now - c.idle_since_s >= ep.warm.scaledown_window_s]
+                    and now - c.idle_since_s >= window_s]
             if idle and len(live) > self.floor[ep.name]:
                 victim = min(idle, key=lambda c: c.idle_since_s)
                 log.info("container %s of %s idle for %.0fs: scaling down", victim.id,
@@ -256,7 +330,13 @@ class Pool:
 
     def readiness(self) -> dict[str, Any]:
         eps = {name: [c.describe() for c in cs] for name, cs in self.containers.items()}
-        ready = all(any(c["state"] in ("ready", "busy") for c in cs) for cs in eps.values())
+        # An endpoint scaled to zero by its policy is ready: requests start a container.
+        ready = all(any(c["state"] in ("ready", "busy") for c in cs) or self.floor[name] == 0
+                    for name, cs in eps.items())
         queues = {name: {"queued": b.queued, "queued_rows": b.queued_rows,
                          "dropped": dict(b.dropped)} for name, b in self.batchers.items()}
-        return {"ready": ready, "endpoints": eps, "queues": queues}
+        targets = {name: {"min_containers": t.min_containers,
+                          "buffer_containers": t.buffer_containers,
+                          "scaledown_window_s": t.scaledown_window_s, "reason": t.reason}
+                   for name, t in self.targets.items()}
+        return {"ready": ready, "endpoints": eps, "queues": queues, "warm_targets": targets}

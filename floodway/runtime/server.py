@@ -23,6 +23,7 @@ from floodway.routers.admission import API_KEYS_ENV, ApiKeys
 from floodway.runtime.http import make_asgi_app
 from floodway.runtime.local_jobs import LocalJobs, default_jobs_path
 from floodway.runtime.pool import Pool
+from floodway.warmers.history import TrafficHistory
 
 log = logging.getLogger("floodway.serve")
 EXAMPLE_TEXTS = ["floodway keeps latency flat through traffic spikes.", "Hello, world!"]
@@ -53,8 +54,12 @@ def build_server(app_spec: str, *, store: str | Path | None = None,
     for ep in eps:
         st.latest(ep.name)   # fail now, with the command to run, not in every worker
     target = app_spec.split("::")[0]
-    pool = Pool(app, target, str(st.root), containers=containers)
-    jobs = LocalJobs(app, pool, jobs_db or default_jobs_path(st.root), ttl_s=job_ttl_s)
+    jobs_path = Path(jobs_db or default_jobs_path(st.root))
+    jobs_path.parent.mkdir(parents=True, exist_ok=True)
+    # Per-minute user arrivals, beside the jobs: the warm-pool policy learns from them.
+    history = TrafficHistory(jobs_path.with_name("history.sqlite3"))
+    pool = Pool(app, target, str(st.root), containers=containers, history=history)
+    jobs = LocalJobs(app, pool, jobs_path, ttl_s=job_ttl_s)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app) -> AsyncIterator[None]:
@@ -65,6 +70,7 @@ def build_server(app_spec: str, *, store: str | Path | None = None,
         finally:
             await jobs.stop()
             await pool.stop()
+            history.close()
 
     return make_asgi_app(app, pool, lifespan=lifespan, api_keys=api_keys, jobs=jobs), pool
 

@@ -123,3 +123,12 @@ def test_service_time_fit():
     assert one_size.per_row_s == pytest.approx(0.025) and one_size.per_batch_s == 0.0
     noisy = ServiceTime.fit([(1, 0.5), (2, 0.1)], prior)
     assert noisy.per_row_s == 0.0 and noisy.per_batch_s == pytest.approx(0.3)   # clamped
+
+
+def test_scaled_to_zero_a_shed_still_starts_a_container():
+    d = decide(snap(cold_start_s=30.0, spill=("cold",)), req())
+    assert d.action == Action.SHED and d.start_cold and d.retry_after_s == 30.0
+    d = decide(snap(cold_start_s=30.0), req())
+    assert d.action == Action.SPILL_ASYNC and d.start_cold
+    busy = decide(snap(warm("a", free=0, backlog_s=5.0), cold_start_s=30.0), req())
+    assert not busy.start_cold   # a live container exists: no scale-from-zero
