@@ -156,8 +156,10 @@ def ort_trt_cache_root() -> Path:
     return Path(cache) / "floodway"
 
 
-def _hash_files(folder: Path, manifest: ManifestView, files: tuple[str, ...]) -> list[str]:
-    return [rel for rel in files if sha256_path(folder / rel) != manifest.artifacts[rel].sha256]
+def _hash_files(folder: Path, manifest: ManifestView, files: tuple[str, ...],
+                mode: str) -> list[str]:
+    return [rel for rel in files
+            if sha256_path(folder / rel, mode) != manifest.artifacts[rel].sha256]
 
 
 def load(artifact_dir: str | Path, *, verify: str = "sha256", threads: int | None = None,
@@ -192,7 +194,7 @@ def load(artifact_dir: str | Path, *, verify: str = "sha256", threads: int | Non
                 tok_hash.set_result([r for r in tok_files
                                      if pre.digests[r] != manifest.artifacts[r].sha256])
             else:
-                tok_hash = pool.submit(_hash_files, folder, manifest, tok_files)
+                tok_hash = pool.submit(_hash_files, folder, manifest, tok_files, mode)
         for choice in plan(manifest, hw):
             label = f"{choice.backend}[{', '.join(choice.files) or '-'}]"
             if not choice.usable:
@@ -207,7 +209,7 @@ def load(artifact_dir: str | Path, *, verify: str = "sha256", threads: int | Non
             early = (prefetch.take(choice.files, threads=threads, mode=mode)
                      if prefetch and choice.backend == "onnxruntime-cpu" else None)
             prefetch = None   # only the first ONNX Runtime CPU choice may use it
-            hashed = (pool.submit(_hash_files, folder, manifest, choice.files)
+            hashed = (pool.submit(_hash_files, folder, manifest, choice.files, mode)
                       if verify == "sha256" and not early else None)
             try:
                 if early:
