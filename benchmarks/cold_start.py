@@ -80,7 +80,9 @@ def time_once(code: str | None, env: dict[str, str]) -> float:
     """Spawn to first answer. `code` None: a floodway container (worker process)."""
     t0 = time.perf_counter()
     if code is None:
-        env = {**env, "FLOODWAY_NO_MODAL": "1", "FLOODWAY_SPAWN_T": repr(time.time())}
+        # The env the local pool gives its containers (floodway/runtime/pool.py `Pool._new`).
+        env = {**env, "FLOODWAY_NO_MODAL": "1", "FLOODWAY_DEFINITION_VALIDATED": "1",
+               "FLOODWAY_SPAWN_T": repr(time.time())}
         proc = subprocess.Popen(
             [sys.executable, "-m", "floodway.runtime.worker", str(ROOT / "modal_app.py"),
              "embed", env["STORE"]], stdin=subprocess.PIPE, stdout=subprocess.PIPE,

@@ -15,6 +15,7 @@ import os
 from typing import Any
 
 from floodway.build.prefetch import THREADS_ENV
+from floodway.config import VALIDATED_ENV
 from floodway.deploy import NO_MODAL_ENV
 from floodway.errors import Unavailable
 from floodway.functions.app import App
@@ -51,7 +52,8 @@ class Pool:
         ep = self.app[endpoint]
         c = Container(self.app_spec, endpoint, self.store_root,
                       slots=ep.route.max_inflight_per_container,
-                      env={THREADS_ENV: str(self.threads), NO_MODAL_ENV: "1"})
+                      env={THREADS_ENV: str(self.threads), NO_MODAL_ENV: "1",
+                           VALIDATED_ENV: "1"})
         self.containers[endpoint].append(c)
         return c
 
