@@ -48,12 +48,16 @@ class Pool:
         self._closing = False
         self._tasks: set[asyncio.Task] = set()
 
+    def worker_env(self) -> dict[str, str]:
+        """What a container process's environment adds to the router's: this pool's share of
+        the cores as ONNX Runtime threads, no Modal objects, and the definition marked as
+        already validated (by this process)."""
+        return {THREADS_ENV: str(self.threads), NO_MODAL_ENV: "1", VALIDATED_ENV: "1"}
+
     def _new(self, endpoint: str) -> Container:
         ep = self.app[endpoint]
         c = Container(self.app_spec, endpoint, self.store_root,
-                      slots=ep.route.max_inflight_per_container,
-                      env={THREADS_ENV: str(self.threads), NO_MODAL_ENV: "1",
-                           VALIDATED_ENV: "1"})
+                      slots=ep.route.max_inflight_per_container, env=self.worker_env())
         self.containers[endpoint].append(c)
         return c
 

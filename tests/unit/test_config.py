@@ -101,6 +101,7 @@ def test_worker_processes_skip_only_the_cron_and_timezone_checks(monkeypatch):
     assert "warm.windows[0].min_containers = 3" in joined
     app, _ = define()
     assert Pool(app, "app.py", "store")._new("embed").env[VALIDATED_ENV] == "1"
+    assert Pool(app, "app.py", "store").worker_env()[VALIDATED_ENV] == "1"
 
 
 def test_min_above_max_containers():
