@@ -41,6 +41,8 @@ from rich.progress import Progress
 from rich.table import Table
 
 ROOT = Path(__file__).resolve().parents[1]
+# This checkout's floodway, in this process as in the worker processes it spawns (cwd=ROOT).
+sys.path.insert(0, str(ROOT))
 TEXT = "a cold start should cost a process start and a file read"
 
 TRANSFORMERS = f"""
