@@ -141,10 +141,13 @@ class Prefetch:
             self._start(self._hash)
 
     def start_session(self) -> None:
-        """Start the session and tokenizer threads. Import onnxruntime and tokenizers on the
-        calling thread first (see `start_prefetch`)."""
+        """Start the session thread. Import onnxruntime on the calling thread first."""
         if self.files:
             self._start(self._session)
+
+    def start_tokenizer(self) -> None:
+        """Start the tokenizer thread. Import tokenizers on the calling thread first."""
+        if self.files:
             self._start(self._tokenizer)
 
     def _start(self, fn) -> None:
@@ -201,9 +204,11 @@ def start_prefetch(artifact_dir: str | Path, *, threads: int | None = None) -> P
     # them start: numpy's C extension fails to initialize when two threads import it at once
     # ("partially initialized module numpy._core._multiarray_umath"), seen here.
     import onnxruntime  # noqa: F401
+
+    pre.start_session()   # the session takes longest: it overlaps the tokenizers import
     import tokenizers  # noqa: F401
 
-    pre.start_session()
+    pre.start_tokenizer()
     return pre
 
 
