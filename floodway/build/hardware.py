@@ -33,12 +33,13 @@ class HardwareInfo:
 
 
 def _nvidia_smi() -> tuple[str | None, str | None]:
-    import shutil
-    import subprocess  # imported here: ~10 ms a container's cold start need not pay first
+    from floodway.build.prefetch import which
 
-    exe = shutil.which("nvidia-smi")
+    exe = which("nvidia-smi")
     if not exe:
         return None, None
+    import subprocess  # only here: ~5-10 ms a CPU container's cold start need not pay
+
     try:
         out = subprocess.run([exe, "--query-gpu=name,compute_cap", "--format=csv,noheader"],
                              capture_output=True, text=True, timeout=10, check=True).stdout

@@ -17,11 +17,11 @@ paths import no torch.
 
 from __future__ import annotations
 
-import logging
 import os
+import sys
+import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,7 +43,7 @@ from floodway.build.prefetch import (
 from floodway.errors import ArtifactError
 from floodway.functions.loaded import Loaded
 
-log = logging.getLogger("floodway.loader")
+LOGGER = "floodway.loader"
 WEIGHTS_FILE = "weights/model.safetensors"
 TOKENIZER_DIR = "tokenizer"
 
@@ -156,8 +156,77 @@ def ort_trt_cache_root() -> Path:
     return Path(cache) / "floodway"
 
 
-def _hash_files(folder: Path, manifest: ManifestView, files: tuple[str, ...]) -> list[str]:
-    return [rel for rel in files if sha256_path(folder / rel) != manifest.artifacts[rel].sha256]
+class _Task:
+    """A call running on its own thread; `result()` waits, then returns or raises."""
+
+    def __init__(self, fn: Callable[..., Any] | None = None, *args: Any):
+        self._value: Any = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(fn, args), daemon=True) \
+            if fn is not None else None
+        if self._thread:
+            self._thread.start()
+
+    @classmethod
+    def done(cls, value: Any) -> _Task:
+        task = cls()
+        task._value = value
+        return task
+
+    def _run(self, fn: Callable[..., Any], args: tuple) -> None:
+        try:
+            self._value = fn(*args)
+        except BaseException as e:  # noqa: BLE001 - re-raised by result()
+            self._error = e
+
+    def wait(self) -> None:
+        if self._thread:
+            self._thread.join()
+
+    def result(self) -> Any:
+        self.wait()
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
+class _Tasks:
+    """`submit` starts a `_Task`; leaving the `with` block waits for all of them. Used instead of
+    concurrent.futures, whose import (with logging) costs ~10 ms of a container's cold start."""
+
+    def __init__(self) -> None:
+        self._tasks: list[_Task] = []
+
+    def __enter__(self) -> _Tasks:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for task in self._tasks:
+            task.wait()
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> _Task:
+        self._tasks.append(_Task(fn, *args))
+        return self._tasks[-1]
+
+
+INFO, WARNING = 20, 30   # logging's levels
+
+
+def _log(level: int, msg: str, *args: object) -> None:
+    # Below WARNING only where logging is imported already: importing it costs ~5 ms of a
+    # container's cold start, and where nothing imported it, nothing configured a handler or
+    # level, so the record would be dropped anyway (the last-resort handler shows WARNING+).
+    if level < WARNING and "logging" not in sys.modules:
+        return
+    import logging
+
+    logging.getLogger(LOGGER).log(level, msg, *args)
+
+
+def _hash_files(folder: Path, manifest: ManifestView, files: tuple[str, ...],
+                mode: str) -> list[str]:
+    return [rel for rel in files
+            if sha256_path(folder / rel, mode) != manifest.artifacts[rel].sha256]
 
 
 def load(artifact_dir: str | Path, *, verify: str = "sha256", threads: int | None = None,
@@ -184,15 +253,14 @@ def load(artifact_dir: str | Path, *, verify: str = "sha256", threads: int | Non
     pre = prefetch
     if pre is not None:
         pre.join()
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        tok_hash: Future | None = None
+    with _Tasks() as pool:
+        tok_hash: _Task | None = None
         if verify == "sha256":
             if pre is not None and all(r in pre.digests for r in tok_files):
-                tok_hash = Future()
-                tok_hash.set_result([r for r in tok_files
-                                     if pre.digests[r] != manifest.artifacts[r].sha256])
+                tok_hash = _Task.done([r for r in tok_files
+                                       if pre.digests[r] != manifest.artifacts[r].sha256])
             else:
-                tok_hash = pool.submit(_hash_files, folder, manifest, tok_files)
+                tok_hash = pool.submit(_hash_files, folder, manifest, tok_files, mode)
         for choice in plan(manifest, hw):
             label = f"{choice.backend}[{', '.join(choice.files) or '-'}]"
             if not choice.usable:
@@ -202,12 +270,12 @@ def load(artifact_dir: str | Path, *, verify: str = "sha256", threads: int | Non
                 verify_files(folder, manifest, verify="size", only=choice.files)
             except ArtifactError as e:
                 attempts.append(f"{label}: failed ({e})")
-                log.warning("load %s: %s failed (%s); falling back", folder.name, label, e)
+                _log(WARNING, "load %s: %s failed (%s); falling back", folder.name, label, e)
                 continue
             early = (prefetch.take(choice.files, threads=threads, mode=mode)
                      if prefetch and choice.backend == "onnxruntime-cpu" else None)
             prefetch = None   # only the first ONNX Runtime CPU choice may use it
-            hashed = (pool.submit(_hash_files, folder, manifest, choice.files)
+            hashed = (pool.submit(_hash_files, folder, manifest, choice.files, mode)
                       if verify == "sha256" and not early else None)
             try:
                 if early:
@@ -227,7 +295,7 @@ def load(artifact_dir: str | Path, *, verify: str = "sha256", threads: int | Non
                 if hashed:
                     hashed.result()
                 attempts.append(f"{label}: failed ({type(e).__name__}: {e})")
-                log.warning("load %s: %s failed (%s); falling back", folder.name, label, e)
+                _log(WARNING, "load %s: %s failed (%s); falling back", folder.name, label, e)
                 continue
             attempts.append(f"{label}: loaded ({choice.reason})")
             break
@@ -236,7 +304,7 @@ def load(artifact_dir: str | Path, *, verify: str = "sha256", threads: int | Non
         bad_tok = tok_hash.result() if tok_hash else []
     if bad_tok:
         raise ArtifactError(f"{', '.join(bad_tok)} do(es) not match the manifest sha256 (altered)")
-    log.info("loaded %s with %s (%s)", folder.name, choice.backend, "; ".join(attempts))
+    _log(INFO, "loaded %s with %s (%s)", folder.name, choice.backend, "; ".join(attempts))
     tokenizer = (pre.tokenizer if pre is not None and pre.tokenizer is not None
                  and pre.max_seq_len == manifest.max_seq_len
                  else make_tokenizer(folder / TOKENIZER_DIR, manifest.max_seq_len))

@@ -30,6 +30,7 @@ from collections.abc import Callable
 from typing import Any
 
 from floodway.build.prefetch import THREADS_ENV
+from floodway.config import VALIDATED_ENV
 from floodway.deploy import NO_MODAL_ENV
 from floodway.errors import Unavailable
 from floodway.functions.app import App
@@ -99,11 +100,16 @@ class Pool:
         return [c for c in self.containers[endpoint]
                 if c.state not in (State.STOPPED, State.FAILED, State.DRAINING)]
 
+    def worker_env(self) -> dict[str, str]:
+        """What a container process's environment adds to the router's: this pool's share of
+        the cores as ONNX Runtime threads, no Modal objects, and the definition marked as
+        already validated (by this process)."""
+        return {THREADS_ENV: str(self.threads), NO_MODAL_ENV: "1", VALIDATED_ENV: "1"}
+
     def _new(self, endpoint: str) -> Container:
         ep = self.app[endpoint]
         c = Container(self.app_spec, endpoint, self.store_root,
-                      slots=ep.route.max_inflight_per_container,
-                      env={THREADS_ENV: str(self.threads), NO_MODAL_ENV: "1"})
+                      slots=ep.route.max_inflight_per_container, env=self.worker_env())
         c.on_change = self.batchers[endpoint].notify if endpoint in self.batchers else None
         self.containers[endpoint].append(c)
         return c

@@ -88,6 +88,22 @@ def test_window_cron_timezone_and_cap():
     assert "warm.windows[0].min_containers = 3" in joined and "max_containers (2)" in joined
 
 
+def test_worker_processes_skip_only_the_cron_and_timezone_checks(monkeypatch):
+    # The pool sets VALIDATED_ENV for its workers: their router already checked the definition.
+    from floodway.config import VALIDATED_ENV
+    from floodway.runtime.pool import Pool
+
+    monkeypatch.setenv(VALIDATED_ENV, "1")
+    msgs = problems(warm=fw.WarmPool(max_containers=2, windows=[
+        fw.Window(cron="61 * * * *", duration_s=60, min_containers=3, timezone="Mars/Base")]))
+    joined = "\n".join(msgs)
+    assert ".cron" not in joined and ".timezone" not in joined
+    assert "warm.windows[0].min_containers = 3" in joined
+    app, _ = define()
+    assert Pool(app, "app.py", "store")._new("embed").env[VALIDATED_ENV] == "1"
+    assert Pool(app, "app.py", "store").worker_env()[VALIDATED_ENV] == "1"
+
+
 def test_min_above_max_containers():
     (msg,) = problems(warm=fw.WarmPool(min_containers=5, max_containers=2))
     assert "warm.min_containers = 5" in msg and "at most max_containers (2)" in msg
