@@ -74,11 +74,11 @@ class Pool:
         self._policy: dict[str, PolicyState] = {}
         self._counts: dict[str, dict[int, int]] = {ep.name: {} for ep in app}
         self.floor: dict[str, int] = {}
-        for ep in app:
-            self._retarget(ep.name, time.time())
-        total = sum(max(1, n) for n in self.floor.values()) or 1
-        # Share the cores: each container's ONNX Runtime gets cpu_count / containers threads.
-        self.threads = max(1, (os.cpu_count() or 1) // total)
+        total = sum(containers if containers is not None else
+                    max(1, ep.warm.min_containers + ep.warm.buffer_containers) for ep in app)
+        # Share the cores: each container's ONNX Runtime gets cpu_count / containers threads
+        # (containers of the configured warm pool: min + buffer).
+        self.threads = max(1, (os.cpu_count() or 1) // max(1, total))
         self.containers: dict[str, list[Container]] = {ep.name: [] for ep in app}
         self.batchers: dict[str, Batcher] = {}
         self.samples: dict[str, deque[tuple[int, float]]] = {
@@ -94,6 +94,8 @@ class Pool:
         self._ticker: asyncio.Task | None = None
         # Called with (endpoint, rows, compute_s) for every completed batch (metrics).
         self.on_batch_metrics: Callable[[str, int, float], None] | None = None
+        for ep in app:
+            self._retarget(ep.name, time.time())
 
     # ------------------------------------------------------------------ lifecycle
     def _live(self, endpoint: str) -> list[Container]:
