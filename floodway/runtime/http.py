@@ -25,6 +25,7 @@ import inspect
 import json
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -170,12 +171,15 @@ class Admitted:
 
 
 def make_asgi_app(app: App, backend: Backend, *, lifespan: Any = None,
-                  api_keys: ApiKeys | None = None, jobs: Jobs | None = None) -> Starlette:
+                  api_keys: ApiKeys | None = None, jobs: Jobs | None = None,
+                  on_arrival: Callable[[str, float], None] | None = None) -> Starlette:
     """The router ASGI app for every endpoint of `app`, running work on `backend`.
 
     `lifespan` (a Starlette lifespan context) starts and stops the backend with the server.
     `api_keys` (empty: no authentication) are required as bearer tokens; `jobs` (None: no
-    async jobs, and "async" spills are not offered) backs the job routes.
+    async jobs, and "async" spills are not offered) backs the job routes. `on_arrival(endpoint,
+    unix_s)` is told of every authenticated user request (sync or job; never probes), the
+    traffic history the warm-pool policy learns from.
     """
     keys = api_keys or ApiKeys()
     metrics = Metrics(backend.readiness, jobs.counts if jobs else None)
@@ -211,6 +215,8 @@ def make_asgi_app(app: App, backend: Backend, *, lifespan: Any = None,
         except Unauthorized as e:
             return _error(401, "unauthorized", str(e), e.field,
                           headers={"WWW-Authenticate": e.challenge})
+        if on_arrival is not None:
+            on_arrival(name, time.time())
         try:
             priority = parse_priority(request.headers.get("x-priority"))
             budget_s = parse_deadline(request.headers.get("x-deadline-ms"),

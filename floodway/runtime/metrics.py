@@ -15,6 +15,7 @@
     floodway_batch_seconds{endpoint}                    histogram: compute seconds per batch
     floodway_dropped_total{endpoint, reason}            counter: queued rows dropped before a
                                                         model (deadline, cancelled)
+    floodway_container_events_total{endpoint, event}    counter: start, failed, stuck, scale_down
     floodway_jobs{state}                                gauge: async jobs by state
 
 Outcomes are the error types of the wire format (``ok``, ``invalid_request``, ``too_large``,
@@ -71,11 +72,18 @@ class _PoolCollector:
             rows.add_metric([endpoint], q.get("queued_rows", 0))
             for reason, n in q.get("dropped", {}).items():
                 dropped.add_metric([endpoint, reason], n)
+        events = CounterMetricFamily("floodway_container_events",
+                                     "Container lifecycle events since the router started",
+                                     labels=["endpoint", "event"])
+        for endpoint, counts in whole.get("container_events", {}).items():
+            for event, n in counts.items():
+                events.add_metric([endpoint, event], n)
         yield states
         yield cold
         yield depth
         yield rows
         yield dropped
+        yield events
 
 
 class _JobsCollector:

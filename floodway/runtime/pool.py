@@ -25,7 +25,7 @@ import itertools
 import logging
 import os
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from typing import Any
 
@@ -91,6 +91,8 @@ class Pool:
         self._tasks: set[asyncio.Task] = set()
         self._request_ids = itertools.count(1)
         self.events: deque[tuple[float, str, str, int]] = deque(maxlen=256)
+        # Totals since start: container start, failed, stuck, scale_down (for /metrics).
+        self.event_counts: dict[str, Counter[str]] = {ep.name: Counter() for ep in app}
         self._ticker: asyncio.Task | None = None
         # Called with (endpoint, rows, compute_s) for every completed batch (metrics).
         self.on_batch_metrics: Callable[[str, int, float], None] | None = None
@@ -118,6 +120,7 @@ class Pool:
 
     def _event(self, endpoint: str, what: str, cid: int) -> None:
         self.events.append((time.time(), endpoint, what, cid))
+        self.event_counts[endpoint][what] += 1
 
     async def _run(self, c: Container) -> None:
         """Start a container; when it fails, replace it (with backoff) if under the floor."""
@@ -347,4 +350,6 @@ class Pool:
                           "buffer_containers": t.buffer_containers,
                           "scaledown_window_s": t.scaledown_window_s, "reason": t.reason}
                    for name, t in self.targets.items()}
-        return {"ready": ready, "endpoints": eps, "queues": queues, "warm_targets": targets}
+        events = {name: dict(c) for name, c in self.event_counts.items()}
+        return {"ready": ready, "endpoints": eps, "queues": queues, "warm_targets": targets,
+                "container_events": events}

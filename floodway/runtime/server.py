@@ -72,7 +72,8 @@ def build_server(app_spec: str, *, store: str | Path | None = None,
             await pool.stop()
             history.close()
 
-    return make_asgi_app(app, pool, lifespan=lifespan, api_keys=api_keys, jobs=jobs), pool
+    return make_asgi_app(app, pool, lifespan=lifespan, api_keys=api_keys, jobs=jobs,
+                         on_arrival=pool.record_arrival), pool
 
 
 async def _show_example(base: str, endpoint: str, pool: Pool, timeout_s: float) -> None:

@@ -17,6 +17,10 @@ LONG_TEXT = " ".join(
 
 
 def test_ready_detail_shows_two_torch_free_containers(server):
+    # modal_app keeps min 1 + buffer 1: the buffer container comes once traffic does.
+    assert server.client.post("/v1/embed", json={"inputs": ["hi"]}).status_code == 200
+    wait_until(lambda: sum(c["state"] == "ready" for c in server.containers()) >= 2, 60,
+               "the buffer container")
     detail = server.readiness()
     (containers,) = detail["endpoints"].values()
     assert detail["ready"] is True and len(containers) >= 2
