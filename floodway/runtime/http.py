@@ -25,6 +25,7 @@ import inspect
 import json
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -170,12 +171,16 @@ class Admitted:
 
 
 def make_asgi_app(app: App, backend: Backend, *, lifespan: Any = None,
-                  api_keys: ApiKeys | None = None, jobs: Jobs | None = None) -> Starlette:
+                  api_keys: ApiKeys | None = None, jobs: Jobs | None = None,
+                  on_arrival: Callable[[str, float], None] | None = None) -> Starlette:
     """The router ASGI app for every endpoint of `app`, running work on `backend`.
 
     `lifespan` (a Starlette lifespan context) starts and stops the backend with the server.
     `api_keys` (empty: no authentication) are required as bearer tokens; `jobs` (None: no
-    async jobs, and "async" spills are not offered) backs the job routes.
+    async jobs, and "async" spills are not offered) backs the job routes. `on_arrival(endpoint,
+    unix_s)` is called once per user request (``POST /v1/<endpoint>`` and its ``/jobs``) that
+    passed admission, before the decision: the warm policies' traffic history. Probes and
+    other routes never call it. It runs on the event loop, so it must be cheap and not raise.
     """
     keys = api_keys or ApiKeys()
     metrics = Metrics(backend.readiness, jobs.counts if jobs else None)
@@ -256,6 +261,8 @@ def make_asgi_app(app: App, backend: Backend, *, lifespan: Any = None,
         a = await admit(request, name)
         if isinstance(a, JSONResponse):
             return a
+        if on_arrival is not None:
+            on_arrival(name, time.time())
         prefer = {t.strip().lower() for t in request.headers.get("prefer", "").split(",")}
         if "respond-async" in prefer:
             return await submit_job(request, name, a)
@@ -301,7 +308,11 @@ def make_asgi_app(app: App, backend: Backend, *, lifespan: Any = None,
     async def create_job(request: Request) -> JSONResponse:
         name = request.path_params["endpoint"]
         a = await admit(request, name)
-        return a if isinstance(a, JSONResponse) else await submit_job(request, name, a)
+        if isinstance(a, JSONResponse):
+            return a
+        if on_arrival is not None:
+            on_arrival(name, time.time())
+        return await submit_job(request, name, a)
 
     async def get_job(request: Request) -> JSONResponse:
         if jobs is None:
