@@ -1,4 +1,4 @@
-"""The `floodway` command: build, serve, hub-seed."""
+"""The `floodway` command: build, serve, deploy, hub-seed."""
 
 from __future__ import annotations
 
@@ -36,21 +36,29 @@ def _fail(e: Exception) -> typer.Exit:
     return typer.Exit(code=2)
 
 
-def _build_on_modal(app: str, force: bool) -> None:
-    """Run the app's Modal build functions (one per GPU type) and print what they did."""
+def _modal_app(app: str, what: str):
+    """The floodway App named by `app` and the one modal.App its module defines."""
     import modal
 
-    from floodway.deploy.modal_objects import run_builds_on_modal
     from floodway.functions.discover import import_target, load_app
 
-    target, _, endpoint = app.partition("::")
+    target = app.partition("::")[0]
     fw_app, _ = load_app(app)
     module = import_target(target.split(":")[0] if not target.endswith(".py") else target)
     apps = [v for v in vars(module).values() if isinstance(v, modal.App)]
     if len(apps) != 1:
         raise FloodwayError(f"{target} must define exactly one modal.App (e.g. "
-                            "`app = to_modal(endpoints)`) to build on Modal")
-    for res in run_builds_on_modal(apps[0], fw_app, endpoint or None, force):
+                            f"`app = to_modal(endpoints)`) to {what}")
+    return fw_app, apps[0]
+
+
+def _build_on_modal(app: str, force: bool) -> None:
+    """Run the app's Modal build functions (one per GPU type) and print what they did."""
+    from floodway.deploy.modal_objects import run_builds_on_modal
+
+    endpoint = app.partition("::")[2]
+    fw_app, module_app = _modal_app(app, "build on Modal")
+    for res in run_builds_on_modal(module_app, fw_app, endpoint or None, force):
         verdict = "unchanged (no-op)" if res["cached"] else "built"
         console.print(f"{res['endpoint']}: {verdict} {res['key']} on Modal in "
                       f"{res['seconds']:.1f}s; skipped: {res['skipped'] or 'nothing'}")
@@ -128,6 +136,27 @@ def serve(app: AppArg, host: Annotated[str, typer.Option()] = "127.0.0.1",
             jobs_db=jobs_db, job_ttl_s=job_ttl_s)
     except FloodwayError as e:
         raise _fail(e) from None
+
+
+@cli.command()
+def deploy(app: Annotated[str, typer.Argument(
+        help="FILE.py or module whose top level calls to_modal (e.g. modal_app.py)")]) -> None:
+    """Deploy to Modal (as `modal deploy` does), then re-apply every endpoint's current warm
+    target, which the deploy reset to the decorator's values (needs Modal credentials)."""
+    from floodway.deploy import modal_warmers
+
+    try:
+        if "::" in app:
+            raise FloodwayError("deploy takes the whole app: drop the ::ENDPOINT part")
+        fw_app, module_app = _modal_app(app, "deploy")
+        applied = modal_warmers.deploy_and_apply(module_app, fw_app)
+    except FloodwayError as e:
+        raise _fail(e) from None
+    console.print(f"deployed {module_app.name}; warm targets:")
+    for a in applied:
+        console.print(modal_warmers.summary_line(a))
+    if any(a.error for a in applied):
+        raise typer.Exit(code=1)
 
 
 @cli.command("hub-seed")

@@ -21,6 +21,11 @@ is the serving image plus the build extras (torch, transformers, ONNX and, on a 
 `_run_builds`). `build_functions(app)` maps each endpoint GPU type to its build function;
 `run_builds_on_modal` runs them (`floodway build APP --on-modal`).
 
+Warm pools over time (`floodway.deploy.modal_warmers`): for each plan entry of `warmer_plan`, a
+CPU function (``warm_cron_<i>`` at window edges, ``warm_tick`` every minute for predictive
+endpoints) scheduled with ``modal.Cron(cron, timezone=...)`` that re-applies `desired()` through
+``update_autoscaler``; the router records per-minute arrivals for them (`ArrivalRecorder`).
+
 Where Modal finds the generated objects in a container: Modal records each class/function as
 (module, top-level name) and, in the container, imports that module and looks the name up. So
 the objects made here claim the module that called `to_modal` (``modal_app``) and are installed
@@ -48,6 +53,7 @@ from floodway.deploy.modal_router import (
     ModalBackend,
     record_cold_start,
 )
+from floodway.deploy.modal_warmers import WARMER_TIMEOUT_S, warmer_function, warmer_plan
 from floodway.errors import FloodwayError
 from floodway.functions.app import App
 from floodway.functions.endpoint import Endpoint
@@ -339,7 +345,8 @@ def to_modal(fw_app: App, *, volume_name: str = "floodway-artifacts",
     """Build the Modal App for every endpoint of `fw_app` (see the module doc).
 
     Call it at the top level of the module that `modal deploy` runs: the generated class per
-    endpoint, the ``router`` function and the ``build_*`` functions become globals of that
+    endpoint, the ``router`` function, the ``build_*`` functions and the warmers
+    (``warm_cron_<i>``, ``warm_tick``; `modal_warmers.warmer_plan`) become globals of that
     module. Raises FloodwayError when one of those names is already taken by something else,
     or two endpoint names map to one class name (``a-b`` and ``a_b``). `module`: the module to
     install into (default: the caller's).
@@ -393,11 +400,14 @@ def to_modal(fw_app: App, *, volume_name: str = "floodway-artifacts",
     _install(module, JOB_FUNCTION_NAME, job_fn)
 
     def router():
+        from floodway.deploy.modal_kv import ModalDictKV
         from floodway.deploy.modal_router import ModalJobs, router_api_keys
+        from floodway.deploy.modal_warmers import TRAFFIC_DICT, ArrivalRecorder
         from floodway.runtime.http import make_asgi_app
 
+        arrivals = ArrivalRecorder(fw_app.name, ModalDictKV(TRAFFIC_DICT))
         return make_asgi_app(fw_app, ModalBackend(fw_app, classes), jobs=ModalJobs(job_fn),
-                             api_keys=router_api_keys())
+                             api_keys=router_api_keys(), on_arrival=arrivals.record)
 
     _make_global(router, ROUTER_NAME, module)
     # Keep a router warm when any endpoint keeps a GPU warm, else the router's cold start
@@ -406,6 +416,13 @@ def to_modal(fw_app: App, *, volume_name: str = "floodway-artifacts",
     web = app.function(image=image, min_containers=router_min, secrets=list(router_secrets))(
         modal.concurrent(max_inputs=ROUTER_MAX_INPUTS)(modal.asgi_app()(router)))
     _install(module, ROUTER_NAME, web)
+
+    for spec in warmer_plan(fw_app):
+        warmer = warmer_function(fw_app, spec, classes)
+        _make_global(warmer, spec.name, module)
+        _install(module, spec.name, app.function(
+            image=image, timeout=WARMER_TIMEOUT_S,
+            schedule=modal.Cron(spec.cron, timezone=spec.timezone))(warmer))
 
     by_gpu: dict[str | None, modal.Function] = {}
     made: dict[str, modal.Function] = {}

@@ -178,8 +178,9 @@ def make_asgi_app(app: App, backend: Backend, *, lifespan: Any = None,
     `lifespan` (a Starlette lifespan context) starts and stops the backend with the server.
     `api_keys` (empty: no authentication) are required as bearer tokens; `jobs` (None: no
     async jobs, and "async" spills are not offered) backs the job routes. `on_arrival(endpoint,
-    unix_s)` is told of every authenticated user request (sync or job; never probes), the
-    traffic history the warm-pool policy learns from.
+    unix_s)` is called once per user request (``POST /v1/<endpoint>`` and its ``/jobs``) that
+    passed admission, before the decision: the warm policies' traffic history. Probes and
+    other routes never call it. It runs on the event loop, so it must be cheap and not raise.
     """
     keys = api_keys or ApiKeys()
     metrics = Metrics(backend.readiness, jobs.counts if jobs else None)
@@ -215,8 +216,6 @@ def make_asgi_app(app: App, backend: Backend, *, lifespan: Any = None,
         except Unauthorized as e:
             return _error(401, "unauthorized", str(e), e.field,
                           headers={"WWW-Authenticate": e.challenge})
-        if on_arrival is not None:
-            on_arrival(name, time.time())
         try:
             priority = parse_priority(request.headers.get("x-priority"))
             budget_s = parse_deadline(request.headers.get("x-deadline-ms"),
@@ -262,6 +261,8 @@ def make_asgi_app(app: App, backend: Backend, *, lifespan: Any = None,
         a = await admit(request, name)
         if isinstance(a, JSONResponse):
             return a
+        if on_arrival is not None:
+            on_arrival(name, time.time())
         prefer = {t.strip().lower() for t in request.headers.get("prefer", "").split(",")}
         if "respond-async" in prefer:
             return await submit_job(request, name, a)
@@ -309,7 +310,11 @@ def make_asgi_app(app: App, backend: Backend, *, lifespan: Any = None,
     async def create_job(request: Request) -> JSONResponse:
         name = request.path_params["endpoint"]
         a = await admit(request, name)
-        return a if isinstance(a, JSONResponse) else await submit_job(request, name, a)
+        if isinstance(a, JSONResponse):
+            return a
+        if on_arrival is not None:
+            on_arrival(name, time.time())
+        return await submit_job(request, name, a)
 
     async def get_job(request: Request) -> JSONResponse:
         if jobs is None:
