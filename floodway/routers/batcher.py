@@ -6,6 +6,10 @@ waits at most `wait_ms` after the oldest item of the batch arrived for more to c
 Triton / Ray Serve `batch_wait_timeout_s` rule). A batch goes to a container only when one
 has a free slot: until then items wait in the queue, whose size `decide()` bounds.
 
+A batch of low-priority items only (async jobs run at low priority) goes only to a container
+with nothing in flight: work that no client waits for never sits in a container's pipeline
+ahead of work that one does.
+
 Items whose deadline passed or whose caller went away (the future was cancelled) are dropped
 before they reach a model. Results come back keyed by item id and are mapped to the waiting
 futures by id, never by position. A bad item fails alone (the worker re-runs a failing batch
@@ -19,7 +23,7 @@ import asyncio
 import heapq
 import itertools
 import logging
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -27,6 +31,7 @@ from typing import Any, Protocol
 from floodway.errors import EndpointError, Unavailable
 
 log = logging.getLogger("floodway.batcher")
+RATE_WINDOW_S = 5.0
 
 
 class BatchResultLike(Protocol):
@@ -61,13 +66,14 @@ class Item:
 class Batcher:
     """The queue and batch former of one endpoint.
 
-    `pick()` returns a container with a free slot or None; call `notify()` whenever a slot
-    frees or a container becomes ready. `on_batch(result, container)` sees every completed
+    `pick(idle_only)` returns a container with a free slot (with nothing in flight when
+    `idle_only`) or None; call `notify()` whenever a slot frees or a container becomes ready.
+    `on_batch(result, container)` sees every completed
     batch (service-time fit, metrics). Times are `loop.time()` seconds.
     """
 
     def __init__(self, endpoint: str, *, max_batch_rows: int, wait_ms: float,
-                 pick: Callable[[], Slot | None],
+                 pick: Callable[[bool], Slot | None],
                  on_batch: Callable[[BatchResultLike, Slot], None] | None = None):
         self.endpoint = endpoint
         self.max_batch_rows, self.wait_s = max_batch_rows, wait_ms / 1000.0
@@ -79,6 +85,10 @@ class Batcher:
         self._inflight: set[asyncio.Task] = set()
         # Live queue accounting for the decision snapshot.
         self.queued_rows = 0
+        self.rows_by_priority = [0, 0, 0]   # low, normal, high
+        self.requests_by_priority = [0, 0, 0]
+        self._request_priority: dict[str, int] = {}
+        self._arrivals: deque[tuple[float, int]] = deque()
         self._per_request: Counter[str] = Counter()
         self._per_tenant: Counter[str] = Counter()
         self.dropped = Counter[str]()   # reason -> items dropped before a model
@@ -92,14 +102,26 @@ class Batcher:
     def tenant_queued(self) -> dict[str, int]:
         return dict(self._per_tenant)
 
+    def arrival_rows_per_s(self, now: float) -> float:
+        """Rows submitted per second over the last `RATE_WINDOW_S` (loop time)."""
+        while self._arrivals and self._arrivals[0][0] < now - RATE_WINDOW_S:
+            self._arrivals.popleft()
+        return sum(n for _, n in self._arrivals) / RATE_WINDOW_S
+
+    @staticmethod
+    def _prio(item: Item) -> int:
+        return max(0, min(2, -item.sort_key[0]))
+
     def _unqueue(self, item: Item) -> None:
         if not item.queued:
             return
         item.queued = False
         self.queued_rows -= 1
+        self.rows_by_priority[self._prio(item)] -= 1
         self._per_request[item.request] -= 1
         if self._per_request[item.request] <= 0:
             del self._per_request[item.request]
+            self.requests_by_priority[self._request_priority.pop(item.request, 1)] -= 1
             self._per_tenant[item.tenant] -= 1
             if self._per_tenant[item.tenant] <= 0:
                 del self._per_tenant[item.tenant]
@@ -113,7 +135,10 @@ class Batcher:
         loop = asyncio.get_running_loop()
         now = loop.time()
         futures = []
+        prio = max(0, min(2, priority))
         self._per_request[request_id] += len(values)
+        self._request_priority[request_id] = prio
+        self.requests_by_priority[prio] += 1
         self._per_tenant[tenant] += 1
         for i, value in enumerate(values):
             fut = loop.create_future()
@@ -124,6 +149,8 @@ class Batcher:
             heapq.heappush(self._heap, item)
             futures.append(fut)
         self.queued_rows += len(values)
+        self.rows_by_priority[max(0, min(2, priority))] += len(values)
+        self._arrivals.append((now, len(values)))
         self.notify()
         return futures
 
@@ -172,7 +199,7 @@ class Batcher:
             if not self._heap:
                 await self._sleep_until_woken(None)
                 continue
-            slot = self.pick()
+            slot = self.pick(self._head_is_low())
             if slot is None:
                 # Re-check deadlines now and then even if no slot frees.
                 await self._sleep_until_woken(0.05)
@@ -186,6 +213,10 @@ class Batcher:
                         and loop.time() < fill_by:
                     continue   # woken early by a slot or a single item: look again
             self._send(self._take(loop.time()))
+
+    def _head_is_low(self) -> bool:
+        """Everything queued is low priority (the head is the highest priority queued)."""
+        return bool(self._heap) and self._prio(self._heap[0]) == 0
 
     def _take(self, now: float) -> list[Item]:
         batch: list[Item] = []
@@ -201,7 +232,7 @@ class Batcher:
     def _send(self, batch: list[Item]) -> None:
         if not batch:
             return
-        slot = self.pick()
+        slot = self.pick(all(self._prio(it) == 0 for it in batch))
         if slot is None:   # the slot went away while the batch filled: back to the queue
             self._requeue(batch)
             return
@@ -220,9 +251,12 @@ class Batcher:
                 continue
             item.queued = True
             self.queued_rows += 1
+            self.rows_by_priority[self._prio(item)] += 1
             self._per_request[item.request] += 1
             if self._per_request[item.request] == 1:
                 self._per_tenant[item.tenant] += 1
+                self._request_priority[item.request] = self._prio(item)
+                self.requests_by_priority[self._prio(item)] += 1
             heapq.heappush(self._heap, item)
         self.notify()
 

@@ -8,13 +8,16 @@ the snapshot differs (the local pool, `Function.get_current_stats()`, the simula
 Algorithm (all times in seconds, on the snapshot's clock):
 
 1. `alone` = predicted seconds of one batch of min(rows, max_batch_rows) rows, from the
-   measured linear fit a*rows + b (`ServiceTime.fit`); `service` = the same for a full batch
-   of max_batch_rows rows: under load the batcher fills batches, and a request finishes with
-   the whole batch it rode in, not with its own rows.
+   measured linear fit a*rows + b (`ServiceTime.fit`); `service` = the same for the batch the
+   request will ride in: the part-filled batch ahead of it, its own rows, and the rows that
+   arrive while it waits (measured arrival rate), capped at max_batch_rows. A request
+   finishes with its whole batch, so under load this tends to a full batch, and at light
+   load to the request alone.
 2. `budget` = deadline - now. No budget left -> shed (deadline). A budget shorter than
    `alone` can never be met synchronously -> spill_async if allowed, else shed.
 3. `wait` = when this request would start if it joined the queue: water-filling of the work
-   ahead (queued rows, at the fitted rate) over every live container, each available from
+   ahead (queued rows of its priority or higher, which the batcher serves first, at the
+   fitted rate) over every live container, each available from
    its own backlog (warm) or remaining cold start (starting/warming). A container processes
    one batch at a time; its slots only pipeline work, they add no throughput.
 4. dispatch: nothing is queued, a warm container has a free slot, and its backlog plus
@@ -136,6 +139,11 @@ class Snapshot:
     queued_rows: int = 0
     tenant_queued: Mapping[str, int] = field(default_factory=dict)
     async_accepting: bool = True
+    # (low, normal, high) queued rows; None: all of `queued_rows` counts as ahead.
+    queued_rows_by_priority: tuple[int, int, int] | None = None
+    queued_by_priority: tuple[int, int, int] | None = None   # requests, as above
+    arrival_rows_per_s: float = 0.0   # recent arrival rate, rows per second
+    batch_wait_s: float = 0.0         # the batcher's wait for more rows (Batching.wait_ms)
 
 
 @dataclass(frozen=True)
@@ -193,10 +201,18 @@ def _retry_after(wait_s: float) -> float:
     return lo if not math.isfinite(wait_s) else min(hi, max(lo, wait_s))
 
 
+def _batch_rows(snap: Snapshot, req: Request, ahead_rows: int, wait_s: float) -> int:
+    """Rows of the batch this request will ride in: the part-filled batch ahead of it, its own
+    rows, and what arrives while it waits (at the measured arrival rate), at most
+    max_batch_rows. A request finishes with its whole batch, not with its own rows."""
+    mbr = snap.max_batch_rows
+    arriving = snap.arrival_rows_per_s * (wait_s + snap.batch_wait_s)
+    return min(mbr, ahead_rows % mbr + req.rows + math.ceil(arriving))
+
+
 def decide(snap: Snapshot, req: Request) -> Decision:
     """Dispatch, queue, spill or shed `req` (see the module docstring for the algorithm)."""
     alone = snap.service.seconds(min(req.rows, snap.max_batch_rows))
-    service = snap.service.seconds(snap.max_batch_rows)
     budget = req.deadline_s - snap.now_s
     can_async = "async" in snap.spill and req.allow_async and snap.async_accepting
 
@@ -219,26 +235,35 @@ def decide(snap: Snapshot, req: Request) -> Decision:
         free = [c for c in warm if c.free_slots > 0]
         if free:
             best = min(free, key=lambda c: c.backlog_s)
+            service = snap.service.seconds(_batch_rows(snap, req, 0, best.backlog_s))
             if best.backlog_s + service <= budget:
                 return Decision(Action.DISPATCH, "warm container has a free slot",
                                 est_wait_s=best.backlog_s)
 
-    ahead_s = _batches_s(snap.service, snap.queued_rows, snap.max_batch_rows)
+    by_prio = snap.queued_rows_by_priority
+    ahead_rows = sum(by_prio[max(0, min(2, req.priority)):]) if by_prio else snap.queued_rows
+    ahead_s = _batches_s(snap.service, ahead_rows, snap.max_batch_rows)
     wait = water_fill([c.available_in_s for c in live], ahead_s)
+    service = snap.service.seconds(_batch_rows(snap, req, ahead_rows, wait)) \
+        if math.isfinite(wait) else alone
     starting_room = sum(c.slots for c in live if c.state not in WARM)
     room = math.floor(snap.max_queue * QUEUE_SHARE[max(0, min(2, req.priority))]) \
         + starting_room
     tenant_cap = max(1, math.ceil((snap.max_queue + starting_room) * TENANT_SHARE))
     fits = wait + service <= budget
-    if fits and snap.queued < room and snap.tenant_queued.get(req.tenant, 0) < tenant_cap:
-        return Decision(Action.QUEUE, f"estimated wait {wait:.3f}s fits the deadline",
-                        est_wait_s=wait)
+    # Lower-priority requests queued take no room from this one: it goes ahead of them.
+    by_req = snap.queued_by_priority
+    queued = sum(by_req[max(0, min(2, req.priority)):]) if by_req else snap.queued
+    if fits and queued < room and snap.tenant_queued.get(req.tenant, 0) < tenant_cap:
+        return Decision(Action.QUEUE, f"estimated wait {wait:.3f}s + service {service:.3f}s "
+                        f"fits the budget {budget:.3f}s", est_wait_s=wait)
 
     why = (f"estimated wait {wait:.3f}s + service {service:.3f}s exceeds the budget "
            f"{budget:.3f}s" if not fits else f"queue full for this priority or tenant "
-           f"({snap.queued} queued)")
+           f"({queued} queued at this priority or above)")
     can_start = "cold" in snap.spill and len(live) < snap.max_containers
-    if can_start and snap.cold_start_s + service <= budget:
+    cold_service = snap.service.seconds(_batch_rows(snap, req, ahead_rows, snap.cold_start_s))
+    if can_start and snap.cold_start_s + cold_service <= budget:
         return Decision(Action.SPILL_COLD, f"{why}; a cold start "
                         f"({snap.cold_start_s:.2f}s measured) meets the deadline",
                         est_wait_s=snap.cold_start_s)

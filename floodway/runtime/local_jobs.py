@@ -1,13 +1,14 @@
 """Async jobs of the local router: a durable SQLite `JobStore` and a `JobRunner` that runs
 each job on the pool through the same `decide()` as sync requests.
 
-Jobs fill idle capacity only (they have no waiting client): a job runs when `decide()` would
-dispatch it at once (a free slot and nothing queued), else it goes back to the job queue with
-the estimated wait as its delay. Work queued by sync requests was promised a start time that
-counted only the work ahead of it; a job slipped in later would break that promise. Under a
-sustained overload jobs therefore wait for the burst to pass, which is what spilling to async
-is for. A router killed mid-job leaves the
-lease to expire, and the next router (or this one restarted) runs the job again.
+Jobs fill idle capacity only (they have no waiting client): they enter the batcher at low
+priority, behind every sync request, counted ahead of none of them by `decide()`, and a batch
+of job rows only goes to a container with nothing in flight (`floodway.routers.batcher`).
+Many jobs run at once so that the batcher can pack their rows into full batches. When
+`decide()` would not queue a job (queue full, shed), or asks for a cold container, it goes
+back to the job queue with the estimated wait as its delay; capacity waits are not failed
+attempts. Under a sustained overload jobs therefore wait for the burst to pass, which is what
+spilling to async is for.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ class LocalJobs:
     """The `Jobs` of `floodway.runtime.http` for the local runtime."""
 
     def __init__(self, app: App, backend: Any, path: str | Path, *, ttl_s: float = 86400.0,
-                 concurrency: int = 2, lease_s: float = 10.0):
+                 concurrency: int = 32, lease_s: float = 10.0):
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         self.app, self.backend = app, backend
         self.store = JobStore(path, ttl_s=ttl_s)
@@ -82,7 +83,7 @@ class LocalJobs:
                                  allow_async=False))
         if d.action == Action.SPILL_COLD or d.start_cold:
             self.backend.start_cold(job.endpoint)   # e.g. scaled to zero: bring one up
-        if d.action != Action.DISPATCH:
+        if d.action not in (Action.DISPATCH, Action.QUEUE):
             raise Unavailable(f"waiting for idle capacity ({d.action}: {d.reason})",
                               retry_after_s=max(IDLE_RETRY_S, d.est_wait_s, d.retry_after_s))
         results = await self.backend.run(job.endpoint, job.inputs, timeout_s=JOB_TIMEOUT_S,

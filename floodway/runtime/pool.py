@@ -163,7 +163,8 @@ class Pool:
         for ep in self.app:
             b = Batcher(ep.name, max_batch_rows=ep.batching.max_batch_rows,
                         wait_ms=ep.batching.wait_ms,
-                        pick=lambda name=ep.name: self._pick(name), on_batch=self._on_batch)
+                        pick=lambda idle, name=ep.name: self._pick(name, idle),
+                        on_batch=self._on_batch)
             self.batchers[ep.name] = b
             b.start()
             for _ in range(self.floor[ep.name]):
@@ -281,8 +282,9 @@ class Pool:
                 task.add_done_callback(self._tasks.discard)
 
     # ------------------------------------------------------------------ Backend protocol
-    def _pick(self, endpoint: str) -> Container | None:
-        free = [c for c in self.containers[endpoint] if c.free_slots > 0]
+    def _pick(self, endpoint: str, idle_only: bool = False) -> Container | None:
+        free = [c for c in self.containers[endpoint]
+                if c.free_slots > 0 and not (idle_only and c.inflight)]
         return min(free, key=lambda c: len(c.inflight)) if free else None
 
     def _on_batch(self, result: BatchResult, c: Any) -> None:
@@ -314,7 +316,11 @@ class Pool:
                         max_batch_rows=ep.batching.max_batch_rows,
                         max_queue=ep.route.max_queue, max_containers=cap,
                         spill=ep.route.spill, queued=b.queued, queued_rows=b.queued_rows,
-                        tenant_queued=b.tenant_queued())
+                        tenant_queued=b.tenant_queued(),
+                        queued_rows_by_priority=tuple(b.rows_by_priority),
+                        queued_by_priority=tuple(b.requests_by_priority),
+                        arrival_rows_per_s=b.arrival_rows_per_s(now),
+                        batch_wait_s=ep.batching.wait_ms / 1000.0)
 
     async def run(self, endpoint: str, inputs: list[Any], *, timeout_s: float,
                   priority: int = 1, tenant: str = "anonymous") -> list[Any]:

@@ -47,8 +47,8 @@ class FakeSlot:
 
 
 def make(slots: list[FakeSlot], rows: int = 4, wait_ms: float = 20) -> Batcher:
-    def pick():
-        free = [s for s in slots if s.free > 0]
+    def pick(idle_only=False):
+        free = [s for s in slots if s.free > 0 and not (idle_only and s.free < s.slots)]
         return free[0] if free else None
     return Batcher("ep", max_batch_rows=rows, wait_ms=wait_ms, pick=pick)
 
@@ -188,3 +188,28 @@ def test_high_priority_goes_first():
         return [batch[0][1] for batch in slot.batches]
 
     assert run(go()) == ["z", "h", "n", "l"]
+
+
+def test_low_priority_only_batches_wait_for_an_idle_container():
+    async def go():
+        slot = FakeSlot("a", slots=2, auto=False)
+        b = make([slot], rows=1, wait_ms=0)
+        b.start()
+        t = asyncio.get_running_loop().time() + 5
+        b.submit("sync", ["s"], deadline_s=t)
+        await asyncio.sleep(0.01)
+        (job,) = b.submit("job", ["j"], deadline_s=t, priority=0)
+        await asyncio.sleep(0.05)
+        held = len(slot.batches)              # a slot is free, but the container is busy
+        assert b.rows_by_priority == [1, 0, 0] and b.arrival_rows_per_s(t - 5) > 0
+        slot.pending[0].set_result(Result({"sync:0": "S"}, {}, 1))
+        b.notify()
+        while len(slot.batches) < 2:
+            await asyncio.sleep(0.005)
+        slot.pending[1].set_result(Result({"job:0": "J"}, {}, 1))
+        out = await job
+        await b.stop()
+        return held, out
+
+    held, out = run(go())
+    assert held == 1 and out == "J"

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -132,3 +133,28 @@ def test_scaled_to_zero_a_shed_still_starts_a_container():
     assert d.action == Action.SPILL_ASYNC and d.start_cold
     busy = decide(snap(warm("a", free=0, backlog_s=5.0), cold_start_s=30.0), req())
     assert not busy.start_cold   # a live container exists: no scale-from-zero
+
+
+def test_lower_priority_work_queued_is_not_ahead():
+    # 60 low rows (3 s of work) queued: a normal request is served before them.
+    s = snap(warm("a", free=0, backlog_s=0.1), queued=3, queued_rows=60, spill=(),
+             queued_rows_by_priority=(60, 0, 0), service=ServiceTime(0.05, 0.0))
+    assert decide(s, req(priority=1)).action == Action.QUEUE
+    assert decide(s, req(priority=0)).action == Action.SHED
+
+
+def test_arrivals_fill_the_batch_a_request_rides_in():
+    slow = ServiceTime(per_row_s=0.05, per_batch_s=0.0)     # a full 32-row batch: 1.6 s
+    quiet = snap(warm("a", free=0, backlog_s=0.2), service=slow, queued=1, queued_rows=1,
+                 spill=())
+    assert decide(quiet, req(budget_s=1.0)).action == Action.QUEUE     # 2 rows: 0.1 s
+    busy = replace(quiet, arrival_rows_per_s=200.0)
+    d = decide(busy, req(budget_s=1.0))                     # its batch fills: 1.6 s
+    assert d.action == Action.SHED and "service 1.600s" in d.reason
+
+
+def test_queued_low_priority_requests_take_no_queue_room_from_normal_ones():
+    s = snap(warm("a", free=0, backlog_s=0.1), queued=10, queued_rows=10, spill=(),
+             queued_by_priority=(10, 0, 0), queued_rows_by_priority=(10, 0, 0))
+    assert decide(s, req(priority=1)).action == Action.QUEUE
+    assert decide(s, req(priority=0)).action == Action.SHED
