@@ -11,7 +11,9 @@
   policy is compared against. It calls the same `predictive()` and keeps only its histogram
   part, so both share one implementation of the histogram.
 
-`history` holds whole past minutes only (the simulator never shows a policy the future).
+Both run with `SIM_PARAMS`: the paper's constants, and ``tick_s`` = 60 s, the period at
+which the simulator (like the Modal warmer cron) runs them. `history` holds whole past
+minutes only (the simulator never shows a policy the future).
 """
 
 from __future__ import annotations
@@ -30,6 +32,9 @@ from floodway.warmers.target import (
     desired,
 )
 
+# The simulator runs a policy once a minute, as the Modal warmer cron does.
+SIM_PARAMS = PredictiveParams(tick_s=60.0)
+
 
 class Policy(Protocol):
     def __call__(self, now_s: float, history: History, measured: Measured,
@@ -41,7 +46,7 @@ class DesiredPolicy:
     """`floodway.warmers.desired` on `config` (`params` tunes the predictive part)."""
 
     config: WarmPool
-    params: PredictiveParams | None = None
+    params: PredictiveParams | None = SIM_PARAMS
 
     def __call__(self, now_s: float, history: History, measured: Measured,
                  state: PolicyState | None) -> tuple[WarmTarget, PolicyState]:
@@ -54,7 +59,7 @@ class HistogramPolicy:
     fixed floor, the cap and the scaledown window used before any history exists."""
 
     config: WarmPool
-    params: PredictiveParams = PredictiveParams()
+    params: PredictiveParams = SIM_PARAMS
 
     def __call__(self, now_s: float, history: History, measured: Measured,
                  state: Any) -> tuple[WarmTarget, None]:
@@ -68,4 +73,4 @@ class HistogramPolicy:
         return WarmTarget(floor, 0, scaledown, f"histogram only: {hist.reason}"), None
 
 
-__all__ = ["DesiredPolicy", "HistogramPolicy", "Policy"]
+__all__ = ["SIM_PARAMS", "DesiredPolicy", "HistogramPolicy", "Policy"]
