@@ -1,4 +1,4 @@
-"""The `floodway` command: build, serve, deploy, hub-seed."""
+"""The `floodway` command: build, serve, simulate, deploy, hub-seed."""
 
 from __future__ import annotations
 
@@ -157,6 +157,94 @@ def deploy(app: Annotated[str, typer.Argument(
         console.print(modal_warmers.summary_line(a))
     if any(a.error for a in applied):
         raise typer.Exit(code=1)
+
+
+def _numbers(spec: str, what: str) -> list[float]:
+    """`spec` as numbers: one ("30"), a comma list ("20,30,45") or a file of numbers (one per
+    line or comma-separated; a non-numeric first line is taken as a header)."""
+    p = Path(spec)
+    text = p.read_text() if p.is_file() else spec
+    out: list[float] = []
+    for i, tok in enumerate(text.replace("\n", ",").split(",")):
+        tok = tok.strip()
+        if not tok:
+            continue
+        try:
+            out.append(float(tok))
+        except ValueError:
+            if i == 0 and p.is_file():
+                continue
+            raise FloodwayError(f"{what}: {tok!r} is not a number (give N, N,N,... or a file "
+                                "of numbers)") from None
+    if not out or min(out) < 0:
+        raise FloodwayError(f"{what}: give at least one number >= 0, got {spec!r}")
+    return out
+
+
+@cli.command()
+def simulate(app: AppArg,
+             trace: Annotated[Path, typer.Option(help="per-request CSV (a timestamp column) or "
+                                                      "per-minute counts CSV (minute_1..N)")],
+             function: Annotated[str | None, typer.Option(
+                 help="per-minute CSV: the HashFunction (or a unique prefix) or 0-based row "
+                      "index (default: row 0)")] = None,
+             column: Annotated[str | None, typer.Option(
+                 help="per-request CSV: the timestamp column (default TIMESTAMP)")] = None,
+             spread: Annotated[str, typer.Option(
+                 help="per-minute counts within a minute: uniform | poisson")] = "uniform",
+             usd_per_gpu_s: Annotated[float, typer.Option(
+                 min=0, help="$ per container-second (GPU price)")] = 0.000222,
+             cold_start_s: Annotated[str, typer.Option(
+                 help="measured cold starts, seconds: N, N,N,... or a file of numbers")] = "30",
+             service_ms: Annotated[str | None, typer.Option(
+                 help="batch service time, ms: N, N,N,... (samples) or a file (default: the "
+                      "local router's prior, 20 ms + 5 ms per row)")] = None,
+             per_row_ms: Annotated[float, typer.Option(
+                 min=0, help="with a single --service-ms: ms added per row")] = 0.0,
+             seed: Annotated[int, typer.Option(help="seed of arrivals and samples")] = 0,
+             out: Annotated[Path | None, typer.Option(help="write the plot here (PNG)")] = None,
+             ) -> None:
+    """Simulate an endpoint's warm pool and router over a trace, with its own config, the
+    real decide() and warm-pool policy: cold starts, latency, shed/spill, container-minutes,
+    cost."""
+    from rich.table import Table
+
+    from floodway.functions.discover import load_app
+    from floodway.runtime.pool import SERVICE_PRIOR
+    from floodway.sim import ColdStartModel, ServiceModel, SimConfig, read_trace
+    from floodway.sim import simulate as run
+
+    _no_modal()
+    try:
+        _, eps = load_app(app)
+        if len(eps) != 1:
+            raise FloodwayError(f"{app} has {len(eps)} endpoints ({', '.join(e.name for e in eps)})"
+                                f"; pick one as {app}::ENDPOINT")
+        ep = eps[0]
+        tr = read_trace(trace, function=function, column=column, spread=spread, seed=seed)
+        cold = ColdStartModel.of(_numbers(cold_start_s, "--cold-start-s"))
+        if service_ms is None:
+            svc = ServiceModel(SERVICE_PRIOR)
+        else:
+            ms = _numbers(service_ms, "--service-ms")
+            svc = ServiceModel.of(ms[0] / 1e3, per_row_ms / 1e3) if len(ms) == 1 else \
+                ServiceModel.of([m / 1e3 for m in ms])
+        if spread not in ("uniform", "poisson"):
+            raise FloodwayError(f"--spread must be uniform or poisson, got {spread!r}")
+    except FloodwayError as e:
+        raise _fail(e) from None
+    res = run(tr, SimConfig(route=ep.route, warm=ep.warm, batching=ep.batching, cold=cold,
+                            service=svc, usd_per_gpu_s=usd_per_gpu_s, seed=seed))
+    table = Table(title=f"floodway simulate {ep.name} on {tr.name} ({tr.requests:,} requests)")
+    table.add_column("measure")
+    table.add_column("value", justify="right")
+    for name, value in res.rows():
+        table.add_row(name, value)
+    Console().print(table)
+    if out is not None:
+        from floodway.sim.plot import plot_result
+
+        console.print(f"plot: {plot_result(res, out, f'{ep.name} on {tr.name}')}")
 
 
 @cli.command("hub-seed")

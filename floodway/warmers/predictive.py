@@ -91,7 +91,10 @@ class PredictiveParams:
     median predicts the next IT; `standard_keep_alive_min` (None: `range_min`).
     Sizing: `rate_window_min` minutes whose busiest one gives the rate;
     `target_utilization` of a container in Little's law; `upscale_delay_s` /
-    `downscale_delay_s` hysteresis.
+    `downscale_delay_s` hysteresis. `tick_s`: seconds between the caller's runs of the
+    policy (a warmer cron, the simulator's minute): a pre-warm that falls between two runs is
+    asked for at the earlier one, else the container starts up to a run late and the first
+    arrivals of a short idle time find it still starting (0: evaluate at the instant only).
     """
 
     range_min: int = 240
@@ -106,6 +109,7 @@ class PredictiveParams:
     standard_keep_alive_min: float | None = None
     rate_window_min: int = 3
     target_utilization: float = 1.0
+    tick_s: float = 0.0
     upscale_delay_s: float = 0.0
     downscale_delay_s: float = 300.0
 
@@ -203,7 +207,10 @@ def hybrid_histogram(now_s: float, history: History, cold_start_s: float,
         else last * MINUTE_S
     warm_until_s = origin_s + until * MINUTE_S
     busy = now_s < origin_s
-    warm = busy or warm_from_s <= now_s < warm_until_s
+    # The next run of the caller comes `tick_s` later: start now if the pre-warm point is
+    # before then.
+    warm = busy or warm_from_s - params.tick_s < now_s < warm_until_s or \
+        warm_from_s <= now_s < warm_until_s
     if busy:
         state = "arrivals this minute"
     elif now_s < warm_from_s:

@@ -1,0 +1,21 @@
+"""A discrete-event simulator that drives the same `decide()` and warm-pool policy code as the
+router and the warmers over a trace (see `floodway.sim.engine`).
+
+    engine.py   the event loop: containers, batches, the router's queue, policy ticks
+    model.py    measured cold-start and service-time models
+    policy.py   policies to compare: floodway's `desired`, the hybrid histogram alone
+    trace.py    per-request and per-minute traces
+    result.py   SimResult
+    plot.py     the PNG: arrivals, warm and busy containers over time
+"""
+
+from floodway.sim.engine import ACTIONS, DecisionMismatch, SimConfig, simulate
+from floodway.sim.model import ColdStartModel, ServiceModel
+from floodway.sim.policy import DesiredPolicy, HistogramPolicy, Policy
+from floodway.sim.result import SimResult
+from floodway.sim.trace import Trace, read_trace
+
+__all__ = [
+    "ACTIONS", "ColdStartModel", "DecisionMismatch", "DesiredPolicy", "HistogramPolicy",
+    "Policy", "ServiceModel", "SimConfig", "SimResult", "Trace", "read_trace", "simulate",
+]

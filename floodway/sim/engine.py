@@ -1,0 +1,498 @@
+"""A discrete-event simulator of one endpoint's container pool, driven by the real
+`floodway.routers.decide.decide` for every arrival and the real warm-pool policy
+(`floodway.warmers.desired`, or another `floodway.sim.policy.Policy`) every minute.
+
+    simulate(trace, route=..., warm=..., batching=..., cold=..., service=...) -> SimResult
+
+The model (times in seconds on the trace's clock):
+
+- Containers go starting -> ready (idle or busy) -> stopped. A start takes a cold start drawn
+  from `ColdStartModel` with the run's seeded numpy Generator. Starting time is billed.
+- A ready container runs one batch at a time and holds at most
+  ``route.max_inflight_per_container`` batches (its slots; as in `decide`, slots pipeline work,
+  they add no throughput). A request sent to it joins its newest batch that has not started
+  yet if the rows fit in ``batching.max_batch_rows``, else opens a new batch. A batch on an
+  idle container starts ``batching.wait_ms`` after it opens (the batcher's wait) unless full;
+  one behind another starts when the previous one ends. Batch time comes from `ServiceModel`.
+- The router's queue is FIFO: whenever a container becomes ready or ends a batch, queued
+  requests fill its free slots in order (at most max_batch_rows rows per batch); a queued
+  request whose deadline has passed is dropped (`expired`), as the batcher drops it.
+- Every arrival is decided by `decide(Snapshot, Request)` with the request's deadline
+  (arrival + ``route.timeout_s``): dispatch to the warm container `decide` picks (least
+  backlog among those with a free slot, first in start order), queue, spill_cold (start a
+  container, the request then waits in the queue), spill_async (counted, not simulated
+  further) or shed. The snapshot is the pool as the local runtime reports it: a container's
+  `backlog_s` is the fitted time of its batches in flight, a starting one's `ready_in_s` its
+  remaining start time, `cold_start_s` the slowest measured start, all one tenant.
+- Every minute, on the minute, the policy gets the per-minute arrival counts of the minutes
+  that have *ended* (no look-ahead) and returns a `WarmTarget`. The pool obeys it with Modal's
+  semantics: ``keep = max(min_containers, containers working + buffer_containers)``;
+  containers are started at once (ahead of demand) while fewer than `keep` are live; an idle
+  container is stopped once it has been idle for ``scaledown_window_s`` and more than `keep`
+  are live (the longest idle first); a request that arrives while no warm container can take
+  it waits for a start (a cold start).
+- At the start of the trace the pool holds the config's ``min_containers``, already warm (as
+  a deployed endpoint would); the simulated span is the trace's whole minutes, plus the time
+  the last batch needs to end.
+
+Speed: building a `Snapshot` and calling `decide` costs about 10 us per request in CPython.
+The common case is cut short by an exact fast path: when the router's queue is empty and a
+warm container has a free slot, `decide` can only return dispatch-or-not by the three
+comparisons of its steps 2 and 4 (budget > 0, alone <= budget, backlog + service <= budget on
+the least-backlog free container), which the engine evaluates on its own state with the same
+float expressions; any other case builds the full snapshot and calls `decide`. `check=True`
+runs `decide` on every arrival as well and raises if the two ever disagree
+(tests/unit/test_sim.py does so on overload and sparse traces).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from floodway.config import Batching, Route, WarmPool
+from floodway.routers.decide import (
+    Action,
+    ContainerView,
+    Decision,
+    Request,
+    Snapshot,
+    decide,
+)
+from floodway.sim.model import ColdStartModel, ServiceModel
+from floodway.sim.policy import DesiredPolicy, Policy
+from floodway.sim.result import SimResult, coverage_per_minute
+from floodway.sim.trace import MINUTE_S, Trace
+from floodway.warmers.target import History, Measured
+
+ACTIONS = (Action.DISPATCH, Action.QUEUE, Action.SPILL_COLD, Action.SPILL_ASYNC, Action.SHED)
+_CODE = {a: i for i, a in enumerate(ACTIONS)}
+TENANT = "anonymous"
+# Event kinds; at equal times the heap orders by kind: a container that becomes ready or
+# frees a slot does so before a policy tick or idle check at the same instant.
+_READY, _DONE, _TICK, _CHECK = 0, 1, 2, 3
+_EPS_S = 1e-9
+
+
+class DecisionMismatch(AssertionError):
+    """The fast path and `decide()` disagreed (raised only with ``check=True``)."""
+
+
+class _Batch:
+    __slots__ = ("reqs", "rows", "start_s", "end_s", "dur_s", "est_s")
+
+    def __init__(self) -> None:
+        self.reqs: list[int] = []
+        self.rows = 0
+        self.start_s = math.inf      # inf: behind another batch, start not known yet
+        self.end_s = math.inf
+        self.dur_s = -1.0            # a sampled duration (service samples), else -1
+        self.est_s = 0.0             # the fitted time added to the container's backlog
+
+
+class _Box:
+    """One simulated container."""
+
+    __slots__ = ("id", "warm", "stopped", "created_s", "ready_s", "stop_s", "batches",
+                 "backlog_s", "idle_since_s", "check_at_s")
+
+    def __init__(self, cid: int, created_s: float, ready_s: float) -> None:
+        self.id = cid
+        self.warm = False
+        self.stopped = False
+        self.created_s = created_s
+        self.ready_s = ready_s
+        self.stop_s = math.inf
+        self.batches: deque[_Batch] = deque()
+        self.backlog_s = 0.0
+        self.idle_since_s = ready_s
+        self.check_at_s = math.inf
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """An endpoint as the simulator sees it: its own `Route`, `WarmPool`, `Batching`, the
+    measured cold-start and service models, the policy (default: `DesiredPolicy(warm)`), the
+    $ per container-second, the seed of the run's Generator, and `fast` (the exact
+    dispatch fast path) / `check` (compare every decision against `decide`)."""
+
+    route: Route = Route()
+    warm: WarmPool = WarmPool()
+    batching: Batching = Batching()
+    cold: ColdStartModel = ColdStartModel()
+    service: ServiceModel = ServiceModel()
+    policy: Policy | None = None
+    usd_per_gpu_s: float = 0.000222
+    seed: int = 0
+    fast: bool = True
+    check: bool = False
+
+
+def simulate(trace: Trace, config: SimConfig | None = None, **kw) -> SimResult:
+    """Simulate `trace` against one endpoint (`config`, or `SimConfig(**kw)`)."""
+    return _Sim(trace, config or SimConfig(**kw)).run()
+
+
+class _Sim:
+    def __init__(self, trace: Trace, cfg: SimConfig) -> None:
+        self.trace, self.cfg = trace, cfg
+        self.rng = np.random.default_rng(cfg.seed)
+        self.policy = cfg.policy or DesiredPolicy(cfg.warm)
+        self.fit = cfg.service.fit
+        self.mbr = cfg.batching.max_batch_rows
+        self.wait_s = cfg.batching.wait_ms / 1000.0
+        self.slots = cfg.route.max_inflight_per_container
+        self.cap = cfg.warm.container_cap
+        self.cold_est = cfg.cold.estimate_s
+        self.measured = Measured.from_batches(self.cold_est, self.fit.seconds(self.mbr),
+                                              self.mbr)
+        self.heap: list[tuple] = []
+        self.seq = 0
+        self.live: list[_Box] = []           # starting + warm, in start order
+        self.all: list[_Box] = []
+        self.queue: deque[int] = deque()
+        self.queued_rows = 0
+        self.floor = cfg.warm.min_containers
+        self.buffer = 0
+        self.scaledown_s = float(cfg.warm.scaledown_window_s)
+        self.pstate = None
+        self.started = 0
+        self.cold_requests = 0
+        self.expired = 0
+        self.busy_a: list[float] = []
+        self.busy_b: list[float] = []
+        self.policy_s = 0.0
+
+    # ------------------------------------------------------------ events and containers
+    def push(self, t: float, kind: int, obj: object, extra: object = None) -> None:
+        self.seq += 1
+        heapq.heappush(self.heap, (t, kind, self.seq, obj, extra))
+
+    def start_box(self, now: float, warm_now: bool = False) -> _Box:
+        cold = 0.0 if warm_now else self.cfg.cold.sample(self.rng)
+        box = _Box(len(self.all), now, now + cold)
+        self.all.append(box)
+        self.live.append(box)
+        if warm_now:
+            box.warm = True
+            box.created_s = now
+        else:
+            self.started += 1
+            self.push(box.ready_s, _READY, box)
+        return box
+
+    def stop_box(self, box: _Box, now: float) -> None:
+        box.stopped = True
+        box.stop_s = now
+        self.live.remove(box)
+
+    def keep(self) -> int:
+        working = sum(1 for b in self.live if b.batches)
+        return max(self.floor, working + self.buffer) if self.buffer else self.floor
+
+    def went_idle(self, box: _Box, now: float) -> None:
+        box.idle_since_s = now
+        due = now + self.scaledown_s
+        if due < box.check_at_s:
+            box.check_at_s = due
+            self.push(due, _CHECK, box)
+
+    # ------------------------------------------------------------ batches
+    def assign(self, box: _Box, idx: int, rows: int, now: float) -> bool:
+        """Give request `idx` to `box`: join its newest unstarted batch, else open a new one
+        if a slot is free. False if neither is possible."""
+        bs = box.batches
+        if bs:
+            last = bs[-1]
+            if last.start_s > now and last.rows + rows <= self.mbr:
+                self._grow(box, last, idx, rows)
+                return True
+            if len(bs) >= self.slots:
+                return False
+        b = _Batch()
+        bs.append(b)
+        self._grow(box, b, idx, rows)
+        if len(bs) == 1:
+            self._begin(box, b, now if b.rows >= self.mbr else now + self.wait_s)
+        return True
+
+    def _grow(self, box: _Box, b: _Batch, idx: int, rows: int) -> None:
+        b.reqs.append(idx)
+        b.rows += rows
+        est = self.fit.seconds(b.rows)
+        box.backlog_s += est - b.est_s
+        b.est_s = est
+        if b.start_s < math.inf and b.dur_s < 0:
+            b.end_s = b.start_s + est     # joined before it started: it runs longer
+
+    def _begin(self, box: _Box, b: _Batch, start: float) -> None:
+        b.start_s = start
+        svc = self.cfg.service
+        if svc.samples_s:
+            b.dur_s = svc.samples_s[int(self.rng.integers(len(svc.samples_s)))]
+            b.end_s = start + b.dur_s
+        else:
+            b.end_s = start + b.est_s
+        self.push(b.end_s, _DONE, box, b)
+
+    def on_done(self, box: _Box, b: _Batch, now: float) -> None:
+        if b.end_s > now:                  # it grew after this event was pushed
+            self.push(b.end_s, _DONE, box, b)
+            return
+        box.batches.popleft()
+        box.backlog_s -= b.est_s
+        if not box.batches:
+            box.backlog_s = 0.0            # no drift from float subtraction
+        self.busy_a.append(b.start_s)
+        self.busy_b.append(now)
+        times, lat = self.times, self.lat
+        ready = box.ready_s
+        for i in b.reqs:
+            a = times[i]
+            lat[i] = now - a
+            if a < ready:
+                self.cold_requests += 1
+        if box.batches:
+            self._begin(box, box.batches[0], now)
+        if self.queue:
+            self.drain(box, now)
+        if not box.batches:
+            self.went_idle(box, now)
+
+    def drain(self, box: _Box, now: float) -> None:
+        q, rows, times_dl = self.queue, self.rows, self.deadline
+        while q:
+            i = q[0]
+            r = 1 if rows is None else rows[i]
+            if times_dl[i] <= now:
+                q.popleft()
+                self.queued_rows -= r
+                self.expired += 1
+                continue
+            if not self.assign(box, i, r, now):
+                return
+            q.popleft()
+            self.queued_rows -= r
+
+    def drain_all(self, now: float) -> None:
+        for box in self.live:
+            if not self.queue:
+                return
+            if box.warm:
+                self.drain(box, now)
+
+    # ------------------------------------------------------------ policy
+    def on_tick(self, now: float) -> None:
+        k = int(round(now / MINUTE_S)) - self.trace.start_minute
+        hist = History(self.trace.start_minute, self.counts[:max(k, 0)])
+        t0 = time.perf_counter()
+        target, self.pstate = self.policy(now, hist, self.measured, self.pstate)
+        self.policy_s += time.perf_counter() - t0
+        self.floor = min(target.min_containers, self.cap)
+        self.buffer = target.buffer_containers
+        changed = target.scaledown_window_s != self.scaledown_s
+        self.scaledown_s = target.scaledown_window_s
+        self.reconcile(now, changed)
+
+    def reconcile(self, now: float, recheck: bool) -> None:
+        keep = min(self.keep(), self.cap)
+        n = len(self.live)
+        while n < keep:
+            self.start_box(now)
+            n += 1
+        if n <= keep and not recheck:
+            return
+        idle = sorted((b for b in self.live if b.warm and not b.batches),
+                      key=lambda b: b.idle_since_s)
+        for box in idle:
+            due = box.idle_since_s + self.scaledown_s
+            if due <= now + _EPS_S and len(self.live) > keep:
+                self.stop_box(box, now)
+            elif due > now and due < box.check_at_s:
+                box.check_at_s = due
+                self.push(due, _CHECK, box)
+
+    def on_check(self, box: _Box, now: float) -> None:
+        if now >= box.check_at_s - _EPS_S:
+            box.check_at_s = math.inf
+        if box.stopped or not box.warm or box.batches:
+            return
+        due = box.idle_since_s + self.scaledown_s
+        if due > now + _EPS_S:
+            if due < box.check_at_s:
+                box.check_at_s = due
+                self.push(due, _CHECK, box)
+            return
+        if len(self.live) > min(self.keep(), self.cap):
+            self.stop_box(box, now)
+
+    def on_ready(self, box: _Box, now: float) -> None:
+        box.warm = True
+        if self.queue:
+            self.drain(box, now)
+        if not box.batches:
+            self.went_idle(box, now)
+
+    def handle(self, ev: tuple, end_s: float) -> None:
+        t, kind, _, obj, extra = ev
+        if kind == _DONE:
+            self.on_done(obj, extra, t)
+        elif kind == _READY:
+            self.on_ready(obj, t)
+        elif t <= end_s:
+            if kind == _TICK:
+                self.on_tick(t)
+                if t + MINUTE_S < end_s:
+                    self.push(t + MINUTE_S, _TICK, None)
+            else:
+                self.on_check(obj, t)
+
+    # ------------------------------------------------------------ decisions
+    def snapshot(self, now: float) -> Snapshot:
+        views = []
+        for b in self.live:
+            if b.warm:
+                views.append(ContainerView(str(b.id), "busy" if b.batches else "ready",
+                                           max(0, self.slots - len(b.batches)), self.slots,
+                                           b.backlog_s, 0.0))
+            else:
+                views.append(ContainerView(str(b.id), "starting", 0, self.slots, 0.0,
+                                           max(0.0, b.ready_s - now)))
+        q = len(self.queue)
+        return Snapshot(now_s=now, containers=tuple(views), service=self.fit,
+                        cold_start_s=self.cold_est, max_batch_rows=self.mbr,
+                        max_queue=self.cfg.route.max_queue, max_containers=self.cap,
+                        spill=self.cfg.route.spill, queued=q, queued_rows=self.queued_rows,
+                        tenant_queued={TENANT: q} if q else {})
+
+    def best_free(self) -> _Box | None:
+        """decide()'s choice: least backlog among warm containers with a free slot, the
+        first in start order on a tie."""
+        best = None
+        slots = self.slots
+        for b in self.live:
+            if b.warm and len(b.batches) < slots and (best is None
+                                                      or b.backlog_s < best.backlog_s):
+                best = b
+        return best
+
+    def fast_dispatch(self, now: float, deadline: float, rows: int) -> _Box | None:
+        """The box to dispatch to if `decide` would return dispatch, else None (= ask
+        `decide`). Only valid with an empty queue."""
+        best = self.best_free()
+        if best is None:
+            return None
+        budget = deadline - now
+        if budget <= 0 or self.fit.seconds(min(rows, self.mbr)) > budget:
+            return None
+        if best.backlog_s + self.fit.seconds(self.mbr) <= budget:
+            return best
+        return None
+
+    def act(self, d: Decision, i: int, r: int, now: float) -> None:
+        a = d.action
+        if a == Action.DISPATCH:
+            box = self.best_free()
+            assert box is not None and self.assign(box, i, r, now)
+        elif a == Action.QUEUE or a == Action.SPILL_COLD:
+            if a == Action.SPILL_COLD:
+                self.start_box(now)
+            self.queue.append(i)
+            self.queued_rows += r
+            self.drain_all(now)
+
+    # ------------------------------------------------------------ the run
+    def run(self) -> SimResult:
+        wall0 = time.perf_counter()
+        tr, cfg = self.trace, self.cfg
+        n = tr.requests
+        self.times = tr.times_s.tolist()
+        self.rows = None if tr.rows is None else tr.rows.tolist()
+        timeout = cfg.route.timeout_s
+        self.deadline = [t + timeout for t in self.times]
+        self.lat = [math.nan] * n
+        self.counts = tr.counts
+        codes = bytearray(n)
+        start_s, end_s = tr.start_s, tr.end_s
+        for _ in range(min(cfg.warm.min_containers, self.cap)):
+            self.start_box(start_s, warm_now=True).idle_since_s = start_s
+        for b in self.live:
+            self.went_idle(b, start_s)
+        self.push(start_s, _TICK, None)
+
+        heap, handle = self.heap, self.handle
+        times, rows, deadlines = self.times, self.rows, self.deadline
+        fast, check = cfg.fast, cfg.check
+        queue = self.queue
+        dispatch_code = _CODE[Action.DISPATCH]
+        for i in range(n):
+            t = times[i]
+            while heap and heap[0][0] <= t:
+                handle(heapq.heappop(heap), end_s)
+            r = 1 if rows is None else rows[i]
+            box = None
+            tried = fast and not queue
+            if tried:
+                box = self.fast_dispatch(t, deadlines[i], r)
+            if check:
+                d = decide(self.snapshot(t), Request(rows=r, deadline_s=deadlines[i],
+                                                     tenant=TENANT))
+                if tried and ((box is not None) != (d.action == Action.DISPATCH) or
+                              (box is not None and box.backlog_s != d.est_wait_s)):
+                    raise DecisionMismatch(f"request {i} at {t}: fast path "
+                                           f"{'dispatch' if box else 'defer'}, decide {d}")
+            if box is not None:
+                self.assign(box, i, r, t)
+                codes[i] = dispatch_code
+                continue
+            if not check:
+                d = decide(self.snapshot(t), Request(rows=r, deadline_s=deadlines[i],
+                                                     tenant=TENANT))
+            codes[i] = _CODE[d.action]
+            self.act(d, i, r, t)
+        while heap:
+            handle(heapq.heappop(heap), end_s)
+        return self.result(codes, time.perf_counter() - wall0)
+
+    def result(self, codes: bytearray, wall_s: float) -> SimResult:
+        tr = self.trace
+        dec = np.frombuffer(bytes(codes), dtype=np.uint8)
+        counts = np.bincount(dec, minlength=len(ACTIONS)) if dec.size else \
+            np.zeros(len(ACTIONS), dtype=np.int64)
+        last = max(self.busy_b, default=tr.end_s)
+        horizon = max(tr.end_s, last)
+        ready_a = np.array([b.ready_s for b in self.all if b.ready_s < horizon])
+        ready_b = np.array([min(b.stop_s, horizon) for b in self.all if b.ready_s < horizon])
+        start_a = np.array([b.created_s for b in self.all])
+        start_b = np.array([min(b.ready_s, b.stop_s, horizon) for b in self.all])
+        busy_a, busy_b = np.array(self.busy_a), np.array(self.busy_b)
+        lat = np.asarray(self.lat, dtype=np.float64)
+        served = lat[~np.isnan(lat)]
+        p50, p95, p99 = (np.percentile(served, [50, 95, 99]) if served.size
+                         else (math.nan,) * 3)
+        minutes = math.ceil(horizon / MINUTE_S - 1e-9) - tr.start_minute
+        warm_series = coverage_per_minute(ready_a, ready_b, tr.start_minute, minutes) / MINUTE_S
+        busy_series = coverage_per_minute(busy_a, busy_b, tr.start_minute, minutes) / MINUTE_S
+        arrivals = np.zeros(minutes, dtype=np.int64)
+        arrivals[:len(tr.counts)] = tr.counts[:minutes]
+        return SimResult(
+            requests=tr.requests, dispatched=int(counts[0]), queued=int(counts[1]),
+            spill_cold=int(counts[2]), spill_async=int(counts[3]), shed=int(counts[4]),
+            expired=self.expired, cold_requests=self.cold_requests,
+            containers_started=self.started, p50_s=float(p50), p95_s=float(p95),
+            p99_s=float(p99),
+            warm_min=float((ready_b - ready_a).sum()) / MINUTE_S if ready_a.size else 0.0,
+            busy_min=float((busy_b - busy_a).sum()) / MINUTE_S if busy_a.size else 0.0,
+            starting_min=float(np.clip(start_b - start_a, 0, None).sum()) / MINUTE_S,
+            span_min=(horizon - tr.start_s) / MINUTE_S, usd_per_gpu_s=self.cfg.usd_per_gpu_s,
+            wall_s=wall_s, policy_s=self.policy_s, series_start_minute=tr.start_minute,
+            arrivals=arrivals, warm_avg=warm_series, busy_avg=busy_series, decisions=dec,
+            latencies_s=lat)
+
+
+__all__ = ["ACTIONS", "DecisionMismatch", "SimConfig", "simulate"]

@@ -1,0 +1,180 @@
+"""Traces for the simulator: per-request arrival times, or per-minute counts expanded into
+arrivals.
+
+    Trace.from_counts(counts, start_minute, spread="uniform"|"poisson", seed)
+    read_trace(path, function=None, column=None, spread, seed) -> Trace
+
+Two CSV shapes are read (both as in the project's shared traces):
+
+- per request: one row per request with a timestamp column (default ``TIMESTAMP``, e.g.
+  ``2023-11-16 18:17:03.9799600``, or plain unix seconds);
+- per minute: one row per function, ``HashFunction,...,minute_1..minute_N`` (the Azure
+  Functions 2019 layout); the row is chosen by its ``HashFunction`` or by its 0-based index.
+
+Per-minute counts carry no sub-minute timing, so they are expanded: ``uniform`` spaces a
+minute's n arrivals evenly (at (i + 0.5) * 60 / n s), ``poisson`` draws them uniformly at
+random within the minute (a Poisson process conditioned on its count), from a seeded numpy
+Generator.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from floodway.errors import FloodwayError
+
+MINUTE_S = 60.0
+SPREADS = ("uniform", "poisson")
+
+
+@dataclass(frozen=True, eq=False)
+class Trace:
+    """Arrivals of one endpoint.
+
+    `times_s`: arrival instants in unix seconds, ascending, float64, shape (n,). `rows`: input
+    rows per request, int64 shape (n,), or None for one row each. The simulated span is
+    [`start_s`, `end_s`) (whole minutes around the arrivals). `counts`: arrivals per minute
+    from `start_minute` (epoch minute), covering the span.
+    """
+
+    times_s: np.ndarray
+    rows: np.ndarray | None
+    start_minute: int
+    counts: np.ndarray
+    name: str = "trace"
+
+    @property
+    def start_s(self) -> float:
+        return self.start_minute * MINUTE_S
+
+    @property
+    def end_s(self) -> float:
+        return (self.start_minute + len(self.counts)) * MINUTE_S
+
+    @property
+    def requests(self) -> int:
+        return int(self.times_s.size)
+
+    @classmethod
+    def from_times(cls, times_s: np.ndarray | list[float], rows: np.ndarray | None = None,
+                   name: str = "trace", minutes: int | None = None) -> Trace:
+        """A trace of the given arrival instants (sorted here), spanning whole minutes from the
+        first arrival's minute through the last one's (or `minutes` minutes)."""
+        t = np.asarray(times_s, dtype=np.float64).reshape(-1)
+        order = np.argsort(t, kind="stable")
+        t = t[order]
+        r = None if rows is None else np.asarray(rows, dtype=np.int64).reshape(-1)[order]
+        if t.size == 0:
+            raise FloodwayError("the trace has no arrivals")
+        m0 = math.floor(t[0] / MINUTE_S)
+        span = math.floor(t[-1] / MINUTE_S) - m0 + 1
+        span = max(span, minutes or 0)
+        counts = np.bincount((np.floor(t / MINUTE_S) - m0).astype(np.int64), minlength=span)
+        return cls(t, r, m0, counts[:span], name)
+
+    @classmethod
+    def from_counts(cls, counts: np.ndarray | list[int], start_minute: int = 0,
+                    spread: str = "uniform", seed: int = 0, name: str = "trace") -> Trace:
+        """Expand per-minute counts (minute i = epoch minute `start_minute` + i) into arrivals
+        (see the module docstring for `spread`)."""
+        c = np.asarray(counts, dtype=np.int64).reshape(-1)
+        if spread not in SPREADS:
+            raise FloodwayError(f"spread must be one of {SPREADS}, got {spread!r}")
+        if c.size and int(c.min()) < 0:
+            raise FloodwayError("per-minute counts must be >= 0")
+        minute = np.repeat(np.arange(c.size, dtype=np.int64), c)
+        base = (start_minute + minute) * MINUTE_S
+        if spread == "uniform":
+            first = np.repeat(np.cumsum(c) - c, c)
+            j = np.arange(minute.size) - first
+            t = base + (j + 0.5) * MINUTE_S / np.repeat(c, c)
+        else:
+            t = np.sort(base + np.random.default_rng(seed).random(minute.size) * MINUTE_S)
+        return cls(t.astype(np.float64), None, int(start_minute), c.copy(), name)
+
+
+def _parse_times(values: list[str]) -> np.ndarray:
+    try:
+        return np.asarray([float(v) for v in values], dtype=np.float64)
+    except ValueError:
+        pass
+    try:
+        ns = np.asarray([v.strip().replace(" ", "T") for v in values], dtype="datetime64[ns]")
+    except ValueError as e:
+        raise FloodwayError(f"cannot parse timestamps such as {values[0]!r}: {e}") from None
+    return ns.astype(np.int64) / 1e9
+
+
+def read_trace(path: str | Path, function: str | None = None, column: str | None = None,
+               spread: str = "uniform", seed: int = 0) -> Trace:
+    """Read a per-request or per-minute CSV (see the module docstring).
+
+    `function` picks a per-minute row by ``HashFunction`` (or a prefix of it) or by 0-based
+    index (default: row 0); `column` names a per-request timestamp column (default
+    ``TIMESTAMP``). Raises FloodwayError naming what was not found.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise FloodwayError(f"trace {p} does not exist")
+    with p.open(newline="") as f:
+        reader = csv.reader(f)
+        header = next(reader, None)
+        if not header:
+            raise FloodwayError(f"trace {p} is empty")
+        minute_cols = [i for i, h in enumerate(header) if h.startswith("minute_")]
+        if minute_cols:
+            return _read_counts(p, reader, header, minute_cols, function, spread, seed)
+        col = column or "TIMESTAMP"
+        if col not in header:
+            raise FloodwayError(f"trace {p} has no column {col!r} (it has: "
+                                f"{', '.join(header)}); name the timestamp column with --column")
+        i = header.index(col)
+        values = [row[i] for row in reader if row]
+    if not values:
+        raise FloodwayError(f"trace {p} has no requests")
+    return Trace.from_times(_parse_times(values), name=p.stem)
+
+
+def _read_counts(p: Path, reader, header: list[str], cols: list[int], function: str | None,
+                 spread: str, seed: int) -> Trace:
+    key = header.index("HashFunction") if "HashFunction" in header else None
+    rows = [row for row in reader if row]
+    if not rows:
+        raise FloodwayError(f"trace {p} has no functions")
+    pick = None
+    if function is None:
+        pick = 0
+    elif function.isdigit() and int(function) < len(rows):
+        pick = int(function)
+    elif key is not None:
+        hits = [i for i, r in enumerate(rows) if r[key].startswith(function)]
+        pick = hits[0] if len(hits) == 1 else None
+    if pick is None:
+        raise FloodwayError(f"trace {p}: no single function matches {function!r} (give a "
+                            f"HashFunction, a unique prefix, or a row index 0..{len(rows) - 1})")
+    counts = np.asarray([int(float(rows[pick][i])) for i in cols], dtype=np.int64)
+    name = rows[pick][key][:12] if key is not None else f"row {pick}"
+    return Trace.from_counts(counts, 0, spread, seed, name)
+
+
+def read_counts_matrix(path: str | Path) -> tuple[list[str], np.ndarray]:
+    """All rows of a per-minute CSV: (HashFunction per row, counts of shape (rows, minutes))."""
+    with Path(path).open(newline="") as f:
+        reader = csv.reader(f)
+        header = next(reader)
+        cols = [i for i, h in enumerate(header) if h.startswith("minute_")]
+        key = header.index("HashFunction")
+        names, counts = [], []
+        for row in reader:
+            if row:
+                names.append(row[key])
+                counts.append([int(float(row[i])) for i in cols])
+    return names, np.asarray(counts, dtype=np.int64)
+
+
+__all__ = ["SPREADS", "Trace", "read_counts_matrix", "read_trace"]

@@ -1,0 +1,165 @@
+"""The simulator: known answers on tiny traces, the fast path equals decide(), overload
+accounting, and the CLI."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from floodway.config import Batching, Route, WarmPool
+from floodway.routers.decide import Action
+from floodway.sim import (
+    ACTIONS,
+    ColdStartModel,
+    DesiredPolicy,
+    HistogramPolicy,
+    ServiceModel,
+    SimConfig,
+    Trace,
+    simulate,
+)
+from floodway.sim.result import coverage_per_minute
+from tests.conftest import ROOT
+
+WAIT = Route(max_inflight_per_container=4, max_queue=100, timeout_s=120.0, spill=("cold",))
+
+
+def every_20_min(minutes: int = 120) -> Trace:
+    counts = np.zeros(minutes, dtype=np.int64)
+    counts[::20] = 1
+    return Trace.from_counts(counts)
+
+
+def code(action: Action) -> int:
+    return ACTIONS.index(action)
+
+
+def test_sparse_arrivals_with_a_short_scaledown_are_all_cold() -> None:
+    r = simulate(every_20_min(), route=WAIT, warm=WarmPool(scaledown_window_s=60),
+                 cold=ColdStartModel.of(30), service=ServiceModel.of(0.1), check=True)
+    assert r.requests == 6 and r.cold_requests == 6 and r.containers_started == 6
+    assert r.cold_start_rate == 1.0
+    assert list(r.decisions) == [code(Action.SPILL_COLD)] * 6
+    # each waits the cold start, the batcher's 5 ms, then 0.1 s of service
+    assert r.p50_s == pytest.approx(30.105)
+    # each container: warm from its start until 60 s idle after its batch
+    assert r.warm_min == pytest.approx(6 * (0.105 + 60) / 60)
+    assert r.starting_min == pytest.approx(6 * 0.5)
+    assert r.idle_min == pytest.approx(r.warm_min - 6 * 0.1 / 60)
+
+
+def test_a_floor_of_one_makes_every_request_warm() -> None:
+    r = simulate(every_20_min(), route=WAIT, warm=WarmPool(min_containers=1,
+                                                           scaledown_window_s=60),
+                 service=ServiceModel.of(0.1), check=True)
+    assert r.cold_requests == 0 and r.containers_started == 0
+    assert list(r.decisions) == [code(Action.DISPATCH)] * 6
+    assert r.span_min == 120 and r.warm_min == pytest.approx(120 * 1)
+    assert r.busy_min == pytest.approx(6 * 0.1 / 60)
+    assert r.p99_s == pytest.approx(0.105)
+    assert r.cost_usd == pytest.approx(120 * 60 * 0.000222)
+    assert r.warm_avg == pytest.approx(np.ones(120))
+
+
+def test_a_long_scaledown_keeps_the_container_between_arrivals() -> None:
+    r = simulate(every_20_min(), route=WAIT, warm=WarmPool(scaledown_window_s=1500),
+                 service=ServiceModel.of(0.1))
+    assert r.cold_requests == 1 and r.containers_started == 1
+
+
+def overload_trace() -> Trace:
+    # 600 requests within one second, then quiet
+    return Trace.from_times(np.linspace(0.0, 1.0, 600, endpoint=False), minutes=2)
+
+
+@pytest.mark.parametrize("spill", [("cold", "async"), ("async",), ()])
+def test_overload_sheds_and_spills_as_decide_says(spill: tuple[str, ...]) -> None:
+    cfg = dict(route=Route(max_inflight_per_container=2, max_queue=20, timeout_s=1.0,
+                           spill=spill),
+               warm=WarmPool(min_containers=2, max_containers=4),
+               batching=Batching(max_batch_rows=4, wait_ms=5),
+               cold=ColdStartModel.of([0.2, 0.4]), service=ServiceModel.of(0.05, 0.01))
+    fast = simulate(overload_trace(), SimConfig(**cfg, check=True))
+    slow = simulate(overload_trace(), SimConfig(**cfg, fast=False))
+    assert np.array_equal(fast.decisions, slow.decisions)
+    assert fast.cold_requests == slow.cold_requests and fast.p99_s == slow.p99_s
+    n = np.bincount(fast.decisions, minlength=len(ACTIONS))
+    assert n.sum() == 600 and n[code(Action.DISPATCH)] > 0 and n[code(Action.QUEUE)] > 0
+    assert (fast.spill_cold > 0) == ("cold" in spill)
+    assert (fast.spill_async > 0) == ("async" in spill)
+    assert (fast.shed > 0) == ("async" not in spill)
+    assert fast.spill_cold <= 2                      # never beyond max_containers
+    assert fast.dispatched + fast.queued + fast.spill_cold + fast.spill_async + fast.shed == 600
+    assert fast.p99_s <= 1.0 + 0.06                   # nothing queued past its deadline + batch
+
+
+def test_fast_path_equals_decide_on_a_real_shaped_trace() -> None:
+    rng = np.random.default_rng(3)
+    counts = rng.poisson(rng.choice([0, 2, 40], size=90, p=[0.5, 0.3, 0.2]))
+    tr = Trace.from_counts(counts, spread="poisson", seed=1)
+    for warm in (WarmPool(scaledown_window_s=60),
+                 WarmPool(scaledown_window_s=60, predictive=True, buffer_containers=1)):
+        cfg = dict(route=Route(max_inflight_per_container=2, max_queue=8, timeout_s=35.0),
+                   warm=warm, batching=Batching(max_batch_rows=4, wait_ms=5),
+                   cold=ColdStartModel.of([20.0, 30.0]), service=ServiceModel.of([0.2, 0.6]))
+        fast = simulate(tr, SimConfig(**cfg, check=True))
+        slow = simulate(tr, SimConfig(**cfg, fast=False))
+        assert np.array_equal(fast.decisions, slow.decisions)
+        assert (fast.cold_requests, fast.warm_min, fast.busy_min) == \
+            (slow.cold_requests, slow.warm_min, slow.busy_min)
+
+
+def test_the_histogram_policy_prewarms_a_periodic_endpoint() -> None:
+    counts = np.zeros(24 * 60, dtype=np.int64)
+    counts[::15] = 3                                   # every 15 minutes
+    tr = Trace.from_counts(counts)
+    cfg = dict(route=WAIT, batching=Batching(), cold=ColdStartModel.of(30),
+               service=ServiceModel.of(0.1))
+    fixed = simulate(tr, SimConfig(**cfg, warm=WarmPool(scaledown_window_s=600)))
+    hist = simulate(tr, SimConfig(**cfg, policy=HistogramPolicy(WarmPool())))
+    pred = simulate(tr, SimConfig(**cfg, policy=DesiredPolicy(WarmPool(predictive=True))))
+    # 3 arrivals at 10, 30, 50 s of the minute: the first two wait for the 30 s start
+    assert fixed.cold_requests == 2 * 96
+    assert hist.cold_requests < 0.1 * fixed.cold_requests
+    assert hist.idle_min < fixed.idle_min
+    assert pred.cold_requests == hist.cold_requests   # one container suffices: same floor
+
+
+def test_trace_expansion_and_coverage() -> None:
+    tr = Trace.from_counts([2, 0, 1], start_minute=10)
+    assert tr.times_s.tolist() == [615.0, 645.0, 750.0] and tr.end_s == 780.0
+    p = Trace.from_counts([5, 5], spread="poisson", seed=7)
+    assert p.requests == 10 and np.all(np.diff(p.times_s) >= 0)
+    assert np.all((p.times_s[:5] < 60) & (p.times_s[5:] >= 60))
+    cov = coverage_per_minute(np.array([30.0, 100.0]), np.array([90.0, 110.0]), 0, 3)
+    assert cov.tolist() == pytest.approx([30.0, 40.0, 0.0])
+
+
+def test_cli_simulates_a_counts_csv_and_writes_the_plot(tmp_path) -> None:
+    csv = tmp_path / "inv.csv"
+    minutes = [0] * 30
+    minutes[0], minutes[10], minutes[11] = 3, 1, 4
+    csv.write_text("HashFunction,HashApp,HashOwner," + ",".join(
+        f"minute_{i + 1}" for i in range(30)) + "\n" + "abc123,a,o," + ",".join(
+        map(str, minutes)) + "\n")
+    png = tmp_path / "sim.png"
+    r = subprocess.run([sys.executable, "-m", "floodway.cli", "simulate",
+                        str(ROOT / "modal_app.py"), "--trace", str(csv), "--function", "abc",
+                        "--cold-start-s", "20,30", "--service-ms", "40", "--out", str(png)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=120,
+                       env={"FLOODWAY_NO_MODAL": "1", "PATH": "/usr/bin:/bin", "COLUMNS": "120"})
+    assert r.returncode == 0, r.stderr
+    assert "cold-start requests" in r.stdout and "8" in r.stdout
+    assert png.stat().st_size > 10_000 and png.read_bytes()[:4] == b"\x89PNG"
+    per_request = tmp_path / "req.csv"
+    per_request.write_text("TIMESTAMP,ContextTokens\n2023-11-16 18:17:03.9799600,5\n"
+                           "2023-11-16 18:19:04.0319600,3\n")
+    r = subprocess.run([sys.executable, "-m", "floodway.cli", "simulate",
+                        str(ROOT / "modal_app.py"), "--trace", str(per_request)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=120,
+                       env={"FLOODWAY_NO_MODAL": "1", "PATH": "/usr/bin:/bin", "COLUMNS": "120"})
+    assert r.returncode == 0, r.stderr
+    assert "requests" in r.stdout and "2" in r.stdout
