@@ -29,6 +29,8 @@ from collections import Counter, deque
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from floodway.build.prefetch import THREADS_ENV
 from floodway.config import VALIDATED_ENV
 from floodway.deploy import NO_MODAL_ENV
@@ -73,6 +75,7 @@ class Pool:
         self.targets: dict[str, WarmTarget] = {}
         self._policy: dict[str, PolicyState] = {}
         self._counts: dict[str, dict[int, int]] = {ep.name: {} for ep in app}
+        self._last_arrival_s: dict[str, float] = {}
         self.floor: dict[str, int] = {}
         total = sum(containers if containers is not None else
                     max(1, ep.warm.min_containers + ep.warm.buffer_containers) for ep in app)
@@ -195,6 +198,7 @@ class Pool:
     def record_arrival(self, endpoint: str, now_s: float | None = None) -> None:
         """Count one user request (never warm-ups or probes) in the traffic history."""
         now_s = time.time() if now_s is None else now_s
+        self._last_arrival_s[endpoint] = now_s
         if self.history is not None:
             self.history.record(endpoint, now_s)
         else:
@@ -205,12 +209,15 @@ class Pool:
                 del counts[old]
 
     def _history(self, endpoint: str, now_s: float) -> History:
+        exact = self._last_arrival_s.get(endpoint)
         if self.history is not None:
-            return self.history.history(endpoint, now_s, HISTORY_MIN)
+            h = self.history.history(endpoint, now_s, HISTORY_MIN)
+            return History(h.start_minute, h.counts, exact)
         counts = self._counts[endpoint]
         end = minute_of(now_s)
         start = end - HISTORY_MIN + 1
-        return History.from_counts([counts.get(m, 0) for m in range(start, end + 1)], start)
+        return History(start, np.asarray([counts.get(m, 0) for m in range(start, end + 1)]),
+                       exact)
 
     def measured(self, endpoint: str) -> Measured:
         mbr = self.app[endpoint].batching.max_batch_rows

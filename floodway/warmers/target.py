@@ -69,10 +69,13 @@ class History:
 
     Build with `History.from_counts` (simulator, trace replay) or
     `TrafficHistory.history` (the router's store). Compares by identity (it wraps an array).
+    `last_arrival_exact_s`: the latest arrival's unix time when the source knows it (the local
+    router does), which makes "active" exact instead of minute-rounded.
     """
 
     start_minute: int
     counts: np.ndarray
+    last_arrival_exact_s: float | None = None
 
     def __post_init__(self) -> None:
         arr = np.asarray(self.counts, dtype=np.int64).reshape(-1)
@@ -113,7 +116,9 @@ class History:
         stop = minute_of(now_s) + 1 - self.start_minute
         if stop >= len(self.counts):
             return self
-        return History(self.start_minute, self.counts[:max(stop, 0)])
+        exact = self.last_arrival_exact_s
+        return History(self.start_minute, self.counts[:max(stop, 0)],
+                       exact if exact is not None and exact <= now_s else None)
 
     def active_minutes(self) -> np.ndarray:
         """Epoch minutes with at least one arrival, ascending, shape (k,)."""
@@ -133,6 +138,9 @@ class History:
         m = self.last_arrival_minute()
         if m is None:
             return None
+        exact = self.last_arrival_exact_s
+        if exact is not None and minute_of(exact) == m:
+            return exact if now_s is None else min(exact, now_s)
         end = (m + 1) * MINUTE_S
         return end if now_s is None else min(end, now_s)
 

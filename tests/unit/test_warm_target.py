@@ -152,3 +152,14 @@ def test_state_is_threaded_and_serializable() -> None:
     assert PolicyState.from_dict(None) == PolicyState()
     # Pure: same inputs, same outputs.
     assert desired(at(29.5), h, cfg, m, PolicyState()) == (target, state)
+
+
+def test_exact_last_arrival_makes_active_exact():
+    from floodway.warmers.target import History
+
+    t = 1_700_000_000.0 + 10.0              # 10 s into a minute
+    minute = int(t // 60)
+    h = History(minute, [1], last_arrival_exact_s=t)
+    assert h.last_arrival_s() == t          # not the end of the minute
+    assert History(minute, [1]).last_arrival_s() == (minute + 1) * 60.0
+    assert h.upto(t - 1).last_arrival_exact_s is None or h.upto(t - 1) is h
