@@ -162,4 +162,3 @@ def test_exact_last_arrival_makes_active_exact():
     h = History(minute, [1], last_arrival_exact_s=t)
     assert h.last_arrival_s() == t          # not the end of the minute
     assert History(minute, [1]).last_arrival_s() == (minute + 1) * 60.0
-    assert h.upto(t - 1).last_arrival_exact_s is None or h.upto(t - 1) is h
