@@ -20,11 +20,13 @@ Algorithm (all times in seconds, on the snapshot's clock):
    fitted rate) over every live container, each available from
    its own backlog (warm) or remaining cold start (starting/warming). A container processes
    one batch at a time; its slots only pipeline work, they add no throughput.
-4. dispatch: nothing is queued, a warm container has a free slot, and its backlog plus
-   `service` fits the budget.
+4. dispatch: nothing is queued and a warm container is idle (whatever the estimate says: no
+   other path would be faster), or has a free slot and its backlog plus `service` fits the
+   budget.
 5. queue: `wait + service` fits the budget and the bounded queue has room for this priority
    (low may use half of `max_queue`, normal 90 %, high all of it: low sheds and spills
-   first) and this tenant (at most half the queue, so one tenant cannot starve the rest).
+   first) and this tenant (at most half the queue while other tenants wait too, so one
+   tenant cannot starve the rest).
    Each starting container adds its slots to the room: work may wait for capacity that is
    already on its way.
 6. spill_cold: "cold" is in the endpoint's spill list, a container may still be started
@@ -225,12 +227,17 @@ def decide(snap: Snapshot, req: Request) -> Decision:
     if budget <= 0:
         return Decision(Action.SHED, "deadline already passed", retry_after_s=RETRY_AFTER_S[0],
                         status=503)
+    live = [c for c in snap.containers if c.state in LIVE]
+    warm = [c for c in live if c.state in WARM]
+    idle = [c for c in warm if c.free_slots > 0 and c.backlog_s == 0]
+    if snap.queued == 0 and idle:
+        # An idle container takes it whatever the estimate says: no other path is faster,
+        # and the estimate (fitted on rows, not on input lengths) can be pessimistic.
+        return Decision(Action.DISPATCH, "an idle warm container")
     if alone > budget:
         return spill_async_or_shed(f"service time {alone:.3f}s exceeds the deadline budget "
                                    f"{budget:.3f}s", alone)
 
-    live = [c for c in snap.containers if c.state in LIVE]
-    warm = [c for c in live if c.state in WARM]
     if snap.queued == 0:
         free = [c for c in warm if c.free_slots > 0]
         if free:
@@ -254,7 +261,10 @@ def decide(snap: Snapshot, req: Request) -> Decision:
     # Lower-priority requests queued take no room from this one: it goes ahead of them.
     by_req = snap.queued_by_priority
     queued = sum(by_req[max(0, min(2, req.priority)):]) if by_req else snap.queued
-    if fits and queued < room and snap.tenant_queued.get(req.tenant, 0) < tenant_cap:
+    # The tenant share matters only when others wait too: alone, a tenant starves no one.
+    others = any(t != req.tenant and n for t, n in snap.tenant_queued.items())
+    tenant_ok = not others or snap.tenant_queued.get(req.tenant, 0) < tenant_cap
+    if fits and queued < room and tenant_ok:
         return Decision(Action.QUEUE, f"estimated wait {wait:.3f}s + service {service:.3f}s "
                         f"fits the budget {budget:.3f}s", est_wait_s=wait)
 

@@ -72,8 +72,10 @@ def test_shed_with_retry_after_when_async_is_not_allowed():
 
 def test_deadline_already_passed_or_shorter_than_service():
     assert decide(snap(warm("a")), req(budget_s=0)).action == Action.SHED
-    d = decide(snap(warm("a")), req(rows=32, budget_s=0.02))   # 32 rows take 0.042 s
+    d = decide(snap(warm("a", backlog_s=0.01)), req(rows=32, budget_s=0.02))   # 0.042 s
     assert d.action == Action.SPILL_ASYNC and "exceeds the deadline budget" in d.reason
+    # An idle container takes it anyway: nothing would be faster than running it now.
+    assert decide(snap(warm("a")), req(rows=32, budget_s=0.02)).action == Action.DISPATCH
 
 
 def test_starting_container_absorbs_the_next_requests():
@@ -94,10 +96,13 @@ def test_low_priority_is_refused_queue_room_first():
 
 
 def test_one_tenant_cannot_fill_the_queue():
-    s = snap(warm("a", free=0, backlog_s=0.1), queued=5, queued_rows=5, spill=(),
-             tenant_queued={"greedy": 5})
+    s = snap(warm("a", free=0, backlog_s=0.1), queued=6, queued_rows=6, spill=(),
+             tenant_queued={"greedy": 5, "other": 1})
     assert decide(s, req(tenant="greedy")).action == Action.SHED
     assert decide(s, req(tenant="other")).action == Action.QUEUE
+    # Alone in the queue, a tenant may use all of its priority's room.
+    alone = replace(s, tenant_queued={"greedy": 6})
+    assert decide(alone, req(tenant="greedy")).action == Action.QUEUE
 
 
 def test_async_not_offered_when_the_store_is_not_accepting():
