@@ -86,6 +86,7 @@ class Container:
         self.on_change: Callable[[], None] | None = None
         self.timings_s: dict[str, float] = {}
         self.backend: str | None = None
+        self.build: str | None = None   # key of the build it was started on
         self.torch_imported: bool | None = None
         self.error: str | None = None
         self.proc: asyncio.subprocess.Process | None = None
@@ -117,7 +118,7 @@ class Container:
 
     def describe(self) -> dict[str, Any]:
         return {"id": self.id, "state": str(self.state), "pid": self.pid,
-                "inflight": len(self.inflight), "backend": self.backend,
+                "inflight": len(self.inflight), "backend": self.backend, "build": self.build,
                 "cold_start_s": self.timings_s, "torch_imported": self.torch_imported,
                 "error": self.error}
 

@@ -32,9 +32,10 @@ from typing import Any
 import numpy as np
 
 from floodway.build.prefetch import THREADS_ENV
+from floodway.build.store import ArtifactStore
 from floodway.config import VALIDATED_ENV
 from floodway.deploy import NO_MODAL_ENV
-from floodway.errors import Unavailable
+from floodway.errors import FloodwayError, Unavailable
 from floodway.functions.app import App
 from floodway.routers.batcher import Batcher
 from floodway.routers.decide import LIVE, ContainerView, ServiceTime, Snapshot
@@ -56,6 +57,7 @@ TICK_S = 0.5
 SERVICE_PRIOR = ServiceTime(per_row_s=0.005, per_batch_s=0.02)
 COLD_START_PRIOR_S = 10.0
 SAMPLES = 64
+BUILD_CHECK_S = 2.0   # how often a newly published build is looked for
 HISTORY_MIN = 240   # the hybrid histogram's range (Shahrad et al. 2020, section 4.2)
 
 
@@ -90,6 +92,9 @@ class Pool:
         self.service: dict[str, ServiceTime] = {ep.name: SERVICE_PRIOR for ep in app}
         self._failures: dict[str, int] = {ep.name: 0 for ep in app}
         self._replacing: dict[str, int] = {ep.name: 0 for ep in app}
+        self.store = ArtifactStore(store_root)
+        self._builds_checked_s = 0.0
+        self._latest: dict[str, str | None] = {}
         self._closing = False
         self._tasks: set[asyncio.Task] = set()
         self._request_ids = itertools.count(1)
@@ -113,10 +118,20 @@ class Pool:
         already validated (by this process)."""
         return {THREADS_ENV: str(self.threads), NO_MODAL_ENV: "1", VALIDATED_ENV: "1"}
 
+    def _build_of(self, endpoint: str) -> str | None:
+        """The key of the endpoint's latest published build (None if unreadable now)."""
+        try:
+            return self.store.latest(endpoint).name
+        except FloodwayError:
+            return None
+
     def _new(self, endpoint: str) -> Container:
         ep = self.app[endpoint]
         c = Container(self.app_spec, endpoint, self.store_root,
                       slots=ep.route.max_inflight_per_container, env=self.worker_env())
+        # The worker resolves LATEST itself a moment later; a publish in between only makes
+        # this label stale, and the next rollout check corrects it.
+        c.build = self._build_of(endpoint)
         c.on_change = self.batchers[endpoint].notify if endpoint in self.batchers else None
         self.containers[endpoint].append(c)
         return c
@@ -254,12 +269,41 @@ class Pool:
             await asyncio.sleep(TICK_S)
             self.tick(time.monotonic())
 
+    def _roll(self, endpoint: str) -> bool:
+        """A new build was published: warm as many new containers as there are old ones,
+        and drain the old ones once that many new ones are ready, so the warm count never
+        dips. True while a rollout is in progress (no other scaling then)."""
+        latest = self._latest.get(endpoint)
+        live = self._live(endpoint)
+        old = [c for c in live if c.build != latest]
+        if latest is None or not old:
+            return False
+        new = [c for c in live if c.build == latest]
+        if len(new) < len(old) and not self._failures[endpoint]:
+            log.info("build %s of %s published: warming %d new containers", latest[:12],
+                     endpoint, len(old) - len(new))
+            for _ in range(len(old) - len(new)):
+                self._spawn(self._new(endpoint))
+        if sum(c.state in (State.READY, State.BUSY) for c in new) >= len(old):
+            for victim in old:   # stop routing to them; in-flight work finishes
+                self._event(endpoint, "rolled", victim.id)
+                task = asyncio.create_task(victim.stop())
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+        return True
+
     def tick(self, now: float) -> None:
         """Follow the warm target: start containers up to the floor, scale idle ones down
-        past it after the scale-down window; drain and kill stuck ones."""
+        past it after the scale-down window; roll onto a newly published build; drain and
+        kill stuck ones."""
         wall = time.time()
+        if now - self._builds_checked_s >= BUILD_CHECK_S:
+            self._builds_checked_s = now
+            self._latest = {ep.name: self._build_of(ep.name) for ep in self.app}
         for ep in self.app:
             self._retarget(ep.name, wall)
+            if self._roll(ep.name):
+                continue
             for c in list(self.containers[ep.name]):
                 if c.inflight and c.state in (State.READY, State.BUSY) \
                         and now - c.last_progress_s > ep.route.stuck_after_s:

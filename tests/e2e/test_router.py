@@ -161,3 +161,34 @@ def test_buffer_container_only_while_active_and_probes_do_not_count(built_store,
                    "the buffer container while active")
         # No traffic for the 2 s window: the buffer is released and the extra one stops.
         wait_until(lambda: len(srv.containers()) == 1, 30, "back to min_containers")
+
+
+def test_a_new_build_rolls_out_without_dropping_below_the_floor(built_store, tmp_path):
+    import shutil
+
+    from floodway.build.store import ArtifactStore
+
+    store = tmp_path / "store"
+    shutil.copytree(built_store, store, copy_function=os.link)   # hardlinks: cheap
+    with running_server(TIMED_APP, store, log=tmp_path / "serve.log",
+                        env={"FLOODWAY_JOBS_DB": str(tmp_path / "jobs.sqlite3")}) as srv:
+        (old,) = srv.containers()
+        st = ArtifactStore(store)
+        current = st.latest("embed")
+        staging = st.staging_dir("embed")
+        shutil.copytree(current, staging, copy_function=os.link, dirs_exist_ok=True)
+        new_key = "f" * len(current.name)
+        st.publish("embed", new_key, staging)
+        warm_counts = []
+
+        def rolled():
+            cs = srv.containers()
+            warm_counts.append(sum(c["state"] in ("ready", "busy") for c in cs))
+            return any(c["build"] == new_key and c["state"] == "ready" for c in cs) and \
+                all(c["pid"] != old["pid"] for c in cs)
+
+        wait_until(rolled, 60, "the rollout", interval_s=0.05)
+        assert min(warm_counts) >= 1     # the floor held throughout
+        assert srv.client.post("/v1/embed", json={"inputs": ["x"]}).status_code == 200
+        assert srv.metric('floodway_container_events_total{endpoint="embed",'
+                          'event="rolled"}') == 1
