@@ -344,6 +344,12 @@ class JobStore:
                          error=None)
             return True
 
+    @staticmethod
+    def _held(db: sqlite3.Connection, job_id: str, owner: str) -> sqlite3.Row | None:
+        """The job's row if `owner` holds it now (running under its lease)."""
+        return db.execute("SELECT * FROM jobs WHERE id = ? AND state = 'running' "
+                          "AND owner = ?", (job_id, owner)).fetchone()
+
     def fail(self, job_id: str, owner: str, error: str, *, retry: bool,
              delay_s: float = 0.0) -> bool:
         """Report that `owner`'s attempt failed with `error`. `retry`: put the job back in the
@@ -351,8 +357,7 @@ class JobStore:
         case it fails ("gave up after N attempts: <error>"). False if `owner` no longer holds
         the job (its lease was taken over, or the job already finished)."""
         with self._write() as db:
-            row = db.execute("SELECT * FROM jobs WHERE id = ? AND state = 'running' "
-                             "AND owner = ?", (job_id, owner)).fetchone()
+            row = self._held(db, job_id, owner)
             if row is None:
                 return False
             now = self.clock()
@@ -370,8 +375,7 @@ class JobStore:
         capacity yet: not a failure), claimable again after `delay_s` seconds. False if
         `owner` no longer holds it."""
         with self._write() as db:
-            row = db.execute("SELECT * FROM jobs WHERE id = ? AND state = 'running' "
-                             "AND owner = ?", (job_id, owner)).fetchone()
+            row = self._held(db, job_id, owner)
             if row is None:
                 return False
             now = self.clock()

@@ -239,6 +239,8 @@ def make_asgi_app(app: App, backend: Backend, *, lifespan: Any = None,
         except RequestError as e:
             kind = "too_large" if e.status == 413 else "invalid_request"
             return _error(e.status, kind, str(e), e.field)
+        if on_arrival is not None:
+            on_arrival(name, time.time())   # admitted user traffic only
         return Admitted(tenant, priority, budget_s, inputs)
 
     async def submit_job(request: Request, name: str, a: Admitted) -> JSONResponse:
@@ -261,8 +263,6 @@ def make_asgi_app(app: App, backend: Backend, *, lifespan: Any = None,
         a = await admit(request, name)
         if isinstance(a, JSONResponse):
             return a
-        if on_arrival is not None:
-            on_arrival(name, time.time())
         prefer = {t.strip().lower() for t in request.headers.get("prefer", "").split(",")}
         if "respond-async" in prefer:
             return await submit_job(request, name, a)
@@ -310,11 +310,7 @@ def make_asgi_app(app: App, backend: Backend, *, lifespan: Any = None,
     async def create_job(request: Request) -> JSONResponse:
         name = request.path_params["endpoint"]
         a = await admit(request, name)
-        if isinstance(a, JSONResponse):
-            return a
-        if on_arrival is not None:
-            on_arrival(name, time.time())
-        return await submit_job(request, name, a)
+        return a if isinstance(a, JSONResponse) else await submit_job(request, name, a)
 
     async def get_job(request: Request) -> JSONResponse:
         if jobs is None:
