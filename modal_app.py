@@ -2,7 +2,13 @@
 
     floodway build modal_app.py      # cold-start artifacts (safetensors, ONNX, parity-checked)
     floodway serve modal_app.py      # local router + worker processes on 127.0.0.1
-    modal deploy modal_app.py        # the same endpoint as Modal classes on GPUs
+    floodway deploy modal_app.py     # the same endpoint as Modal classes on GPUs (as
+                                     # `modal deploy`), then its warm targets re-applied
+    floodway simulate modal_app.py --trace TRACE.csv   # its warm pool and router on a trace
+
+On Modal the router is public: give it bearer-token keys in a Modal Secret holding
+FLOODWAY_API_KEYS (`to_modal(endpoints, router_secrets=[modal.Secret.from_name(...)])`), or
+set FLOODWAY_PUBLIC_ROUTER=1 there to serve without auth.
 
 The endpoint follows the model card: mean pooling over the attention mask, then L2
 normalization (https://huggingface.co/sentence-transformers/all-MiniLM-L6-v2).
