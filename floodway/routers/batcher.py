@@ -8,7 +8,8 @@ has a free slot: until then items wait in the queue, whose size `decide()` bound
 
 A batch of low-priority items only (async jobs run at low priority) goes only to a container
 with nothing in flight: work that no client waits for never sits in a container's pipeline
-ahead of work that one does.
+ahead of work that one does. Nor does it ride in a batch with such work: a batch that starts
+with higher-priority items is not filled up with low-priority ones.
 
 Items whose deadline passed or whose caller went away (the future was cancelled) are dropped
 before they reach a model. Results come back keyed by item id and are mapped to the waiting
@@ -219,10 +220,15 @@ class Batcher:
         return bool(self._heap) and self._prio(self._heap[0]) == 0
 
     def _take(self, now: float) -> list[Item]:
+        """Up to max_batch_rows items in priority order. A batch that holds work a client waits
+        for is not topped up with low-priority rows (jobs): they would make it a larger, slower
+        batch than the one `decide()` estimated from the rows of its priority or above."""
         batch: list[Item] = []
         while self._heap and len(batch) < self.max_batch_rows:
             self._prune(now)
             if not self._heap:
+                break
+            if batch and self._prio(self._heap[0]) == 0 and self._prio(batch[0]) > 0:
                 break
             item = heapq.heappop(self._heap)
             self._unqueue(item)

@@ -61,6 +61,14 @@ BUILD_CHECK_S = 2.0   # how often a newly published build is looked for
 HISTORY_MIN = 240   # the hybrid histogram's range (Shahrad et al. 2020, section 4.2)
 
 
+def start_remaining_s(measured_s: float, elapsed_s: float) -> float:
+    """Seconds until a container that has been starting for `elapsed_s` is ready, when cold
+    starts measured `measured_s`. A start that has overrun the measurement (a loaded machine
+    starts slower) is not about to finish: it is assumed to need as long again as it has
+    taken, never zero, so that work is not queued for capacity that is not there."""
+    return measured_s - elapsed_s if elapsed_s < measured_s else elapsed_s
+
+
 class Pool:
     """Local containers for every endpoint of `app`; implements the http `Backend` protocol.
 
@@ -353,16 +361,21 @@ class Pool:
         ep, b = self.app[endpoint], self.batchers[endpoint]
         svc, cold = self.service[endpoint], self.cold_start_s(endpoint)
         now = time.monotonic()
+        starting = [now - c.history[0][0] for c in self.containers[endpoint]
+                    if c.state in (State.STARTING, State.WARMING)]
         views = []
         for c in self.containers[endpoint]:
             backlog = sum(svc.seconds(r) for r in c.inflight_rows.values())
-            ready_in = max(0.0, cold - (now - c.history[0][0]))
+            ready_in = start_remaining_s(cold, now - c.history[0][0]) \
+                if c.state in (State.STARTING, State.WARMING) else 0.0
             views.append(ContainerView(str(c.id), str(c.state), c.free_slots, c.slots,
                                        backlog, ready_in))
         cap = ep.warm.container_cap
         if self._failures[endpoint]:
             # Containers are failing to start: spilling to cold would only add failures.
             cap = min(cap, sum(1 for v in views if v.state in LIVE))
+        # A start still running has taken at least this long: a cold start is no shorter.
+        cold = max([cold, *starting])
         return Snapshot(now_s=now, containers=tuple(views), service=svc, cold_start_s=cold,
                         max_batch_rows=ep.batching.max_batch_rows,
                         max_queue=ep.route.max_queue, max_containers=cap,

@@ -213,3 +213,22 @@ def test_low_priority_only_batches_wait_for_an_idle_container():
 
     held, out = run(go())
     assert held == 1 and out == "J"
+
+
+def test_sync_batches_are_not_topped_up_with_low_priority_rows():
+    """A job's rows never ride in a client's batch: they would make it slower than the batch
+    decide() estimated (lower-priority work does not count as ahead of a request)."""
+    async def go():
+        slot = FakeSlot("a")
+        b = make([slot], rows=4, wait_ms=30)
+        t = asyncio.get_running_loop().time() + 5
+        jobs = b.submit("job", ["j1", "j2", "j3"], deadline_s=t, priority=0)
+        sync = b.submit("sync", ["s"], deadline_s=t)
+        b.start()
+        out = await asyncio.gather(*sync, *jobs)
+        await b.stop()
+        return out, [[v for _, v in batch] for batch in slot.batches]
+
+    out, batches = run(go())
+    assert out == ["S", "J1", "J2", "J3"]
+    assert batches == [["s"], ["j1", "j2", "j3"]]
