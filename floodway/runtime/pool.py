@@ -57,6 +57,9 @@ TICK_S = 0.5
 SERVICE_PRIOR = ServiceTime(per_row_s=0.005, per_batch_s=0.02)
 COLD_START_PRIOR_S = 10.0
 SAMPLES = 64
+# Batches in a container's pipe: one running and the next ready, so the worker never waits
+# on the router between batches; more would only queue inside the container.
+PIPELINE_DEPTH = 2
 BUILD_CHECK_S = 2.0   # how often a newly published build is looked for
 HISTORY_MIN = 240   # the hybrid histogram's range (Shahrad et al. 2020, section 4.2)
 
@@ -341,9 +344,16 @@ class Pool:
                 task.add_done_callback(self._tasks.discard)
 
     # ------------------------------------------------------------------ Backend protocol
+    @staticmethod
+    def _free(c: Container) -> int:
+        """Slots the router may fill now: a worker runs one batch at a time, so beyond
+        `PIPELINE_DEPTH` batches in its pipe more slots add no throughput, only work that
+        can no longer be batched fuller, moved to a new container or dropped at its deadline."""
+        return min(c.free_slots, max(0, PIPELINE_DEPTH - len(c.inflight)))
+
     def _pick(self, endpoint: str, idle_only: bool = False) -> Container | None:
         free = [c for c in self.containers[endpoint]
-                if c.free_slots > 0 and not (idle_only and c.inflight)]
+                if self._free(c) > 0 and not (idle_only and c.inflight)]
         return min(free, key=lambda c: len(c.inflight)) if free else None
 
     def _on_batch(self, result: BatchResult, c: Any) -> None:
@@ -368,7 +378,8 @@ class Pool:
             backlog = sum(svc.seconds(r) for r in c.inflight_rows.values())
             ready_in = start_remaining_s(cold, now - c.history[0][0]) \
                 if c.state in (State.STARTING, State.WARMING) else 0.0
-            views.append(ContainerView(str(c.id), str(c.state), c.free_slots, c.slots,
+            views.append(ContainerView(str(c.id), str(c.state), self._free(c),
+                                       min(c.slots, PIPELINE_DEPTH),
                                        backlog, ready_in))
         cap = ep.warm.container_cap
         if self._failures[endpoint]:
