@@ -262,9 +262,10 @@ class Route(_Config):
 
     A container runs at most `max_inflight_per_container` batches at once (on Modal, its
     input concurrency; locally a worker runs one batch at a time and the router keeps at
-    most two in its pipe, the rest queued where they can still be batched or dropped); at most `max_queue`
-    requests wait for a slot; `timeout_s` is the default deadline of a sync request; `spill`
-    lists where a burst may go when warm capacity is full, in order ("cold", "async").
+    most two in its pipe, the rest queued where they can still be batched or dropped); at
+    most `max_queue` requests wait for a slot; `timeout_s` is the default deadline of a sync
+    request; `spill` lists where a burst may go when warm capacity is full, in order
+    ("cold", "async").
     A request holds at most `max_inputs` items and `max_body_bytes` bytes (413 beyond).
     Each tenant (API key) may send `tenant_rate_per_s` requests per second on average with
     bursts of `tenant_burst` (token bucket; None: unlimited; 429 beyond). A container with
