@@ -8,7 +8,8 @@ sample (each of its 200 functions one endpoint), under four policies:
                             (floodway.sim.HistogramPolicy: one container warm while the
                             histogram says so, its keep-alive as scaledown window)
     (d) floodway predictive WarmPool(predictive=True) through floodway.warmers.desired
-                            (the histogram plus Little's-law sizing with hysteresis)
+                            (the break-even keep-alive for the first container plus
+                            Little's-law sizing with hysteresis; floodway.warmers.predictive)
 
 Every policy sees the same simulated endpoint, the same arrivals and the same models:
 
@@ -67,7 +68,6 @@ from floodway.sim import (  # noqa: E402
     Trace,
     simulate,
 )
-from floodway.sim.policy import SIM_PARAMS  # noqa: E402
 from floodway.sim.trace import read_counts_matrix  # noqa: E402
 
 DEFAULT_TRACE = ROOT.parent / "shared" / "traces" / "azure_functions_2019_200_inv.csv"
@@ -120,12 +120,13 @@ def service_times(run_csv: Path) -> dict[str, float]:
 
 
 def policies(standard_keep_alive_min: float | None) -> dict:
-    """POLICIES, with the histogram's standard keep-alive changed in (c) and (d) alike."""
+    """POLICIES, with the histogram's standard keep-alive changed wherever it is used."""
     if standard_keep_alive_min is None:
         return POLICIES
-    params = replace(SIM_PARAMS, standard_keep_alive_min=standard_keep_alive_min)
-    return {k: replace(p, params=params) if isinstance(p, HistogramPolicy) or p.config.predictive
-            else p for k, p in POLICIES.items()}
+    return {k: replace(p, params=replace(p.params,
+                                         standard_keep_alive_min=standard_keep_alive_min))
+            if isinstance(p, HistogramPolicy) or p.config.predictive else p
+            for k, p in POLICIES.items()}
 
 
 def one(args: tuple[str, np.ndarray, float, float | None]) -> dict[str, tuple]:
@@ -150,8 +151,8 @@ def main(trace: Annotated[Path, typer.Option(help="per-minute counts CSV")] = DE
          functions: Annotated[int, typer.Option(help="first N functions (0: all)")] = 0,
          jobs: Annotated[int, typer.Option(help="worker processes")] = 2,
          standard_keep_alive_min: Annotated[float | None, typer.Option(
-             help="experiment: the histogram's standard keep-alive in (c) and (d) alike "
-                  "(default: the policy's own, the 4 h histogram range)")] = None,
+             help="experiment: the histogram's standard keep-alive in (c), and in (d) "
+                  "where it uses the histogram (default: the 4 h histogram range)")] = None,
          out: Annotated[Path, typer.Option(help="plot (PNG)")] =
          ROOT / "benchmarks" / "out" / "warm_pools.png") -> None:
     names, counts = read_counts_matrix(trace)

@@ -8,17 +8,18 @@
 - `HistogramPolicy(config)`: the hybrid histogram policy of Shahrad et al. 2020 alone (one
   container warm while it says so, its keep-alive as the scaledown window), without the
   Little's-law sizing of `floodway.warmers.predictive.predictive`: the baseline the predictive
-  policy is compared against. It calls the same `predictive()` and keeps only its histogram
-  part, so both share one implementation of the histogram.
+  policy is compared against. It calls the same `predictive()` with
+  ``first_container="histogram"`` and keeps only that part.
 
-Both run with `SIM_PARAMS`: the paper's constants, and ``tick_s`` = 60 s, the period at
-which the simulator (like the Modal warmer cron) runs them. `history` holds whole past
-minutes only (the simulator never shows a policy the future).
+Both run with ``tick_s`` = 60 s, the period at which the simulator (like the Modal warmer
+cron) runs them: `DesiredPolicy` with `SIM_PARAMS` (floodway's defaults: the break-even
+keep-alive), `HistogramPolicy` with `HISTOGRAM_PARAMS` (the paper's policy and constants).
+`history` holds whole past minutes only (the simulator never shows a policy the future).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from floodway.config import WarmPool
@@ -34,6 +35,8 @@ from floodway.warmers.target import (
 
 # The simulator runs a policy once a minute, as the Modal warmer cron does.
 SIM_PARAMS = PredictiveParams(tick_s=60.0)
+# The paper's policy for the first container, as published (the baseline).
+HISTOGRAM_PARAMS = replace(SIM_PARAMS, first_container="histogram")
 
 
 class Policy(Protocol):
@@ -59,12 +62,12 @@ class HistogramPolicy:
     fixed floor, the cap and the scaledown window used before any history exists."""
 
     config: WarmPool
-    params: PredictiveParams = SIM_PARAMS
+    params: PredictiveParams = HISTOGRAM_PARAMS
 
     def __call__(self, now_s: float, history: History, measured: Measured,
                  state: Any) -> tuple[WarmTarget, None]:
         pred, _ = predictive(now_s, history.upto(now_s), measured, self.params, SizingState())
-        hist = pred.histogram
+        hist = pred.first
         floor = min(max(self.config.min_containers, 1 if hist.warm else 0),
                     self.config.container_cap)
         scaledown = clamp_scaledown_s(self.config.scaledown_window_s
@@ -73,4 +76,4 @@ class HistogramPolicy:
         return WarmTarget(floor, 0, scaledown, f"histogram only: {hist.reason}"), None
 
 
-__all__ = ["SIM_PARAMS", "DesiredPolicy", "HistogramPolicy", "Policy"]
+__all__ = ["HISTOGRAM_PARAMS", "SIM_PARAMS", "DesiredPolicy", "HistogramPolicy", "Policy"]

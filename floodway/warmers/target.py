@@ -18,9 +18,9 @@ Composition (all times in seconds since the epoch, UTC):
 2. each `Window` that is open, or opens within ``lead_s`` + the measured cold start, raises
    the floor to its ``min_containers`` (`floodway.warmers.schedule.window_status`);
 3. with ``predictive=True``, the predictive policy raises the floor to its own
-   (`floodway.warmers.predictive.predictive`: hybrid histogram keep-alive / pre-warm for the
+   (`floodway.warmers.predictive.predictive`: break-even keep-alive / pre-warm for the
    first container, Little's law with hysteresis beyond it) and sets ``scaledown_window_s``
-   from its keep-alive; without it, ``scaledown_window_s`` is the config's;
+   from it; without it, ``scaledown_window_s`` is the config's;
 4. min_containers = max of the above, capped at ``max_containers``;
 5. buffer_containers = the config's while active (an arrival within the last
    ``scaledown_window_s``), else 0, capped so that floor + buffer <= ``max_containers``.
@@ -267,7 +267,7 @@ def desired(now_s: float, history: History, config: WarmPool, measured: Measured
 
     `history` may extend past `now_s` (a whole trace): only minutes up to the minute of
     `now_s` are used. `config` is assumed valid (the decorator validates it). `params` tunes
-    the predictive policy (default `PredictiveParams()`, the paper's constants). Pure: no
+    the predictive policy (default `PredictiveParams()`). Pure: no
     clock, no I/O. See the module docstring for the composition.
     """
     from floodway.warmers.predictive import PredictiveParams, SizingState, predictive

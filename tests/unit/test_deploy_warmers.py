@@ -267,19 +267,23 @@ def test_predictive_tick_sets_a_floor_and_keeps_its_state(deployed, on_modal):
     assert ("arrivals", "warmers", "pred", "gone") not in stores.traffic.data
     assert ("arrivals", "other-app", "pred", "r9") in stores.traffic.data
 
-    # Traffic stops: the stored hysteresis state holds 2 for the downscale delay.
-    clock.t = now + 180
+    # Traffic stops: once the peak has left the sizing's rate window (15 min by default), the
+    # stored hysteresis state holds 2 for the downscale delay (3600 s by default). The same
+    # settings are applied again here only because REAPPLY_S has passed.
+    later = now + 20 * 60
+    clock.t = later
     (held,) = tick()
-    assert held["settings"]["min_containers"] == 2 and not held["called"]
+    assert held["settings"] == first["settings"] and later - now >= modal_warmers.REAPPLY_S
     assert "held by hysteresis" in held["reason"]
     fresh = run_warmer(deployed.fw_app, ["pred"], autoscale=Recorder(),
                        stores=Stores(MemoryStore(), stores.traffic, MemoryStore()),
-                       now_s=now + 180)
+                       now_s=later)
     assert fresh[0].settings["min_containers"] < 2        # without the state: no hold
-    clock.t = now + 180 + 301
+    clock.t = later + 3601
     (dropped,) = tick()
     assert dropped["called"] and dropped["settings"]["min_containers"] < 2
-    assert [c[0] for c in autoscale.calls] == ["pred", "pred"]
+    # Applied at the start, re-applied unchanged after REAPPLY_S, applied at the drop.
+    assert [c[0] for c in autoscale.calls] == ["pred", "pred", "pred"]
 
 
 def test_one_failing_endpoint_does_not_stop_the_others(tmp_path):

@@ -1,5 +1,6 @@
-"""The hybrid histogram policy (Shahrad et al. 2020, section 4.2), Little's law sizing and
-hysteresis, and a replay of real functions from the Azure Functions 2019 trace."""
+"""The hybrid histogram policy (Shahrad et al. 2020, section 4.2), the break-even keep-alive,
+Little's law sizing and hysteresis, and a replay of real functions from the Azure Functions
+2019 trace."""
 
 from __future__ import annotations
 
@@ -14,8 +15,11 @@ from floodway.warmers.predictive import (
     NO_HISTORY,
     OUT_OF_RANGE,
     STANDARD,
+    BreakEvenDecision,
     PredictiveParams,
     SizingState,
+    break_even,
+    cold_requests_per_start,
     hybrid_histogram,
     hysteresis,
     idle_time_histogram,
@@ -101,8 +105,93 @@ def test_continuous_traffic_does_not_unload() -> None:
     d = hybrid_histogram(119.5 * M, h, 30)
     assert d.mode == HISTOGRAM and d.prewarm_min == 0
     assert d.keep_alive_min == pytest.approx(1.1)
-    target, _ = predictive(119.5 * M, h, Measured(), PredictiveParams(), SizingState())
+    # The paper's policy turns the keep-alive into the scaledown window (1.1 min) ...
+    paper = PredictiveParams(first_container="histogram")
+    target, _ = predictive(119.5 * M, h, Measured(), paper, SizingState())
     assert target.scaledown_window_s == pytest.approx(66.0) and target.min_containers == 1
+    # ... floodway's default holds the container by the floor (busy minute, and every idle
+    # time 0: the next minute is worth keeping) and releases at the history's resolution.
+    target, _ = predictive(119.5 * M, h, Measured(), PredictiveParams(), SizingState())
+    assert target.scaledown_window_s == 60 and target.min_containers == 1
+    assert predictive(120 * M, h.upto(120 * M), Measured(), PredictiveParams(),
+                      SizingState())[0].min_containers == 1
+
+
+# ---------------------------------------------------------------- break-even keep-alive
+
+def test_cold_requests_per_start() -> None:
+    # A 30 s start delays the first arrival, and half of a minute's arrivals, never more.
+    assert cold_requests_per_start(1, 30).tolist() == 1.0
+    assert cold_requests_per_start(np.array([2, 100]), 30).tolist() == [1.0, 50.0]
+    assert cold_requests_per_start(10, 120).tolist() == 10.0
+
+
+def test_break_even_ski_rental_before_learning() -> None:
+    # One arrival, no idle time yet: keep alive the break-even time of one delayed request,
+    # cold_wait_value x 30 s = 15 min at the default 30, then release.
+    p = PredictiveParams()
+    h = History.from_counts([1] + [0] * 40)
+    assert p.cold_wait_value * 30 / M == 15
+    d = break_even(10 * M, h.upto(10 * M), 30, p)
+    assert isinstance(d, BreakEvenDecision) and d.mode == "ski_rental" and d.warm
+    assert d.break_even_min == pytest.approx(15)
+    # Counted from the end of the busy minute 0: warm through minute 15, released at 16.
+    assert break_even(15.5 * M, h.upto(15.5 * M), 30, p).warm
+    assert not break_even(16 * M, h.upto(16 * M), 30, p).warm
+    # A burst of 100 arrivals costs 50 delayed requests: its break-even is 50 times longer.
+    big = History.from_counts([100] + [0] * 400)
+    assert break_even(300 * M, big.upto(300 * M), 30, p).warm
+    none = break_even(5 * M, History.from_counts([0] * 5), 30, p)
+    assert none.mode == NO_HISTORY and not none.warm
+
+
+def test_break_even_prewarms_a_period_and_releases_after_it() -> None:
+    h = periodic(10, 301)  # every IT is 9 idle minutes, smoothed over minutes 8..10
+    p = PredictiveParams(tick_s=60.0)
+
+    def warm(minute: float) -> bool:
+        return break_even(minute * M, h.upto(minute * M), 30, p).warm
+
+    assert warm(300.5)                                     # the busy minute
+    # Idle minutes 0..6 (minutes 301..307) expect no arrival: cold. The tick at minute 308
+    # (idle minute 7) pre-warms for idle minute 8 (one tick plus the start ahead); the
+    # container is kept through idle minute 10 (minute 311) and released after it.
+    assert [warm(m) for m in range(301, 314)] == \
+        [False] * 6 + [False, True, True, True, True, False, False]
+    d = break_even(309 * M, h.upto(309 * M), 30, p)
+    assert d.mode == "learned" and d.saved_min > d.idle_min and d.samples == 30
+
+
+def test_break_even_stops_where_an_extra_minute_does_not_pay() -> None:
+    # Idle times spread evenly over 0..59 minutes: each idle minute catches about 1/60 of the
+    # arrivals, far below the break-even rate of one request (1 / 15 per minute still to
+    # wait): the paper's policy keeps such an endpoint warm for 4 hours, break-even does not.
+    rng = np.random.default_rng(7)
+    its = rng.integers(0, 60, size=400)
+    minutes = np.cumsum(its + 1)
+    counts = np.zeros(int(minutes[-1]) + 200, dtype=np.int64)
+    counts[minutes] = 1
+    h = History.from_counts(counts)
+    last = int(minutes[-1])
+    p = PredictiveParams()
+    assert hybrid_histogram((last + 30) * M, h, 30, p).warm          # the paper: standard
+    assert not break_even((last + 30) * M, h.upto((last + 30) * M), 30, p).warm
+    # The same idle times ending in bursts of 200 (100 delayed requests each) pay for it.
+    counts[minutes] = 200
+    h = History.from_counts(counts)
+    assert break_even((last + 30) * M, h.upto((last + 30) * M), 30, p).warm
+    # ... but not past the longest idle time seen.
+    assert not break_even((last + 70) * M, h.upto((last + 70) * M), 30, p).warm
+
+
+def test_predictive_uses_the_paper_histogram_on_request() -> None:
+    h = periodic(10, 301)
+    paper = PredictiveParams(first_container="histogram")
+    t, _ = predictive(305 * M, h.upto(305 * M), Measured(), paper, SizingState())
+    assert isinstance(t.first, type(hybrid_histogram(305 * M, h, 30))) and "pre-warm" in t.reason
+    with pytest.raises(ValueError):
+        predictive(305 * M, h, Measured(), PredictiveParams(first_container="lru"),
+                   SizingState())
 
 
 # ---------------------------------------------------------------- Little's law, hysteresis
