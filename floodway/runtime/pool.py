@@ -93,8 +93,14 @@ class Pool:
         total = sum(containers if containers is not None else
                     max(1, ep.warm.min_containers + ep.warm.buffer_containers) for ep in app)
         # Share the cores: each container's ONNX Runtime gets cpu_count / containers threads
-        # (containers of the configured warm pool: min + buffer).
-        self.threads = max(1, (os.cpu_count() or 1) // max(1, total))
+        # (containers of the configured warm pool: min + buffer), unless the router's own
+        # environment sets FLOODWAY_ORT_THREADS.
+        cores = os.cpu_count() or 1
+        self.threads = int(os.environ.get(THREADS_ENV) or 0) or max(1, cores // max(1, total))
+        # Locally a container is a process that needs its cores: more containers than the
+        # machine has cores for add no capacity, they slow the warm ones (measured with
+        # benchmarks/burst.py on 2 cores). On Modal each container has its own GPU.
+        self.machine_cap = max(1, cores // self.threads)
         self.containers: dict[str, list[Container]] = {ep.name: [] for ep in app}
         self.batchers: dict[str, Batcher] = {}
         self.samples: dict[str, deque[tuple[int, float]]] = {
@@ -250,6 +256,12 @@ class Pool:
         return Measured.from_batches(self.cold_start_s(endpoint),
                                      self.service[endpoint].seconds(mbr), mbr)
 
+    def cap(self, endpoint: str) -> int:
+        """Most live containers for `endpoint`: `max_containers`, and no more than this
+        machine has cores for (unless `--containers` pins more)."""
+        cap = self.app[endpoint].warm.container_cap
+        return cap if self.pinned is not None else min(cap, self.machine_cap)
+
     def _retarget(self, endpoint: str, now_s: float) -> None:
         ep = self.app[endpoint]
         if self.pinned is not None:
@@ -262,15 +274,14 @@ class Pool:
                 self._policy.get(endpoint))
             self.targets[endpoint] = target
         t = self.targets[endpoint]
-        self.floor[endpoint] = min(t.min_containers + t.buffer_containers,
-                                   ep.warm.container_cap)
+        self.floor[endpoint] = min(t.min_containers + t.buffer_containers, self.cap(endpoint))
 
     # ------------------------------------------------------------------ scaling and health
     def start_cold(self, endpoint: str) -> bool:
         """Start one more container (spill_cold) unless at `max_containers` or while
         containers of this endpoint are failing to start (the replacement backoff rules)."""
         if self._failures[endpoint] or \
-                len(self._live(endpoint)) >= self.app[endpoint].warm.container_cap:
+                len(self._live(endpoint)) >= self.cap(endpoint):
             return False
         self._spawn(self._new(endpoint))
         return True
@@ -381,7 +392,7 @@ class Pool:
             views.append(ContainerView(str(c.id), str(c.state), self._free(c),
                                        min(c.slots, PIPELINE_DEPTH),
                                        backlog, ready_in))
-        cap = ep.warm.container_cap
+        cap = self.cap(endpoint)
         if self._failures[endpoint]:
             # Containers are failing to start: spilling to cold would only add failures.
             cap = min(cap, sum(1 for v in views if v.state in LIVE))

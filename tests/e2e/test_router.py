@@ -21,8 +21,14 @@ TIMED_APP = Path(__file__).with_name("timed_app.py")
 def serve(built_store, tmp_path):
     def start(*args: str, **kw):
         return running_server(TIMED_APP, built_store, *args, log=tmp_path / "serve.log",
-                              env={"FLOODWAY_JOBS_DB": str(tmp_path / "jobs.sqlite3")}, **kw)
+                              env=env(tmp_path), **kw)
     return start
+
+
+def env(tmp_path) -> dict[str, str]:
+    # One ONNX Runtime thread per container, so that this 2-core machine has cores for the
+    # two containers these tests scale to (the pool never runs more than it has cores for).
+    return {"FLOODWAY_JOBS_DB": str(tmp_path / "jobs.sqlite3"), "FLOODWAY_ORT_THREADS": "1"}
 
 
 def post_many(base: str, bodies: list[dict], headers: dict | None = None,
@@ -151,7 +157,7 @@ def test_jobs_survive_a_router_kill(serve):
 def test_buffer_container_only_while_active_and_probes_do_not_count(built_store, tmp_path):
     app_file = Path(__file__).with_name("buffer_app.py")
     with running_server(app_file, built_store, log=tmp_path / "serve.log",
-                        env={"FLOODWAY_JOBS_DB": str(tmp_path / "jobs.sqlite3")}) as srv:
+                        env=env(tmp_path)) as srv:
         assert len(srv.containers()) == 1                    # idle: min_containers only
         for _ in range(20):                                   # probes are not traffic
             srv.client.get("/readyz"), srv.client.get("/metrics")
@@ -171,7 +177,7 @@ def test_a_new_build_rolls_out_without_dropping_below_the_floor(built_store, tmp
     store = tmp_path / "store"
     shutil.copytree(built_store, store, copy_function=os.link)   # hardlinks: cheap
     with running_server(TIMED_APP, store, log=tmp_path / "serve.log",
-                        env={"FLOODWAY_JOBS_DB": str(tmp_path / "jobs.sqlite3")}) as srv:
+                        env=env(tmp_path)) as srv:
         (old,) = srv.containers()
         st = ArtifactStore(store)
         current = st.latest("embed")
