@@ -55,12 +55,15 @@ class IllegalTransition(RuntimeError):
 @dataclass(frozen=True)
 class BatchResult:
     """One batch's answer: outputs and error messages keyed by item id; `compute_s` is the
-    time the endpoint function took inside the worker (feeds the service-time fit)."""
+    time the endpoint function took inside the worker; `service_s` the time the container
+    spent on the batch as the router sees it (from when the worker could start it to its
+    answer: compute plus reading, encoding and the pipe), which feeds the service-time fit."""
 
     outputs: dict[str, Any]
     errors: dict[str, str]
     rows: int
     compute_s: float
+    service_s: float = 0.0
 
 
 class Container:
@@ -78,6 +81,8 @@ class Container:
         self.history: list[tuple[float, State]] = [(time.monotonic(), State.STARTING)]
         self.inflight: dict[int, asyncio.Future] = {}
         self.inflight_rows: dict[int, int] = {}
+        self._sent_s: dict[int, float] = {}
+        self._last_answer_s = 0.0
         # Monotonic times: last completion (stuck detection) and when work last ended (idle).
         self.last_progress_s = time.monotonic()
         self.idle_since_s = time.monotonic()
@@ -161,6 +166,7 @@ class Container:
                                               f"{why}"))
         self.inflight.clear()
         self.inflight_rows.clear()
+        self._sent_s.clear()
 
     def _handle(self, msg: dict[str, Any]) -> None:
         kind = msg.get("type")
@@ -181,7 +187,12 @@ class Container:
         elif kind == "result":
             fut = self.inflight.pop(msg["id"], None)
             rows = self.inflight_rows.pop(msg["id"], 0)
+            sent = self._sent_s.pop(msg["id"], None)
             now = time.monotonic()
+            # A worker runs batches one after another: this one could start once it was
+            # sent and the previous one was answered.
+            service = now - max(sent or now, self._last_answer_s)
+            self._last_answer_s = now
             self.last_progress_s = now
             self.batches_done += 1
             if not self.inflight:
@@ -189,7 +200,7 @@ class Container:
             if fut and not fut.done():
                 fut.set_result(BatchResult(dict(map(tuple, msg["outputs"])),
                                            dict(map(tuple, msg["errors"])),
-                                           rows, float(msg.get("compute_s", 0.0))))
+                                           rows, float(msg.get("compute_s", 0.0)), service))
             self._settle()
             if self.on_change:
                 self.on_change()
@@ -213,6 +224,7 @@ class Container:
             self.last_progress_s = time.monotonic()   # stuck = busy without progress
         self.inflight[batch_id] = fut
         self.inflight_rows[batch_id] = len(items)
+        self._sent_s[batch_id] = time.monotonic()
         line = json.dumps({"id": batch_id, "items": items}, separators=(",", ":")) + "\n"
         self.proc.stdin.write(line.encode())
         self._settle()

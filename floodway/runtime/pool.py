@@ -368,7 +368,9 @@ class Pool:
         return min(free, key=lambda c: len(c.inflight)) if free else None
 
     def _on_batch(self, result: BatchResult, c: Any) -> None:
-        self.samples[c.endpoint].append((result.rows, result.compute_s))
+        # The router-side service time (compute plus encoding and the pipe): the decision
+        # promises answers, so it must count all that a batch costs, not only the model.
+        self.samples[c.endpoint].append((result.rows, result.service_s or result.compute_s))
         self.service[c.endpoint] = ServiceTime.fit(list(self.samples[c.endpoint]),
                                                    SERVICE_PRIOR)
         if self.on_batch_metrics:
