@@ -89,7 +89,7 @@ def time_once(code: str | None, env: dict[str, str]) -> float:
              "embed", env["STORE"]], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL, text=True, env=env, cwd=ROOT)
         assert proc.stdin
-        proc.stdin.write(json.dumps({"id": 1, "inputs": [TEXT]}) + "\n")
+        proc.stdin.write(json.dumps({"id": 1, "items": [["r1:0", TEXT]]}) + "\n")
         proc.stdin.flush()
     else:
         proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
