@@ -286,8 +286,16 @@ def make_asgi_app(app: App, backend: Backend, *, lifespan: Any = None,
             return await submit_job(request, name, a)
         if decision.action == Action.SPILL_COLD:
             backend.start_cold(name)
-        work = asyncio.ensure_future(backend.run(name, a.inputs, timeout_s=a.budget_s,
-                                                 priority=int(a.priority), tenant=a.tenant))
+        # Enqueue before yielding to the loop when the backend can (Pool.enqueue): a burst's
+        # next decisions must see this request in the queue, not an empty one.
+        start = getattr(backend, "enqueue", None) or backend.run
+        try:
+            pending = start(name, a.inputs, timeout_s=a.budget_s, priority=int(a.priority),
+                            tenant=a.tenant)
+        except Unavailable as e:
+            return _error(503, "unavailable", str(e),
+                          headers={"Retry-After": _retry_after(e.retry_after_s)})
+        work = asyncio.ensure_future(pending)
         gone = asyncio.ensure_future(_disconnected(request))
         try:
             await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)

@@ -13,6 +13,7 @@ spilling to async is for.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import uuid
 from pathlib import Path
@@ -48,13 +49,17 @@ class LocalJobs:
                                 f"{uuid.uuid4().hex[:8]}", lease_s=lease_s,
                                 concurrency=concurrency)
 
-    def submit(self, endpoint: str, inputs: list[Any], *, tenant: str, priority: Priority,
-               idempotency_key: str | None) -> tuple[dict[str, Any], bool]:
+    async def submit(self, endpoint: str, inputs: list[Any], *, tenant: str,
+                     priority: Priority, idempotency_key: str | None
+                     ) -> tuple[dict[str, Any], bool]:
         """Store the job durably (before the caller answers 202) -> (wire form, created).
-        Raises RequestError (409 reused Idempotency-Key, 400 malformed key)."""
-        job, created = self.store.submit(endpoint, inputs, tenant=tenant,
-                                         priority=priority.name.lower(),
-                                         idempotency_key=idempotency_key)
+        Raises RequestError (409 reused Idempotency-Key, 400 malformed key).
+
+        The commit waits for an fsync (milliseconds): it runs on a thread so that a burst
+        spilled to async does not stall the event loop and every other request with it."""
+        job, created = await asyncio.to_thread(
+            self.store.submit, endpoint, inputs, tenant=tenant,
+            priority=priority.name.lower(), idempotency_key=idempotency_key)
         if created:
             self.runner.wake()
         return job.to_wire(), created

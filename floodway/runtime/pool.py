@@ -26,7 +26,7 @@ import logging
 import os
 import time
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import numpy as np
@@ -410,6 +410,18 @@ class Pool:
                         arrival_rows_per_s=b.arrival_rows_per_s(now),
                         batch_wait_s=ep.batching.wait_ms / 1000.0)
 
+    def enqueue(self, endpoint: str, inputs: list[Any], *, timeout_s: float,
+                priority: int = 1, tenant: str = "anonymous") -> Awaitable[list[Any]]:
+        """Queue `inputs` now (synchronously, so the next decision already sees them) and
+        return an awaitable of their results, as `run`."""
+        if endpoint not in self.batchers:
+            raise Unavailable(f"endpoint {endpoint!r} is not started", retry_after_s=1.0)
+        loop = asyncio.get_running_loop()
+        futures = self.batchers[endpoint].submit(
+            f"r{next(self._request_ids)}", inputs, deadline_s=loop.time() + timeout_s,
+            priority=priority, tenant=tenant)
+        return self._results(endpoint, futures, timeout_s)
+
     async def run(self, endpoint: str, inputs: list[Any], *, timeout_s: float,
                   priority: int = 1, tenant: str = "anonymous") -> list[Any]:
         """Queue `inputs` for the endpoint's batcher and wait at most `timeout_s`.
@@ -418,12 +430,12 @@ class Pool:
         (EndpointError, Unavailable). Raises TimeoutError when the deadline passes first;
         its queued items are then withdrawn before they reach a model.
         """
-        if endpoint not in self.batchers:
-            raise Unavailable(f"endpoint {endpoint!r} is not started", retry_after_s=1.0)
-        loop = asyncio.get_running_loop()
-        futures = self.batchers[endpoint].submit(
-            f"r{next(self._request_ids)}", inputs, deadline_s=loop.time() + timeout_s,
-            priority=priority, tenant=tenant)
+        return await self.enqueue(endpoint, inputs, timeout_s=timeout_s, priority=priority,
+                                  tenant=tenant)
+
+    @staticmethod
+    async def _results(endpoint: str, futures: list[asyncio.Future],
+                       timeout_s: float) -> list[Any]:
         try:
             done, pending = await asyncio.wait(futures, timeout=timeout_s)
         finally:

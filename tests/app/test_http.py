@@ -256,3 +256,47 @@ def test_overload_sheds_fast_with_retry_after_or_spills_cold(backend):
     assert len(backend.calls) == 1
     assert 'floodway_spills_total{endpoint="upper",to="cold"} 1.0' in metrics.text
     assert 'floodway_sheds_total{endpoint="upper",status="503"} 1.0' in metrics.text
+
+
+def test_a_burst_sees_its_own_queue_and_sheds_past_the_cap():
+    """Requests arriving together must each see the ones decided before them in the queue
+    (the backend enqueues before the handler yields), so the queue cap holds in a burst."""
+    capped = fw.App("capped")
+
+    @capped.endpoint(model=fw.HFModel("org/m", revision="b" * 40),
+                     route=fw.Route(timeout_s=2.0, max_queue=8, spill=()))
+    def echo(model, texts: list[str]) -> list[str]:
+        return texts
+
+    class QueueingBackend(ScriptedBackend):
+        def __init__(self):
+            super().__init__()
+            self.queued = 0
+
+        def snapshot(self, endpoint):
+            busy = ContainerView("1", "busy", 0, 4, 0.1)
+            return Snapshot(now_s=time.monotonic(), containers=(busy,),
+                            service=ServiceTime(0.001, 0.01), cold_start_s=60.0,
+                            max_batch_rows=32, max_queue=8, max_containers=1, spill=(),
+                            queued=self.queued, queued_rows=self.queued)
+
+        def enqueue(self, endpoint, inputs, *, timeout_s, priority=1, tenant="anonymous"):
+            self.queued += 1
+
+            async def done():
+                await asyncio.sleep(0.05)
+                self.queued -= 1
+                return inputs
+            return done()
+
+    backend = QueueingBackend()
+
+    async def go():
+        transport = httpx.ASGITransport(app=make_asgi_app(capped, backend))
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+            return await asyncio.gather(*(c.post("/v1/echo", json={"inputs": ["a"]})
+                                          for _ in range(30)))
+
+    codes = [r.status_code for r in run(go())]
+    assert codes.count(200) == 7          # 90 % of max_queue 8 for normal priority
+    assert codes.count(503) == 23
