@@ -4,9 +4,13 @@
        ^       |    \\-> failed -------^
        '-------'   fail(retry=True) or release; an expired lease: running -> running
 
-A job is committed to disk (WAL, ``synchronous=FULL``) before `submit` returns, so a `202`
-means the job survives a kill -9 of the router right after it, and an OS crash or power loss
-too: FULL fsyncs the WAL on every commit, NORMAL would only survive a process kill.
+A job is committed (WAL) before `submit` returns, so a `202` means the job survives a kill -9
+of the router right after it. `sync="NORMAL"` (the default) is enough for that: a committed
+transaction is in the WAL in the OS's hands, and only an OS crash or power loss can lose the
+last ones (https://www.sqlite.org/pragma.html#pragma_synchronous). `sync="FULL"` fsyncs every
+commit and survives those too, at milliseconds per job, serialized: a burst of hundreds of
+jobs spilled at once then waits seconds for its 202s (measured on this project's burst
+probe), which is why it is not the default.
 
 Delivery is lease-based and at-least-once, like SQS visibility timeouts or Celery's
 ``acks_late``: `claim` hands a job out with a lease (``lease_s``); the owner `renew`s it while
@@ -175,9 +179,10 @@ class JobStore:
     """
 
     def __init__(self, path: str | os.PathLike[str], *, ttl_s: float = 86400.0,
-                 max_attempts: int = 3, clock: Callable[[], float] = time.time):
-        if ttl_s <= 0 or max_attempts < 1:
-            raise ValueError("ttl_s must be > 0 and max_attempts >= 1")
+                 max_attempts: int = 3, clock: Callable[[], float] = time.time,
+                 sync: str = "NORMAL"):
+        if ttl_s <= 0 or max_attempts < 1 or sync not in ("NORMAL", "FULL"):
+            raise ValueError("ttl_s must be > 0, max_attempts >= 1, sync NORMAL or FULL")
         self.path, self.ttl_s, self.max_attempts, self.clock = path, ttl_s, max_attempts, clock
         self._purge_every_s = min(ttl_s, 60.0)
         self._next_purge_s = 0.0
@@ -189,7 +194,7 @@ class JobStore:
         with self._lock:
             self._db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
             self._db.execute("PRAGMA journal_mode = WAL")
-            self._db.execute("PRAGMA synchronous = FULL")
+            self._db.execute(f"PRAGMA synchronous = {sync}")
             version = self._db.execute("PRAGMA user_version").fetchone()[0]
             if version > SCHEMA_VERSION:
                 self._db.close()
