@@ -60,7 +60,10 @@ def parse_predict(body: bytes, item_type: Any = Any, *,
     try:
         data = json.loads(body)
     except (ValueError, UnicodeDecodeError) as e:
-        raise RequestError(f"request body is not valid JSON: {e}", status=400) from None
+        why = str(e)
+        if "int_max_str_digits" in why:   # Python's own advice means nothing to a client
+            why = "a number has too many digits (at most 4300)"
+        raise RequestError(f"request body is not valid JSON: {why}", status=400) from None
     except RecursionError:
         raise RequestError("request body is nested too deeply", status=400) from None
     if not isinstance(data, dict):

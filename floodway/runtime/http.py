@@ -335,7 +335,8 @@ def make_asgi_app(app: App, backend: Backend, *, lifespan: Any = None,
             return _error(503, "unavailable", str(e),
                           headers={"Retry-After": _retry_after(e.retry_after_s)})
         if wire is None:
-            return _error(404, "not_found", f"no job {job_id!r} (unknown, purged after its "
+            shown = job_id if len(job_id) <= 40 else job_id[:40] + "..."
+            return _error(404, "not_found", f"no job {shown!r} (unknown, purged after its "
                                             "TTL, or another tenant's)")
         if wire.get("status") == "expired":
             return _error(410, "expired", f"job {job_id!r} finished and its result expired")

@@ -65,3 +65,13 @@ def test_lone_surrogate_is_422_naming_the_item():
 def test_deep_nesting_is_400():
     e = err(b'{"inputs": ' + b"[" * 100_000 + b"]" * 100_000 + b"}")
     assert e.status == 400 and "nested too deeply" in str(e)
+
+
+def test_a_huge_integer_is_a_plain_400():
+    from floodway.errors import RequestError
+    from floodway.routers.schema import parse_predict
+
+    with pytest.raises(RequestError) as info:
+        parse_predict(b'{"inputs": [' + b"9" * 5000 + b"]}", str, max_inputs=8)
+    assert info.value.status == 400 and "too many digits" in str(info.value)
+    assert "sys.set_int_max_str_digits" not in str(info.value)
