@@ -115,7 +115,6 @@ class Pool:
         self._closing = False
         self._tasks: set[asyncio.Task] = set()
         self._request_ids = itertools.count(1)
-        self.events: deque[tuple[float, str, str, int]] = deque(maxlen=256)
         # Totals since start: container start, failed, stuck, scale_down (for /metrics).
         self.event_counts: dict[str, Counter[str]] = {ep.name: Counter() for ep in app}
         self._ticker: asyncio.Task | None = None
@@ -154,7 +153,6 @@ class Pool:
         return c
 
     def _event(self, endpoint: str, what: str, cid: int) -> None:
-        self.events.append((time.time(), endpoint, what, cid))
         self.event_counts[endpoint][what] += 1
 
     async def _run(self, c: Container) -> None:
