@@ -100,6 +100,10 @@ class Batcher:
         """Requests with at least one item still waiting."""
         return len(self._per_request)
 
+    def waiting(self, request_id: str) -> int:
+        """How many of the request's inputs are still queued (not yet sent to a container)."""
+        return self._per_request.get(request_id, 0)
+
     def tenant_queued(self) -> dict[str, int]:
         return dict(self._per_tenant)
 

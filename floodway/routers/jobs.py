@@ -52,6 +52,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from floodway.codec import dumps, loads
 from floodway.errors import FloodwayError, RequestError
 
 SCHEMA_VERSION = 1
@@ -219,8 +220,8 @@ class JobStore:
     def _job(self, row: sqlite3.Row) -> Job:
         return Job(id=row["id"], endpoint=row["endpoint"], tenant=row["tenant"],
                    priority=row["priority"], state=JobState(row["state"]),
-                   inputs=json.loads(row["inputs"]),
-                   outputs=None if row["outputs"] is None else json.loads(row["outputs"]),
+                   inputs=loads(row["inputs"]),
+                   outputs=None if row["outputs"] is None else loads(row["outputs"]),
                    error=row["error"], attempts=row["attempts"], created_s=row["created_s"],
                    updated_s=row["updated_s"], finished_s=row["finished_s"],
                    expires_s=row["expires_s"])
@@ -258,7 +259,7 @@ class JobStore:
         body_sha = _body_sha256(endpoint, inputs)
         scope = (None if idempotency_key is None
                  else json.dumps([tenant, endpoint, idempotency_key]))
-        inputs_json = json.dumps(inputs, separators=(",", ":"))
+        inputs_json = dumps(inputs).decode()
         with self._write() as db:
             now = self.clock()
             self._maybe_purge(db, now)
@@ -336,7 +337,7 @@ class JobStore:
         """Record the result, once: True if this call finished the job, False if it was
         already finished (or never handed out). Any owner that ran the job may deliver, even
         after its lease expired. Raises TypeError/ValueError if `outputs` is not JSON."""
-        outputs_json = json.dumps(outputs, separators=(",", ":"))
+        outputs_json = dumps(outputs).decode()
         with self._write() as db:
             row = db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
             if row is None or row["attempts"] == 0 or row["state"] not in (

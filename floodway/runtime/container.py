@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import enum
 import itertools
-import json
 import os
 import sys
 import time
@@ -21,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from floodway.codec import dumps, loads
 from floodway.errors import Unavailable
 from floodway.runtime.worker import SPAWN_ENV
 
@@ -150,7 +150,7 @@ class Container:
         assert self.proc and self.proc.stdout
         try:
             while line := await self.proc.stdout.readline():
-                self._handle(json.loads(line))
+                self._handle(loads(line))
         except (ValueError, asyncio.LimitOverrunError) as e:
             self.error = f"protocol error: {e}"
         code = await self.proc.wait()
@@ -225,8 +225,7 @@ class Container:
         self.inflight[batch_id] = fut
         self.inflight_rows[batch_id] = len(items)
         self._sent_s[batch_id] = time.monotonic()
-        line = json.dumps({"id": batch_id, "items": items}, separators=(",", ":")) + "\n"
-        self.proc.stdin.write(line.encode())
+        self.proc.stdin.write(dumps({"id": batch_id, "items": items}) + b"\n")
         self._settle()
         return fut
 

@@ -13,7 +13,13 @@ Admission, in order, before any work: bearer-token auth (401), `X-Priority` and
 `X-Deadline-Ms` (400), the tenant's token bucket (429 + Retry-After), the body size (413,
 never buffered beyond the limit) and payload (4xx). Then `decide()` dispatches, queues,
 spills (cold container, async job) or sheds (503 + Retry-After). A client that disconnects
-withdraws its queued items before they reach a model.
+withdraws its queued items before they reach a model. A sync request still queued shortly
+before its deadline is handed to the async queue when its route spills to async (202 +
+Location and ``X-Floodway-Handoff: deadline``, instead of a 504), as a Modal web endpoint
+redirects a long call to its result: its queued items are withdrawn and the job runs them.
+Work already on a container is not handed off (a second run could hang a second container);
+it answers 504 at its deadline. A backend that cannot tell (no ``dispatched()`` on what it
+returns) hands off whatever has not finished.
 
 Where the work runs is a `Backend`: the local pool of worker processes, or Modal classes.
 """
@@ -32,9 +38,11 @@ from typing import Any, Protocol
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse as StarletteJSONResponse
+from starlette.responses import Response
 from starlette.routing import Route
 
+from floodway.codec import dumps
 from floodway.errors import RequestError, Unauthorized, Unavailable
 from floodway.functions.app import App
 from floodway.routers.admission import (
@@ -80,6 +88,17 @@ class Backend(Protocol):
 BODY_TIMEOUT_S = 30.0
 
 
+class JSONResponse(StarletteJSONResponse):
+    """Rendered with `floodway.codec.dumps` (orjson): outputs are long lists of floats."""
+
+    def render(self, content: Any) -> bytes:
+        return dumps(content)
+
+# A commit with synchronous=NORMAL in WAL takes well under a millisecond unloaded and a few
+# tens of milliseconds on a thread under a burst (measured with benchmarks/burst.py).
+HANDOFF_MARGIN_S = 0.1
+
+
 def _error(status: int, kind: str, message: str, field: str | None = None,
            headers: dict[str, str] | None = None) -> JSONResponse:
     return JSONResponse(error_body(kind, message, field), status_code=status, headers=headers)
@@ -99,6 +118,13 @@ async def read_body(request: Request, limit: int) -> bytes:
             raise RequestError(f"request body exceeds the limit of {limit} bytes", status=413)
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+def _handoff_s(budget_s: float) -> float:
+    """When a sync request still waiting is handed to the async queue: early enough that
+    the job's durable commit and the 202 fit before the deadline (HANDOFF_MARGIN_S, at most
+    a tenth of a short budget)."""
+    return max(0.0, budget_s - min(HANDOFF_MARGIN_S, budget_s / 10))
 
 
 def _retry_after(seconds: float) -> str:
@@ -201,7 +227,10 @@ def make_asgi_app(app: App, backend: Backend, *, lifespan: Any = None,
                 outcome = "accepted"
             # Unknown names share one label: a client must not be able to grow the label set.
             known = name in app.endpoints or name == "(jobs)"
-            metrics.observe(name if known else "(unknown)", outcome, time.perf_counter() - t0)
+            took_s = time.perf_counter() - t0
+            metrics.observe(name if known else "(unknown)", outcome, took_s)
+            # W3C Server-Timing: the router's own time, apart from the network and client.
+            response.headers["Server-Timing"] = f"router;dur={took_s * 1000:.1f}"
             return response
         return wrapper
 
@@ -297,13 +326,28 @@ def make_asgi_app(app: App, backend: Backend, *, lifespan: Any = None,
                           headers={"Retry-After": _retry_after(e.retry_after_s)})
         work = asyncio.ensure_future(pending)
         gone = asyncio.ensure_future(_disconnected(request))
+        handoff = False
         try:
-            await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
+            if can_spill_async(name):
+                await asyncio.wait({work, gone}, timeout=_handoff_s(a.budget_s),
+                                   return_when=asyncio.FIRST_COMPLETED)
+                # Still queued near its deadline: the async queue takes it rather than a
+                # 504. Work already on a container is not run twice (it may be what hangs).
+                started = getattr(pending, "dispatched", None)
+                handoff = not (work.done() or gone.done() or (started and started()))
+            if not handoff:
+                await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             gone.cancel()
-            if not work.done():
-                work.cancel()   # the client left: withdraw its queued items
-        if work.cancelled():
+            unfinished = not work.done()
+            if unfinished:
+                work.cancel()   # the client left or the hand-off: withdraw queued items
+        if handoff:
+            metrics.handed_off(name)
+            response = await submit_job(request, name, a)
+            response.headers["X-Floodway-Handoff"] = "deadline"
+            return response
+        if unfinished:
             return _error(499, "client_closed", "the client closed the connection")
         try:
             results = work.result()
@@ -314,6 +358,9 @@ def make_asgi_app(app: App, backend: Backend, *, lifespan: Any = None,
             return _error(504, "deadline_exceeded",
                           f"endpoint {name!r} did not answer within {a.budget_s:g} s")
         return _outputs(name, a.inputs, results)
+
+    def can_spill_async(name: str) -> bool:
+        return jobs is not None and "async" in app.endpoints[name].route.spill
 
     async def create_job(request: Request) -> JSONResponse:
         name = request.path_params["endpoint"]

@@ -131,6 +131,10 @@ class Metrics:
         elif action == "shed":
             self.sheds.labels(endpoint, str(decision.status or 503)).inc()
 
+    def handed_off(self, endpoint: str) -> None:
+        """A sync request near its deadline became an async job (a late spill)."""
+        self.spills.labels(endpoint, "async_handoff").inc()
+
     def shed(self, endpoint: str, status: int) -> None:
         self.sheds.labels(endpoint, str(status)).inc()
 

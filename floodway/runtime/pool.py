@@ -72,6 +72,17 @@ def start_remaining_s(measured_s: float, elapsed_s: float) -> float:
     return measured_s - elapsed_s if elapsed_s < measured_s else elapsed_s
 
 
+class Pending:
+    """What `Pool.enqueue` returns: await it for the results; `dispatched()` is True once any
+    of its inputs has left the router's queue for a container."""
+
+    def __init__(self, results: Awaitable[list[Any]], dispatched: Callable[[], bool]):
+        self._results, self.dispatched = results, dispatched
+
+    def __await__(self):
+        return self._results.__await__()
+
+
 class Pool:
     """Local containers for every endpoint of `app`; implements the http `Backend` protocol.
 
@@ -409,16 +420,18 @@ class Pool:
                         batch_wait_s=ep.batching.wait_ms / 1000.0)
 
     def enqueue(self, endpoint: str, inputs: list[Any], *, timeout_s: float,
-                priority: int = 1, tenant: str = "anonymous") -> Awaitable[list[Any]]:
+                priority: int = 1, tenant: str = "anonymous") -> Pending:
         """Queue `inputs` now (synchronously, so the next decision already sees them) and
-        return an awaitable of their results, as `run`."""
+        return an awaitable of their results, as `run`, that also tells whether any of them
+        has left the queue for a container (`Pending.dispatched()`)."""
         if endpoint not in self.batchers:
             raise Unavailable(f"endpoint {endpoint!r} is not started", retry_after_s=1.0)
         loop = asyncio.get_running_loop()
-        futures = self.batchers[endpoint].submit(
-            f"r{next(self._request_ids)}", inputs, deadline_s=loop.time() + timeout_s,
-            priority=priority, tenant=tenant)
-        return self._results(endpoint, futures, timeout_s)
+        batcher, request_id = self.batchers[endpoint], f"r{next(self._request_ids)}"
+        futures = batcher.submit(request_id, inputs, deadline_s=loop.time() + timeout_s,
+                                 priority=priority, tenant=tenant)
+        return Pending(self._results(endpoint, futures, timeout_s),
+                       lambda: batcher.waiting(request_id) < len(inputs))
 
     async def run(self, endpoint: str, inputs: list[Any], *, timeout_s: float,
                   priority: int = 1, tenant: str = "anonymous") -> list[Any]:

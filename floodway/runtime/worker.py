@@ -26,6 +26,8 @@ import signal
 import sys
 import time
 
+from floodway.codec import dumps, loads
+
 _T_MAIN = time.time()
 SPAWN_ENV = "FLOODWAY_SPAWN_T"
 WARMUP_INPUTS_ENV = "FLOODWAY_WARMUP_INPUTS"
@@ -99,11 +101,12 @@ def main(argv: list[str]) -> int:
     app_spec, ep_name, store_root = argv
     # Ctrl-C reaches the whole process group; the parent drains and stops its containers.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    proto = os.fdopen(os.dup(1), "w", buffering=1)
+    proto = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
 
     def send(msg: dict) -> None:
-        proto.write(json.dumps(msg, separators=(",", ":")) + "\n")
+        proto.write(dumps(msg) + b"\n")
+        proto.flush()
 
     timings = {"process_start": max(0.0, _T_MAIN - float(os.environ.get(SPAWN_ENV, _T_MAIN)))}
     early = None
@@ -140,7 +143,7 @@ def main(argv: list[str]) -> int:
           "torch": "torch" in sys.modules, "pid": os.getpid()})
 
     for line in sys.stdin:
-        req = json.loads(line)
+        req = loads(line)
         t = time.perf_counter()
         done, errors = run_batch(ep.fn, model, req["items"])
         send({"type": "result", "id": req["id"], "outputs": done, "errors": errors,

@@ -139,3 +139,46 @@ def test_overload_spills_to_async_when_the_router_has_a_job_queue(tmp_path):
     assert r.status_code == 202 and r.headers["x-floodway-decision"] == "spill_async"
     assert r.headers["location"].startswith("/v1/jobs/")
     assert took_s < 1.0 and backend.calls == []
+
+
+@app.endpoint(model=fw.HFModel("org/m", revision="b" * 40),
+              route=fw.Route(timeout_s=0.5, spill=("cold",)))
+def no_async(model, texts: list[str]) -> list[str]:
+    return [t.upper() for t in texts]
+
+
+def test_a_request_about_to_miss_its_deadline_is_handed_to_the_async_queue(tmp_path):
+    backend = ScriptedBackend()
+    backend.mode = "slow"   # the sync attempt never finishes in time
+    jobs = LocalJobs(app, backend, tmp_path / "jobs.sqlite3")
+    asgi = make_asgi_app(app, backend, jobs=jobs)
+
+    async def go():
+        async with client(asgi) as c:
+            t = time.perf_counter()
+            handed = await c.post("/v1/upper", json={"inputs": ["a"]},
+                                  headers={"Idempotency-Key": "k1"})
+            took_s = time.perf_counter() - t
+            plain = await c.post("/v1/no_async", json={"inputs": ["a"]})
+            backend.mode = "ok"   # capacity came back: the job runs
+            await jobs.start()
+            try:
+                for _ in range(300):
+                    done = await c.get(handed.headers["location"])
+                    if done.json()["status"] == "succeeded":
+                        break
+                    await asyncio.sleep(0.01)
+                again = await c.post("/v1/upper/jobs", json={"inputs": ["a"]},
+                                     headers={"Idempotency-Key": "k1"})
+            finally:
+                await jobs.stop()
+            return handed, took_s, plain, done, again
+
+    handed, took_s, plain, done, again = asyncio.run(go())
+    jobs.store.close()
+    assert handed.status_code == 202 and handed.headers["x-floodway-handoff"] == "deadline"
+    assert handed.headers["x-floodway-decision"] in ("dispatch", "queue")
+    assert took_s < 0.5                        # before the 0.5 s deadline, not after it
+    assert plain.status_code == 504            # no async spill on this route: a 504
+    assert done.json()["outputs"] == ["A"]     # the job ran the request to completion
+    assert again.json()["id"] == handed.json()["id"]   # the client's key names the job

@@ -94,6 +94,7 @@ def test_backend_outcomes_map_to_status(backend, mode, status, kind, retry):
     else:
         assert r.json()["error"]["type"] == kind
     assert r.headers.get("retry-after") == retry
+    assert r.headers["server-timing"].startswith("router;dur=")   # the router's own time
 
 
 def test_bad_requests_never_reach_the_backend(backend):

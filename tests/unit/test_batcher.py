@@ -232,3 +232,25 @@ def test_sync_batches_are_not_topped_up_with_low_priority_rows():
     out, batches = run(go())
     assert out == ["S", "J1", "J2", "J3"]
     assert batches == [["s"], ["j1", "j2", "j3"]]
+
+
+def test_waiting_counts_a_requests_inputs_until_they_leave_for_a_container():
+    async def go():
+        slot = FakeSlot("c1", slots=1, auto=False)
+        b = make([slot], rows=2, wait_ms=1)
+        b.start()
+        first = b.submit("r1", ["a", "b"], deadline_s=1e9)      # fills the one slot
+        second = b.submit("r2", ["c", "d", "e"], deadline_s=1e9)
+        while not slot.batches:
+            await asyncio.sleep(0.001)
+        seen = (b.waiting("r1"), b.waiting("r2"))
+        for f in second:
+            f.cancel()                                           # withdrawn: nothing waits
+        await asyncio.sleep(0)
+        seen += (b.waiting("r2"),)
+        for f in first:
+            f.cancel()
+        await b.stop()
+        return seen
+
+    assert run(go()) == (0, 3, 0)
