@@ -51,7 +51,7 @@ import math
 import os
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -268,20 +268,37 @@ class ModalBackend:
         return EndpointError(f"endpoint {endpoint!r} failed on Modal: "
                              f"{type(exc).__name__}: {exc}")
 
-    async def run(self, endpoint: str, inputs: list[Any], *, timeout_s: float,
-                  priority: int = 1, tenant: str = "anonymous") -> list[Any]:
-        """One ``predict.remote.aio(row)`` per row, all at once (``@modal.batched``
-        regroups them in the containers); one entry per input, in order: its output or its
-        EndpointError / Unavailable. Raises TimeoutError after `timeout_s`, cancelling the
-        calls still pending (also when the caller is cancelled). `priority` has no effect
-        on Modal (one FIFO input queue per class)."""
+    def enqueue(self, endpoint: str, inputs: list[Any], *, timeout_s: float,
+                priority: int = 1, tenant: str = "anonymous") -> Awaitable[list[Any]]:
+        """Start one ``predict.remote.aio(row)`` per row now and count them in flight at once
+        (synchronously, so a burst's next decision already sees them); return an awaitable
+        of the results, as `run`. The counts drop when the last call ends, whether or not
+        the awaitable is ever awaited."""
         if endpoint not in self._classes:
             raise Unavailable(f"no Modal class for endpoint {endpoint!r}")
         st, obj, n = self._eps[endpoint], self._obj(endpoint), len(inputs)
         st.inflight_rows += n
         st.inflight[tenant] += 1
-        t0 = self.clock()
+        left = [max(n, 1)]
+
+        def release(_call: object = None) -> None:
+            left[0] -= 1
+            if left[0] == 0:
+                st.inflight_rows -= n
+                st.inflight[tenant] -= 1
+                if st.inflight[tenant] <= 0:
+                    del st.inflight[tenant]
+
         calls = [asyncio.ensure_future(obj.predict.remote.aio(x)) for x in inputs]
+        for c in calls:
+            c.add_done_callback(release)
+        if not calls:
+            release()
+        return self._results(endpoint, calls, timeout_s, self.clock())
+
+    async def _results(self, endpoint: str, calls: list[asyncio.Future], timeout_s: float,
+                       t0: float) -> list[Any]:
+        st, n = self._eps[endpoint], len(calls)
         pending: set = set()
         try:
             if calls:
@@ -289,10 +306,6 @@ class ModalBackend:
         finally:
             for c in calls:
                 c.cancel()              # no-op for the finished ones
-            st.inflight_rows -= n
-            st.inflight[tenant] -= 1
-            if st.inflight[tenant] <= 0:
-                del st.inflight[tenant]
         if pending:
             for c in calls:             # mark finished failures as seen (no asyncio warning)
                 if c.done() and not c.cancelled():
@@ -302,6 +315,16 @@ class ModalBackend:
                            self.clock() - t0))
         st.request_rows.append(n)
         return [self._entry(endpoint, c) for c in calls]
+
+    async def run(self, endpoint: str, inputs: list[Any], *, timeout_s: float,
+                  priority: int = 1, tenant: str = "anonymous") -> list[Any]:
+        """One ``predict.remote.aio(row)`` per row, all at once (``@modal.batched``
+        regroups them in the containers); one entry per input, in order: its output or its
+        EndpointError / Unavailable. Raises TimeoutError after `timeout_s`, cancelling the
+        calls still pending (also when the caller is cancelled). `priority` has no effect
+        on Modal (one FIFO input queue per class)."""
+        return await self.enqueue(endpoint, inputs, timeout_s=timeout_s, priority=priority,
+                                  tenant=tenant)
 
     def readiness(self) -> dict[str, Any]:
         """Always ready: Modal starts containers on demand. Detail from the cached stats:

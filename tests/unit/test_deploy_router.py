@@ -179,6 +179,29 @@ async def _post(c, inputs, path="/v1/upper", headers=None):
 
 # ---------------------------------------------------------------- snapshot
 
+def test_enqueue_counts_a_request_before_it_yields_and_releases_it_unawaited(fake):
+    async def go():
+        release = asyncio.Event()
+
+        async def slow(row):
+            await release.wait()
+            return row
+
+        fake.behaviour = slow
+        backend = _backend(fake)
+        pending = backend.enqueue("upper", list("abc"), timeout_s=5, tenant="t1")
+        seen = backend.snapshot("upper").tenant_queued   # no await in between
+        release.set()
+        for _ in range(100):                             # never awaited: the calls end
+            await asyncio.sleep(0)
+        left = backend.snapshot("upper").tenant_queued
+        pending.close()                                  # the unawaited coroutine
+        return seen, left, backend.readiness()["modal"]["upper"]["inflight_rows"]
+
+    seen, left, rows = asyncio.run(go())
+    assert seen == {"t1": 1} and left == {} and rows == 0
+
+
 def test_snapshot_reflects_stats_and_inflight(fake):
     gate = asyncio.Event
 
