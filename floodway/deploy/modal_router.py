@@ -190,11 +190,25 @@ class ModalBackend:
                 st.cold_read_at = self.clock()
                 samples = await self._kv.get(f"cold:{endpoint}") or []
                 st.cold_samples = [float(s["init_s"]) for s in samples][-COLD_SAMPLES:]
+                await self._publish_service(endpoint)
         except Exception as e:  # noqa: BLE001 - stats are advisory; keep serving on old ones
             st.error = f"{type(e).__name__}: {e}"
             log.warning("stats of endpoint %s: %s", endpoint, st.error)
         finally:
             st.refreshing = False
+
+    async def _publish_service(self, endpoint: str) -> None:
+        """Write the measured batch time to ``service:<endpoint>`` in the stats Dict, for the
+        warmers' Little's-law sizing (any router's recent fit will do: last writer wins)."""
+        st = self._eps[endpoint]
+        if not st.samples:
+            return
+        mbr = self.app[endpoint].batching.max_batch_rows
+        svc = ServiceTime.fit(list(st.samples), SERVICE_PRIOR)
+        rows = (sum(st.request_rows) / len(st.request_rows)) if st.request_rows else 1.0
+        await self._kv.put(f"service:{endpoint}", {
+            "batch_s": svc.seconds(mbr), "batch_rows": mbr, "rows_per_request": rows,
+            "samples": len(st.samples)})
 
     def _maybe_refresh(self, endpoint: str, now: float) -> None:
         st = self._eps[endpoint]

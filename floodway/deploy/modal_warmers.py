@@ -84,6 +84,7 @@ import numpy as np
 from floodway.errors import FloodwayError
 from floodway.functions.app import App
 from floodway.functions.endpoint import Endpoint
+from floodway.warmers.predictive import PredictiveParams
 from floodway.warmers.schedule import CronShiftError, autoscaler_crons, lead_total_s
 from floodway.warmers.target import (
     COLD_START_PRIOR_S,
@@ -117,6 +118,9 @@ REAPPLY_S = 600.0
 WARMER_TIMEOUT_S = 120
 # The cold start the edge crons are placed with at deploy time: the router's prior.
 SCHEDULE_MEASURED = Measured(cold_start_s=COLD_START_PRIOR_S)
+# The predictive policy knows it runs again a minute later (warm_tick's cron): a pre-warm
+# due before then is asked for now.
+TICK_PARAMS = PredictiveParams(tick_s=60.0)
 # Scheduling and snapshot restore, which a container cannot time itself (as the router adds).
 BOOT_S = 5.0
 
@@ -250,11 +254,16 @@ def warmer_plan(fw_app: App, *, max_window_crons: int = MAX_WINDOW_CRONS) -> lis
 
 def measured_of(ep: Endpoint, stats: Store) -> Measured:
     """The endpoint's measurements: cold start = `BOOT_S` + the slowest recent sample in
-    ``stats["cold:<endpoint>"]`` (the router's estimate), else the 30 s prior; concurrency
-    = the route's slots per container. The service time is not measured here (the router
-    keeps it in memory): the prior stands, which only matters to Little's law sizing."""
+    ``stats["cold:<endpoint>"]`` (the router's estimate), else the 30 s prior. Service time
+    and concurrency from the batch time a router measured (``stats["service:<endpoint>"]``,
+    `Measured.from_batches`, as the local pool sizes), else the prior service time at the
+    route's slots per container."""
     samples = stats.get(f"cold:{ep.name}") or []
     cold = BOOT_S + max(float(s["init_s"]) for s in samples) if samples else COLD_START_PRIOR_S
+    svc = stats.get(f"service:{ep.name}")
+    if svc:
+        return Measured.from_batches(cold, float(svc["batch_s"]), int(svc["batch_rows"]),
+                                     float(svc.get("rows_per_request", 1.0)))
     return Measured(cold_start_s=cold, concurrency=float(ep.route.max_inflight_per_container))
 
 
@@ -349,7 +358,7 @@ def apply_target(ep: Endpoint, app: str, now_s: float, *, autoscale: Autoscale, 
     state_key, applied_key = ("state", app, ep.name), ("applied", app, ep.name)
     raw_state = stores.warm.get(state_key)
     state = PolicyState.from_dict(json.loads(raw_state) if raw_state else None)
-    target, new_state = desired(now_s, history, ep.warm, measured, state)
+    target, new_state = desired(now_s, history, ep.warm, measured, state, params=TICK_PARAMS)
     settings = autoscaler_settings(target, ep)
     reason = _reason(target, settings)
     last = stores.warm.get(applied_key) or {}

@@ -41,6 +41,7 @@ from floodway.routers.batcher import Batcher
 from floodway.routers.decide import LIVE, ContainerView, ServiceTime, Snapshot
 from floodway.runtime.container import BatchResult, Container, State
 from floodway.warmers.history import TrafficHistory
+from floodway.warmers.predictive import PredictiveParams
 from floodway.warmers.target import (
     History,
     Measured,
@@ -53,6 +54,8 @@ from floodway.warmers.target import (
 log = logging.getLogger("floodway.pool")
 BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 TICK_S = 0.5
+# The policy runs every TICK_S: a pre-warm due before the next run is asked for now.
+POLICY_PARAMS = PredictiveParams(tick_s=TICK_S)
 # Until batches are measured: a conservative CPU-class guess, replaced by the fit.
 SERVICE_PRIOR = ServiceTime(per_row_s=0.005, per_batch_s=0.02)
 COLD_START_PRIOR_S = 10.0
@@ -280,7 +283,7 @@ class Pool:
         else:
             target, self._policy[endpoint] = desired(
                 now_s, self._history(endpoint, now_s), ep.warm, self.measured(endpoint),
-                self._policy.get(endpoint))
+                self._policy.get(endpoint), params=POLICY_PARAMS)
             self.targets[endpoint] = target
         t = self.targets[endpoint]
         self.floor[endpoint] = min(t.min_containers + t.buffer_containers, self.cap(endpoint))

@@ -302,6 +302,39 @@ def test_measured_cold_start_is_the_routers():
     assert modal_warmers.BOOT_S == modal_router.BOOT_S
 
 
+def test_little_sizing_uses_the_routers_measured_batch_time(tmp_path):
+    app = _app(tmp_path)
+    now = _utc(2025, 1, 6, 12)
+    m = minute_of(now)
+    traffic = _minutes({m - i: 1200 for i in range(30)})     # 20 requests/s
+    prior = run_warmer(app, ["pred"], autoscale=Recorder(), now_s=now,
+                       stores=_stores(traffic=dict(traffic)))
+    # A router measured 0.2 s per batch of 8 rows, 1 row per request: 40 requests/s per
+    # container, so 20/s needs one (the prior, 0.1 s at one slot, asked for two).
+    stats = {"service:pred": {"batch_s": 0.2, "batch_rows": 8, "rows_per_request": 1.0}}
+    measured = run_warmer(app, ["pred"], autoscale=Recorder(), now_s=now,
+                          stores=_stores(traffic=dict(traffic), stats=stats))
+    assert prior[0].settings["min_containers"] == 2
+    assert measured[0].settings["min_containers"] == 1
+    ep = app.endpoints["pred"]
+    got = modal_warmers.measured_of(ep, MemoryStore(stats))
+    assert (got.service_s, got.concurrency) == (0.2, 8.0)
+
+
+def test_the_router_publishes_its_batch_time_for_the_warmers():
+    fake, kv = FakeModal(), MemoryKV()
+    backend = modal_router.ModalBackend(router_app, {"upper": fake.cls()}, stats=kv)
+
+    async def go():
+        await backend.run("upper", ["a", "b"], timeout_s=5)
+        await backend.refresh("upper")
+        return await kv.get("service:upper")
+
+    svc = asyncio.run(go())
+    assert svc["batch_rows"] == router_app.endpoints["upper"].batching.max_batch_rows
+    assert svc["batch_s"] > 0 and svc["rows_per_request"] == 2.0 and svc["samples"] == 1
+
+
 # ---------------------------------------------------------------- the router's arrivals
 
 def test_recorder_aggregates_per_minute_and_rewrites_idempotently():
