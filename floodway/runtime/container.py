@@ -87,6 +87,10 @@ class Container:
         self.last_progress_s = time.monotonic()
         self.idle_since_s = time.monotonic()
         self.batches_done = 0
+        # Liveness of an idle worker: when the outstanding ping was sent (None: none is),
+        # and when the last pong came back.
+        self.ping_sent_s: float | None = None
+        self.last_pong_s = time.monotonic()
         # Called after every state or slot change (the batcher waits for free slots).
         self.on_change: Callable[[], None] | None = None
         self.timings_s: dict[str, float] = {}
@@ -184,6 +188,8 @@ class Container:
             self.error = msg.get("error")
             if self.state not in (State.STOPPED, State.FAILED):
                 self._to(State.FAILED)
+        elif kind == "pong":
+            self.ping_sent_s, self.last_pong_s = None, time.monotonic()
         elif kind == "result":
             fut = self.inflight.pop(msg["id"], None)
             rows = self.inflight_rows.pop(msg["id"], 0)
@@ -228,6 +234,17 @@ class Container:
         self.proc.stdin.write(dumps({"id": batch_id, "items": items}) + b"\n")
         self._settle()
         return fut
+
+    def ping(self) -> bool:
+        """Ask the worker to answer at once (a liveness check while it has no work: a hung
+        or stopped process would otherwise be found only by the next request). False when
+        it cannot be sent or one is already outstanding."""
+        if self.ping_sent_s is not None or not self.proc or not self.proc.stdin \
+                or self.proc.stdin.is_closing():
+            return False
+        self.ping_sent_s = time.monotonic()
+        self.proc.stdin.write(b'{"type":"ping"}\n')
+        return True
 
     def kill(self, reason: str) -> None:
         """Declare the container broken (e.g. stuck): stop routing to it and kill the

@@ -11,7 +11,9 @@ reset a container's idle timer (warm-up runs before it is ready; probes never re
 A container that dies is replaced while the pool is under its floor, with exponential
 backoff so a broken build cannot crash-loop the machine. A container with work in flight and
 no completion for `Route.stuck_after_s` is declared stuck, drained, killed and replaced;
-its batches are retried once elsewhere (see `floodway.routers.batcher`).
+its batches are retried once elsewhere (see `floodway.routers.batcher`). An idle container
+answers a liveness ping every `PING_EVERY_S`; one that stays silent (a hung or stopped
+process) is replaced the same way, before a request finds it.
 
 `snapshot()` describes an endpoint for `floodway.routers.decide.decide`: containers with
 their free slots and backlog, queue length, the service time fitted from measured batches,
@@ -54,6 +56,10 @@ from floodway.warmers.target import (
 log = logging.getLogger("floodway.pool")
 BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 TICK_S = 0.5
+# Idle containers answer a liveness ping every PING_EVERY_S; an idle worker's reply needs no
+# model work, so one that is silent for PING_TIMEOUT_S (or stuck_after_s, if shorter) is hung.
+PING_EVERY_S = 2.0
+PING_TIMEOUT_S = 10.0
 # The policy runs every TICK_S: a pre-warm due before the next run is asked for now.
 POLICY_PARAMS = PredictiveParams(tick_s=TICK_S)
 # Until batches are measured: a conservative CPU-class guess, replaced by the fit.
@@ -347,6 +353,8 @@ class Pool:
                     log.warning("container %s of %s %s; replacing it", c.id, ep.name, why)
                     self._event(ep.name, "stuck", c.id)
                     c.kill(why)
+                elif not c.inflight and c.state == State.READY:
+                    self._check_alive(ep, c, now)
             live = self._live(ep.name)
             if len(live) < self.floor[ep.name] and not self._failures[ep.name] \
                     and not self._replacing[ep.name]:
@@ -458,6 +466,21 @@ class Pool:
         if pending or any(isinstance(f.exception(), TimeoutError) for f in futures):
             raise TimeoutError(f"endpoint {endpoint!r} missed the deadline of {timeout_s:g}s")
         return [f.exception() or f.result() for f in futures]
+
+    def _check_alive(self, ep: Any, c: Container, now: float) -> None:
+        """Ping an idle container every PING_EVERY_S; one that has not answered within
+        ``min(stuck_after_s, PING_TIMEOUT_S)`` (a hung or stopped process) is replaced
+        before a request finds it."""
+        if c.ping_sent_s is None:
+            if now - c.last_pong_s >= PING_EVERY_S:
+                c.ping()
+            return
+        waited = now - c.ping_sent_s
+        if waited > min(ep.route.stuck_after_s, PING_TIMEOUT_S):
+            why = f"unresponsive: no answer to a liveness ping for {waited:.1f}s while idle"
+            log.warning("container %s of %s %s; replacing it", c.id, ep.name, why)
+            self._event(ep.name, "stuck", c.id)
+            c.kill(why)
 
     def readiness(self) -> dict[str, Any]:
         eps = {name: [c.describe() for c in cs] for name, cs in self.containers.items()}

@@ -144,6 +144,9 @@ def main(argv: list[str]) -> int:
 
     for line in sys.stdin:
         req = loads(line)
+        if req.get("type") == "ping":   # liveness: answered between batches, at once
+            send({"type": "pong"})
+            continue
         t = time.perf_counter()
         done, errors = run_batch(ep.fn, model, req["items"])
         send({"type": "result", "id": req["id"], "outputs": done, "errors": errors,

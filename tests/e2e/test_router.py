@@ -3,6 +3,7 @@ built artifacts, and a scripted endpoint function (tests/e2e/timed_app.py) for t
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 from concurrent.futures import ThreadPoolExecutor
@@ -139,6 +140,21 @@ def test_stuck_container_is_replaced(serve):
         # stuck_after_s is 3: the container is killed and another one takes its place.
         wait_until(lambda: any(c["pid"] != pid and c["state"] == "ready"
                                for c in srv.containers()), 30, "replacement container")
+        ok = srv.client.post("/v1/embed", json={"inputs": ["fine"]})
+        assert ok.status_code == 200 and ok.json()["outputs"][0][1] != pid
+
+
+def test_a_hung_idle_container_is_found_by_its_liveness_ping_and_replaced(serve):
+    with serve() as srv:
+        pid = srv.containers()[0]["pid"]
+        os.kill(pid, signal.SIGSTOP)          # idle, alive, and silent
+        try:
+            wait_until(lambda: any(c["pid"] != pid and c["state"] == "ready"
+                                   for c in srv.containers()), 30, "replacement container")
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        assert srv.readiness()["container_events"]["embed"]["stuck"] >= 1
         ok = srv.client.post("/v1/embed", json={"inputs": ["fine"]})
         assert ok.status_code == 200 and ok.json()["outputs"][0][1] != pid
 
