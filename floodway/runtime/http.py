@@ -94,6 +94,7 @@ class JSONResponse(StarletteJSONResponse):
     def render(self, content: Any) -> bytes:
         return dumps(content)
 
+
 # A commit with synchronous=NORMAL in WAL takes well under a millisecond unloaded and a few
 # tens of milliseconds on a thread under a burst (measured with benchmarks/burst.py).
 HANDOFF_MARGIN_S = 0.1
