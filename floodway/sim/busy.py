@@ -29,6 +29,8 @@ the same float expressions as the event loop's, so a valid busy period's results
 
 from __future__ import annotations
 
+from bisect import bisect_left
+
 import numpy as np
 
 from floodway.routers.decide import HEADROOM, ServiceTime
@@ -96,28 +98,35 @@ class BusyPeriods:
         bad = np.concatenate([[0], np.cumsum(budget <= 0)])
         valid = ok & (k_of > 0) & (bad[nxt] == bad[:-1][np.arange(n)])
         self.start, self.k_of = start, k_of
-        self.valid, self.end, self.nxt = valid.tolist(), end.tolist(), nxt.tolist()
-        self.nxt_np = nxt
+        self.valid, self.end, self.nxt = valid, end, nxt
         # The chain from arrival 0 (busy periods follow each other; chains from elsewhere
         # soon meet it): `chain` its starts, `pos[j]` j's place on it or -1, `bad_at[p]` the
         # first place >= p whose busy period is not valid, `chain_end` their ends (rising).
-        chain, nx, j = [], self.nxt, 0
-        while j < n:
-            chain.append(j)
-            j = nx[j]
-        self.chain = np.array(chain, dtype=np.int64)
-        pos = np.full(n, -1, dtype=np.int64)
-        pos[self.chain] = np.arange(self.chain.size)
-        self.pos = pos.tolist()
-        cv = valid[self.chain]
-        idx = np.where(cv, self.chain.size, np.arange(self.chain.size))
-        self.bad_at = np.minimum.accumulate(idx[::-1])[::-1].tolist()
-        self.chain_end = end[self.chain].tolist()
-        self.chain_list = chain
+        # Walk it over the busy periods that do not end at the next arrival only: the others
+        # (nxt = j + 1) are on it whenever j is.
+        nt = np.flatnonzero(nxt != np.arange(1, n + 1))
+        nt_list, nt_nxt = nt.tolist(), nxt[nt].tolist()
+        skip_a, skip_b, j, x = [], [], 0, 0
+        while True:
+            x = bisect_left(nt_list, j, x)
+            if x == len(nt_list):
+                break
+            j = nt_nxt[x]
+            skip_a.append(nt_list[x] + 1)  # arrivals inside this busy period are not on it
+            skip_b.append(j)
+        off = np.zeros(n + 1, dtype=np.int64)
+        np.add.at(off, np.array(skip_a, dtype=np.int64), 1)
+        np.add.at(off, np.array(skip_b, dtype=np.int64), -1)
+        self.chain = np.flatnonzero(np.cumsum(off[:-1]) == 0)
+        self.pos = np.full(n, -1, dtype=np.int64)
+        self.pos[self.chain] = np.arange(self.chain.size)
+        idx = np.where(valid[self.chain], self.chain.size, np.arange(self.chain.size))
+        self.bad_at = np.minimum.accumulate(idx[::-1])[::-1]
+        self.chain_end = end[self.chain]
 
-    def gather(self, J: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(starts, ends, arrivals per batch) of the busy periods started at `J` (each the
-        next one of the last), batch by batch in order."""
+    def gather(self, J: np.ndarray, lat_end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(starts, ends) of the batches of the busy periods started at `J`, batch by batch in
+        order; sets each of their arrivals' batch end in `lat_end`."""
         kj = self.k_of[J]
         base = np.cumsum(kj) - kj
         total = int(kj.sum())
@@ -133,8 +142,26 @@ class BusyPeriods:
             pos = base[sel] + (k - 1)
             fe[pos], fo[pos] = e[at], o[at]
             fs[pos] = fe[pos - 1]
-        counts = np.diff(np.append(fo, self.nxt_np[J[-1]]))
-        return fs, fe, counts
+        upto = np.empty(total, dtype=np.int64)     # each batch's arrivals: fo .. upto - 1
+        upto[:-1] = fo[1:]
+        upto[base + kj - 1] = self.nxt[J]
+        counts = upto - fo
+        first = np.cumsum(counts) - counts
+        idx = np.arange(int(counts.sum())) - np.repeat(first - fo, counts)
+        lat_end[idx] = np.repeat(fe, counts)
+        return fs, fe
 
+    def gather_all(self, spans: list[tuple[int, int]], lat_end: np.ndarray
+                   ) -> list[tuple[np.ndarray, np.ndarray]]:
+        """`gather` of the chain's busy periods p..q-1 for each (p, q) in `spans` at once:
+        one (starts, ends) per span."""
+        if not spans:
+            return []
+        p, q = (np.array(x, dtype=np.int64) for x in zip(*spans, strict=True))
+        lens = q - p
+        J = self.chain[np.repeat(p - (np.cumsum(lens) - lens), lens) + np.arange(lens.sum())]
+        fs, fe = self.gather(J, lat_end)
+        cut = np.cumsum(np.add.reduceat(self.k_of[J], np.cumsum(lens) - lens))[:-1]
+        return list(zip(np.split(fs, cut), np.split(fe, cut), strict=True))
 
 __all__ = ["BusyPeriods"]

@@ -435,9 +435,9 @@ class _Sim:
         if k == i:
             return i
         at = len(self.busy_a)
-        for starts, ends in chunks:        # busy intervals, spliced in at the end
-            if starts.size:
-                self.pieces.append((at, starts, ends))
+        for piece in chunks:               # busy intervals, spliced in at the end
+            if len(piece) == 3 or piece[0].size:
+                self.pieces.append((at,) + tuple(piece))
         for e, c in first:                 # each container's first idle, in event order
             box = boxes[c]
             due = e + sd
@@ -523,6 +523,10 @@ class _Sim:
         dec = np.frombuffer(bytes(codes), dtype=np.uint8)
         counts = np.bincount(dec, minlength=len(ACTIONS)) if dec.size else \
             np.zeros(len(ACTIONS), dtype=np.int64)
+        spans = [p[2:] for p in self.pieces if len(p) == 4]
+        if spans:                          # chains of busy periods: gathered all at once
+            done = iter(self.seg.busy.gather_all(spans, self.lat_end))
+            self.pieces = [(p[0],) + next(done) if len(p) == 4 else p for p in self.pieces]
         busy_a, busy_b = splice_busy(self.busy_a, self.busy_b, self.pieces)
         last = float(busy_b.max()) if busy_b.size else tr.end_s
         horizon = max(tr.end_s, last)

@@ -20,11 +20,14 @@ processed before an arrival at the same instant (as the heap does), each arrival
 the dispatch test on the segment's own backlogs (kept with the same float operations as the
 engine: ``+= est - old``, ``-= est``, 0.0 when empty), joined to the newest unstarted batch
 if its rows fit, else given a new batch (started ``wait_s`` later on an idle container, or
-when the batch ahead ends). It stops at the first arrival that would not be dispatched (no
-free slot, budget, deadline), at `bound`, or where its bookkeeping cannot reproduce the heap's
-order (two batch ends at the same instant on different containers, whose order the heap takes
-from push order; or, with sampled batch times, several draws in one gap on several
-containers), and backs off to the last *clean cut*: an arrival that found every batch ended.
+when the batch ahead ends). Batch ends between two arrivals are recorded in the heap's order:
+by time, equal times by push order, which is known exactly where a batch was last pushed
+when an arrival opened it (arrival index), at a distinct instant (when it began behind
+another, or re-pushed at its old end after it grew). It stops at the first arrival that
+would not be dispatched (no free slot, budget, deadline), at `bound`, or where that order is
+not known (equal ends pushed at one instant other than by two arrivals; with sampled batch
+times, several containers' ends in one gap, whose draws the heap would order by time), and
+backs off to the last *clean cut*: an arrival that found every batch ended.
 Everything before the cut is committed (decisions, latencies, busy intervals in the heap's
 order, each container's idle-since, and its first idle check, pushed as `went_idle` would
 have: the bound is at most ``t_first + scaledown_window``, so such a check falls after the
@@ -41,11 +44,18 @@ and, per arrival, the end of the run that starts there, once with numpy; a segme
 cut skips a whole run in O(1) list operations (cut at `bound` by bisection: ends never
 decrease within a run), and long runs are kept as index ranges, filled in with numpy.
 
+**One warm container** (`run1`, the common case): a batch holds consecutive arrivals, so the
+loop keeps only (rows, fitted time, first arrival) per batch in flight; and the busy period
+that would start at each arrival is precomputed for all of them at once with numpy
+(`floodway.sim.busy.BusyPeriods`), so that a clean cut on the chain of busy periods from the
+first arrival takes every following valid one before `bound` in O(1) (one bisection on their
+ends), their batches gathered with numpy at the end of the segment.
+
 With sampled batch times (`ServiceModel.samples_s`) the engine draws a block of samples ahead
-with ``rng.integers(k, size=m)``, which yields the same numbers as m single draws (numpy's
-bounded integers take one 32-bit value per number from the bit generator), then restores the
-generator and draws again exactly as many as the committed part used, so the stream stays the
-event loop's.
+with ``rng.integers(k, size=m)``, which yields the same numbers as m single draws (numpy
+takes bounded integers one after another from the bit generator's stream, however many are
+asked for at once), then restores the generator and draws again exactly as many as the
+committed part used, so the stream stays the event loop's.
 """
 
 from __future__ import annotations
@@ -95,9 +105,11 @@ class Segments:
     `times`, `deadlines`: the event loop's lists; `lat_end`: its per-arrival batch ends (nan
     until served), which segments fill in. With fitted batch times: `start_np` / `end_np`
     (and the lists `starts` / `ends`): each arrival's batch start and end were it alone on an
-    idle container, and `run_end[i]`: the first j >= i whose batch would not end by arrival
-    j + 1 or whose budget is not positive. `usable`: every batch has a positive fitted time (a
-    busy container never ties with an idle one on backlog) and every sample is positive.
+    idle container, `run_end[i]`: the first j >= i whose batch would not end by arrival
+    j + 1 or whose budget is not positive, and `busy`: the busy periods of one container
+    (`BusyPeriods`, or None where its margin check fails). `usable`: every batch has a
+    positive fitted time (a busy container never ties with an idle one on backlog) and every
+    sample is positive.
     """
 
     def __init__(self, times_np: np.ndarray, times: list[float], rows: np.ndarray | None,
@@ -137,7 +149,9 @@ class Segments:
         before `bound`. Returns the last clean cut: (k, chunks, [(first idle time,
         container)], each container's idle-since or None, draws used); arrivals i..k-1 were
         all dispatched and ended, `lat_end` is set for exactly them, and `chunks` holds their
-        busy intervals in the heap's order: ("L", starts, ends) lists or ("R", j, r) runs."""
+        busy intervals in the heap's order, as (starts, ends) arrays (`run1` also gives
+        ("K", p, q): the chain's busy periods p..q-1, for `BusyPeriods.gather_all` to fill in
+        with `lat_end` at the end)."""
         times, rows, dls, lat_end = self.times, self.rows, self.deadlines, self.lat_end
         a, b0, mbr, wait, slots, n = self.a, self.b, self.mbr, self.wait_s, self.slots, self.n
         inf, run_end = math.inf, self.run_end
@@ -196,10 +210,11 @@ class Segments:
                     # The heap's order: by end, equal ends by push order, i.e. by when each
                     # was last pushed (opened by an arrival: its index breaks a tie).
                     recs.sort(key=lambda x: (x[0], x[1]))
-                    if any(recs[x][:2] == recs[x + 1][:2] or (recs[x][0] == recs[x + 1][0]
-                           and recs[x][1][0] == recs[x + 1][1][0] and
-                           min(recs[x][1][1], recs[x + 1][1][1]) < 0)
-                           for x in range(len(recs) - 1)):
+                    if len({x[0] for x in recs}) < len(recs) and any(
+                            recs[x][0] == recs[x + 1][0] and (recs[x][1] == recs[x + 1][1] or (
+                                recs[x][1][0] == recs[x + 1][1][0] and
+                                min(recs[x][1][1], recs[x + 1][1][1]) < 0))
+                            for x in range(len(recs) - 1)):
                         break
                 for e, _, st, c, went_idle in recs:
                     out_a.append(st)
@@ -290,9 +305,10 @@ class Segments:
                 cut[3], cut[4])
 
     def run1(self, i: int, bound: float, durs: list[float] | None):
-        """`run` for one warm container, the common case, made lean: its batches hold
-        consecutive arrivals, so a batch in flight is (rows, fitted time, first arrival) and
-        only the head one has a start and an end; isolated runs are skipped whole."""
+        """`run` for one warm container, the common case, made lean (see the module
+        docstring): batches in flight as (rows, fitted time, first arrival), only the head one
+        with a start and an end; long isolated runs and chains of valid busy periods skipped
+        whole."""
         times, rows, dls = self.times, self.rows, self.deadlines
         a, b0, mbr, wait, slots, n = self.a, self.b, self.mbr, self.wait_s, self.slots, self.n
         run_end, inf, headroom = self.run_end, math.inf, HEADROOM
@@ -307,7 +323,7 @@ class Segments:
         busy = self.busy
         if busy is not None:
             valid, bend, bnxt = busy.valid, busy.end, busy.nxt
-            pos, bad_at, cend, clist = busy.pos, busy.bad_at, busy.chain_end, busy.chain_list
+            pos, bad_at, cend, clist = busy.pos, busy.bad_at, busy.chain_end, busy.chain
         # Pieces in order: ("L", starts, ends, first arrivals) of batches run here, ("R", j, r)
         # isolated runs, ("C", [j...]) chains of busy periods; the last one may still grow.
         chunks: list[tuple] = []
@@ -366,27 +382,27 @@ class Segments:
                             j = r
                             continue
                 if busy is not None and pos[j] >= 0:
-                    p = pos[j]              # on the chain: every valid busy period before bound
-                    q = bad_at[p]
+                    p = int(pos[j])         # on the chain: every valid busy period before bound
+                    q = int(bad_at[p])
                     if q > p and cend[q - 1] >= bound:
-                        q = bisect_left(cend, bound, p, q)
+                        q = p + int(cend[p:q].searchsorted(bound))
                     if q > p:
                         chunks.append(("K", p, q))
                         cur = "K"
-                        idle_at = cend[q - 1]
+                        idle_at = float(cend[q - 1])
                         if first_idle is None:
-                            first_idle = cend[p]
-                        j = clist[q] if q < len(clist) else n
+                            first_idle = float(cend[p])
+                        j = int(clist[q]) if q < len(clist) else n
                         continue
                 if busy is not None and valid[j] and bend[j] < bound:
                     if cur != "C":
                         chain, cur = [], "C"
                         chunks.append(("C", chain))
                     chain.append(j)
-                    idle_at = bend[j]
+                    idle_at = float(bend[j])
                     if first_idle is None:
                         first_idle = idle_at
-                    j = bnxt[j]
+                    j = int(bnxt[j])
                     continue
             elif stop:
                 break
@@ -443,24 +459,24 @@ class Segments:
                 lat[piece[1]:piece[2]] = self.end_np[piece[1]:piece[2]]
                 out.append((self.start_np[piece[1]:piece[2]], self.end_np[piece[1]:piece[2]]))
                 continue
-            if kind in "CK":
-                J = self.busy.chain[piece[1]:piece[2]] if kind == "K" else np.array(piece[1])
-                if not J.size:
-                    continue
-                fs, fe, cnt = self.busy.gather(J)
-                lo = int(J[0])
-            else:
-                if not piece[1]:
-                    continue
-                nk = kept[x + 1] if x + 1 < len(kept) else None
-                stop_at = k if nk is None else nk[1][0] if nk[0] == "C" else \
-                    self.busy.chain_list[nk[1]] if nk[0] == "K" else nk[1]
-                fs, fe = np.array(piece[1]), np.array(piece[2])
-                cnt = np.diff(np.array(piece[3] + [stop_at], dtype=np.int64))
-                lo = piece[3][0]
+            if kind == "K":                     # gathered at the end, all at once
+                out.append(piece)
+                continue
+            if not piece[1]:
+                continue
+            if kind == "C":
+                out.append(self.busy.gather(np.array(piece[1]), lat))
+                continue
+            nk = kept[x + 1] if x + 1 < len(kept) else None     # where this "L" piece ends
+            stop_at = k if nk is None else nk[1][0] if nk[0] == "C" else \
+                int(self.busy.chain[nk[1]]) if nk[0] == "K" else nk[1]
+            fs, fe = np.array(piece[1]), np.array(piece[2])
+            cnt = np.diff(np.array(piece[3] + [stop_at], dtype=np.int64))
+            lo = piece[3][0]
             lat[lo:lo + int(cnt.sum())] = np.repeat(fe, cnt)
             out.append((fs, fe))
         first = [(first_idle, 0)] if out else []
         return k, out, first, [idle_at], nd
+
 
 __all__ = ["LONG_RUN", "Segments", "dispatch_box"]
