@@ -21,11 +21,11 @@ the dispatch test on the segment's own backlogs (kept with the same float operat
 engine: ``+= est - old``, ``-= est``, 0.0 when empty), joined to the newest unstarted batch
 if its rows fit, else given a new batch (started ``wait_s`` later on an idle container, or
 when the batch ahead ends). Batch ends between two arrivals are recorded in the heap's order:
-by time, equal times by push order, which is known exactly where a batch was last pushed
-when an arrival opened it (arrival index), at a distinct instant (when it began behind
-another, or re-pushed at its old end after it grew). It stops at the first arrival that
-would not be dispatched (no free slot, budget, deadline), at `bound`, or where that order is
-not known (equal ends pushed at one instant other than by two arrivals; with sampled batch
+by time, equal times by push order: by when each was last pushed (when an arrival opened it,
+when it began behind another, or at its old end, re-pushed after it grew), at one instant
+events before arrivals (the heap runs first) and arrivals by index. It stops at the first
+arrival that would not be dispatched (no free slot, budget, deadline), at `bound`, or where
+that order is not known (equal ends both pushed by events at one instant; with sampled batch
 times, several containers' ends in one gap, whose draws the heap would order by time), and
 backs off to the last *clean cut*: an arrival that found every batch ended.
 Everything before the cut is committed (decisions, latencies, busy intervals in the heap's
@@ -139,6 +139,9 @@ class Segments:
             self.run_end = np.minimum.accumulate(idx[::-1])[::-1].tolist()
             self.ends = self.end_np.tolist()
             self.starts = self.start_np.tolist()
+            nxt2 = np.append(times_np[2:], [np.inf, np.inf])[:n]
+            self.pair = ((self.end_np > nxt) & (self.end_np <= nxt2) & (budget > 0) & np.append(
+                (self.end_np[1:] <= nxt2[:-1]) & (budget[1:] > 0), False)).tolist()
             self.busy = BusyPeriods(times_np, rows, budget, self.start_np, self.end_np, fit,
                                     mbr, slots)
             if not self.busy.usable:
@@ -156,7 +159,7 @@ class Segments:
         a, b0, mbr, wait, slots, n = self.a, self.b, self.mbr, self.wait_s, self.slots, self.n
         inf, run_end = math.inf, self.run_end
         if run_end is not None:
-            ends, starts = self.ends, self.starts
+            ends, starts, pair = self.ends, self.starts, self.pair
         nd, maxd = 0, len(durs) if durs is not None else 0
         # batches: [rows, start, end, fitted time, arrivals, (time, arrival) of its last push]
         bs: list[list] = [[] for _ in range(width)]
@@ -208,13 +211,10 @@ class Segments:
                     if durs is not None:
                         break
                     # The heap's order: by end, equal ends by push order, i.e. by when each
-                    # was last pushed (opened by an arrival: its index breaks a tie).
+                    # was last pushed, and at one instant events (-1) before arrivals (by
+                    # index); two events' pushes at one instant: unknown.
                     recs.sort(key=lambda x: (x[0], x[1]))
-                    if len({x[0] for x in recs}) < len(recs) and any(
-                            recs[x][0] == recs[x + 1][0] and (recs[x][1] == recs[x + 1][1] or (
-                                recs[x][1][0] == recs[x + 1][1][0] and
-                                min(recs[x][1][1], recs[x + 1][1][1]) < 0))
-                            for x in range(len(recs) - 1)):
+                    if len({x[:2] for x in recs}) < len(recs):
                         break
                 for e, _, st, c, went_idle in recs:
                     out_a.append(st)
@@ -244,6 +244,23 @@ class Segments:
                                 first.append((ends[j], 0))
                             j = r
                             continue
+                    elif pair[j] and ends[j + 1] < bound and ends[j] < bound:
+                        # A pair: j alone on container 0, j + 1 (while 0 is busy) alone on
+                        # the idle container 1, both ended by arrival j + 2.
+                        e0, e1 = ends[j], ends[j + 1]
+                        order = ((0, j, e0), (1, j + 1, e1)) if e0 <= e1 else \
+                            ((1, j + 1, e1), (0, j, e0))
+                        for c, m, e in order:       # heap order: by end, then arrival
+                            out_a.append(starts[m])
+                            out_b.append(e)
+                            lat_i.append(m)
+                            lat_v.append(e)
+                            idle_at[c] = e
+                            if not seen[c]:
+                                seen[c] = True
+                                first.append((e, c))
+                        j += 2
+                        continue
             elif stop:
                 break
             rr = 1 if rows is None else rows[j]
