@@ -103,10 +103,12 @@ class Segments:
     """Bulk segments over one trace (see the module docstring).
 
     `times`, `deadlines`: the event loop's lists; `lat_end`: its per-arrival batch ends (nan
-    until served), which segments fill in. With fitted batch times: `start_np` / `end_np`
-    (and the lists `starts` / `ends`): each arrival's batch start and end were it alone on an
-    idle container, `run_end[i]`: the first j >= i whose batch would not end by arrival
-    j + 1 or whose budget is not positive, and `busy`: the busy periods of one container
+    until served), which segments fill in. With fitted batch times (numpy arrays, as lists
+    for `run` once it runs): `start_np` / `end_np`: each arrival's batch start and end were
+    it alone on an idle container; `run_end[i]`: the first j >= i whose batch would not end
+    by arrival j + 1 or whose budget is not positive; `pair[j]`: j and j + 1 both alone (j
+    still busy when j + 1 comes) and both ended by j + 2; `busy`: the busy periods of one
+    container
     (`BusyPeriods`, or None where its margin check fails). `usable`: every batch has a
     positive fitted time (a busy container never ties with an idle one on backlog) and every
     sample is positive.
@@ -136,12 +138,11 @@ class Segments:
             budget = deadlines_np - times_np
             ok = (self.end_np <= nxt) & (budget > 0)
             idx = np.where(ok, n, np.arange(n))
-            self.run_end = np.minimum.accumulate(idx[::-1])[::-1].tolist()
-            self.ends = self.end_np.tolist()
-            self.starts = self.start_np.tolist()
+            self.run_end = np.minimum.accumulate(idx[::-1])[::-1]
             nxt2 = np.append(times_np[2:], [np.inf, np.inf])[:n]
             self.pair = ((self.end_np > nxt) & (self.end_np <= nxt2) & (budget > 0) & np.append(
-                (self.end_np[1:] <= nxt2[:-1]) & (budget[1:] > 0), False)).tolist()
+                (self.end_np[1:] <= nxt2[:-1]) & (budget[1:] > 0), False))
+            self.lists = None           # the same as lists, for `run`, made when first needed
             self.busy = BusyPeriods(times_np, rows, budget, self.start_np, self.end_np, fit,
                                     mbr, slots)
             if not self.busy.usable:
@@ -159,7 +160,10 @@ class Segments:
         a, b0, mbr, wait, slots, n = self.a, self.b, self.mbr, self.wait_s, self.slots, self.n
         inf, run_end = math.inf, self.run_end
         if run_end is not None:
-            ends, starts, pair = self.ends, self.starts, self.pair
+            if self.lists is None:
+                self.lists = (self.run_end.tolist(), self.end_np.tolist(),
+                              self.start_np.tolist(), self.pair.tolist())
+            run_end, ends, starts, pair = self.lists
         nd, maxd = 0, len(durs) if durs is not None else 0
         # batches: [rows, start, end, fitted time, arrivals, (time, arrival) of its last push]
         bs: list[list] = [[] for _ in range(width)]
@@ -329,7 +333,7 @@ class Segments:
         times, rows, dls = self.times, self.rows, self.deadlines
         a, b0, mbr, wait, slots, n = self.a, self.b, self.mbr, self.wait_s, self.slots, self.n
         run_end, inf, headroom = self.run_end, math.inf, HEADROOM
-        ends = self.ends if run_end is not None else None
+        end_np = self.end_np if run_end is not None else None
         nd, maxd = 0, len(durs) if durs is not None else 0
         qr: list[int] = []              # batches in flight: rows, fitted time, first arrival
         qe: list[float] = []
@@ -386,16 +390,16 @@ class Segments:
                 if stop:
                     break
                 if run_end is not None:
-                    r = run_end[j]
+                    r = int(run_end[j])
                     if r >= j + LONG_RUN:   # a long isolated run: alone, one by one
-                        if ends[r - 1] >= bound:
-                            r = bisect_left(ends, bound, j, r)
+                        if end_np[r - 1] >= bound:
+                            r = j + int(end_np[j:r].searchsorted(bound))
                         if r > j:
                             chunks.append(("R", j, r))
                             cur = "R"
-                            idle_at = ends[r - 1]
+                            idle_at = float(end_np[r - 1])
                             if first_idle is None:
-                                first_idle = ends[j]
+                                first_idle = float(end_np[j])
                             j = r
                             continue
                 if busy is not None and pos[j] >= 0:
