@@ -35,14 +35,24 @@ The model (times in seconds on the trace's clock):
   a deployed endpoint would); the simulated span is the trace's whole minutes, plus the time
   the last batch needs to end.
 
-Speed: building a `Snapshot` and calling `decide` costs about 10 us per request in CPython.
-The common case is cut short by an exact fast path: when the router's queue is empty and a
-warm container has a free slot, `decide` can only return dispatch-or-not by the three
-comparisons of its steps 2 and 4 (budget > 0, alone <= budget, backlog + service <= budget on
-the least-backlog free container), which the engine evaluates on its own state with the same
-float expressions; any other case builds the full snapshot and calls `decide`. `check=True`
-runs `decide` on every arrival as well and raises if the two ever disagree
-(tests/unit/test_sim.py does so on overload and sparse traces).
+Speed (exact: `fast=True`, the default, gives the same `SimResult` as `fast=False`, which
+calls `decide` on every arrival; tests/unit/test_sim.py compares every field):
+
+- The dispatch test (`floodway.sim.fastpath.dispatch_box`): with the router's queue empty,
+  `decide` can only dispatch or not by its steps 2 and 4 (budget > 0; an idle warm container;
+  else alone and least backlog + alone within budget x HEADROOM), which the engine evaluates
+  on its own state with the same float expressions; any other case builds the `Snapshot`
+  (about 10 us in CPython) and calls `decide`.
+- Bulk segments (`floodway.sim.fastpath.Segments`): from an arrival that finds the queue empty
+  and no batch in flight, up to the next heap event, arrivals that are all dispatched are
+  replayed on plain lists instead of heap events and objects, and backed off to the last
+  instant the pool was idle again if one would not be dispatched; on one warm container whole
+  busy periods are precomputed for every arrival with numpy (`floodway.sim.busy`) and runs of
+  them are taken in O(1). Latencies and busy intervals are filled in with numpy at the end, in
+  the order the event loop would have recorded them.
+
+`check=True` runs `decide` on every arrival as well (no bulk segments) and raises
+`DecisionMismatch` if the dispatch test ever disagrees.
 """
 
 from __future__ import annotations
@@ -64,9 +74,10 @@ from floodway.routers.decide import (
     Snapshot,
     decide,
 )
+from floodway.sim.fastpath import Segments, dispatch_box
 from floodway.sim.model import ColdStartModel, ServiceModel
 from floodway.sim.policy import DesiredPolicy, Policy
-from floodway.sim.result import SimResult, coverage_per_minute
+from floodway.sim.result import SimResult, coverage_per_minute, splice_busy
 from floodway.sim.trace import MINUTE_S, Trace
 from floodway.warmers.target import History, Measured
 
@@ -167,6 +178,11 @@ class _Sim:
         self.busy_a: list[float] = []
         self.busy_b: list[float] = []
         self.policy_s = 0.0
+        self.working = 0                     # live containers with a batch in flight
+        self.seg: Segments | None = None
+        self.pieces: list[tuple] = []        # (at, starts, ends): busy intervals of segments
+        self.bulk_runs = 0                   # segments run in bulk, and their arrivals
+        self.bulk_requests = 0
 
     # ------------------------------------------------------------ events and containers
     def push(self, t: float, kind: int, obj: object, extra: object = None) -> None:
@@ -192,8 +208,7 @@ class _Sim:
         self.live.remove(box)
 
     def keep(self) -> int:
-        working = sum(1 for b in self.live if b.batches)
-        return max(self.floor, working + self.buffer) if self.buffer else self.floor
+        return max(self.floor, self.working + self.buffer) if self.buffer else self.floor
 
     def went_idle(self, box: _Box, now: float) -> None:
         box.idle_since_s = now
@@ -218,6 +233,7 @@ class _Sim:
         bs.append(b)
         self._grow(box, b, idx, rows)
         if len(bs) == 1:
+            self.working += 1
             self._begin(box, b, now if b.rows >= self.mbr else now + self.wait_s)
         return True
 
@@ -248,13 +264,14 @@ class _Sim:
         box.backlog_s -= b.est_s
         if not box.batches:
             box.backlog_s = 0.0            # no drift from float subtraction
+            self.working -= 1
         self.busy_a.append(b.start_s)
         self.busy_b.append(now)
-        times, lat = self.times, self.lat
+        times, lat_end = self.times, self.lat_end
         ready = box.ready_s
         for i in b.reqs:
             a = times[i]
-            lat[i] = now - a
+            lat_end[i] = now
             if a < ready:
                 self.cold_requests += 1
         if box.batches:
@@ -381,19 +398,6 @@ class _Sim:
                 best = b
         return best
 
-    def fast_dispatch(self, now: float, deadline: float, rows: int) -> _Box | None:
-        """The box to dispatch to if `decide` would return dispatch, else None (= ask
-        `decide`). Only valid with an empty queue."""
-        best = self.best_free()
-        if best is None:
-            return None
-        budget = deadline - now
-        if budget <= 0 or self.fit.seconds(min(rows, self.mbr)) > budget:
-            return None
-        if best.backlog_s + self.fit.seconds(self.mbr) <= budget:
-            return best
-        return None
-
     def act(self, d: Decision, i: int, r: int, now: float) -> None:
         a = d.action
         if a == Action.DISPATCH:
@@ -407,6 +411,47 @@ class _Sim:
             self.drain_all(now)
 
     # ------------------------------------------------------------ the run
+    def bulk(self, i: int, codes: bytearray) -> int:
+        """Run the arrivals from i in bulk while each is dispatched, up to the next heap event
+        (the caller checked that the queue is empty and no batch is in flight); returns the
+        first arrival not run (i if none). See `floodway.sim.fastpath`."""
+        boxes = [b for b in self.live if b.warm]
+        if not boxes:
+            return i
+        seg, sd, rng = self.seg, self.scaledown_s, self.rng
+        # Before the next event, and before any idle check a segment's end could push.
+        bound = min(self.heap[0][0] if self.heap else math.inf, self.times[i] + sd)
+        durs = None
+        if seg.samples:                    # sampled batch times: draw ahead, keep what is used
+            state = rng.bit_generator.state
+            pick = rng.integers(len(seg.samples), size=min(seg.n - i, 256) * 2)
+            durs = [seg.samples[x] for x in pick.tolist()]
+        k, chunks, first, idle_at, drawn = seg.run1(i, bound, durs) if len(boxes) == 1 \
+            else seg.run(i, len(boxes), bound, durs)
+        if durs is not None:
+            rng.bit_generator.state = state
+            if drawn:
+                rng.integers(len(seg.samples), size=drawn)
+        if k == i:
+            return i
+        at = len(self.busy_a)
+        for piece in chunks:               # busy intervals, spliced in at the end
+            if len(piece) == 3 or piece[0].size:
+                self.pieces.append((at,) + tuple(piece))
+        for e, c in first:                 # each container's first idle, in event order
+            box = boxes[c]
+            due = e + sd
+            if due < box.check_at_s:
+                box.check_at_s = due
+                self.push(due, _CHECK, box)
+        for box, at in zip(boxes, idle_at, strict=True):
+            if at is not None:
+                box.idle_since_s = at
+        codes[i:k] = bytes((_CODE[Action.DISPATCH],)) * (k - i)
+        self.bulk_runs += 1
+        self.bulk_requests += k - i
+        return k
+
     def run(self) -> SimResult:
         wall0 = time.perf_counter()
         tr, cfg = self.trace, self.cfg
@@ -414,8 +459,9 @@ class _Sim:
         self.times = tr.times_s.tolist()
         self.rows = None if tr.rows is None else tr.rows.tolist()
         timeout = cfg.route.timeout_s
-        self.deadline = [t + timeout for t in self.times]
-        self.lat = [math.nan] * n
+        deadline_np = tr.times_s + timeout
+        self.deadline = deadline_np.tolist()
+        self.lat_end = np.full(n, math.nan)
         self.counts = tr.counts
         codes = bytearray(n)
         start_s, end_s = tr.start_s, tr.end_s
@@ -428,17 +474,28 @@ class _Sim:
         heap, handle = self.heap, self.handle
         times, rows, deadlines = self.times, self.rows, self.deadline
         fast, check = cfg.fast, cfg.check
-        queue = self.queue
+        if fast and not check and n:
+            self.seg = Segments(tr.times_s, times, tr.rows, deadline_np, deadlines, self.lat_end,
+                                self.fit, self.mbr, self.wait_s, self.slots,
+                                cfg.service.samples_s)
+        bulk = self.seg is not None and self.seg.usable
+        queue, live, slots, fit, mbr = self.queue, self.live, self.slots, self.fit, self.mbr
         dispatch_code = _CODE[Action.DISPATCH]
-        for i in range(n):
+        i = 0
+        while i < n:
             t = times[i]
             while heap and heap[0][0] <= t:
                 handle(heapq.heappop(heap), end_s)
+            if bulk and not queue and not self.working:
+                j = self.bulk(i, codes)
+                if j > i:
+                    i = j
+                    continue
             r = 1 if rows is None else rows[i]
             box = None
             tried = fast and not queue
             if tried:
-                box = self.fast_dispatch(t, deadlines[i], r)
+                box = dispatch_box(live, slots, fit, mbr, t, deadlines[i], r)
             if check:
                 d = decide(self.snapshot(t), Request(rows=r, deadline_s=deadlines[i],
                                                      tenant=TENANT))
@@ -449,12 +506,14 @@ class _Sim:
             if box is not None:
                 self.assign(box, i, r, t)
                 codes[i] = dispatch_code
+                i += 1
                 continue
             if not check:
                 d = decide(self.snapshot(t), Request(rows=r, deadline_s=deadlines[i],
                                                      tenant=TENANT))
             codes[i] = _CODE[d.action]
             self.act(d, i, r, t)
+            i += 1
         while heap:
             handle(heapq.heappop(heap), end_s)
         return self.result(codes, time.perf_counter() - wall0)
@@ -464,14 +523,18 @@ class _Sim:
         dec = np.frombuffer(bytes(codes), dtype=np.uint8)
         counts = np.bincount(dec, minlength=len(ACTIONS)) if dec.size else \
             np.zeros(len(ACTIONS), dtype=np.int64)
-        last = max(self.busy_b, default=tr.end_s)
+        spans = [p[2:] for p in self.pieces if len(p) == 4]
+        if spans:                          # chains of busy periods: gathered all at once
+            done = iter(self.seg.busy.gather_all(spans, self.lat_end))
+            self.pieces = [(p[0],) + next(done) if len(p) == 4 else p for p in self.pieces]
+        busy_a, busy_b = splice_busy(self.busy_a, self.busy_b, self.pieces)
+        last = float(busy_b.max()) if busy_b.size else tr.end_s
         horizon = max(tr.end_s, last)
         ready_a = np.array([b.ready_s for b in self.all if b.ready_s < horizon])
         ready_b = np.array([min(b.stop_s, horizon) for b in self.all if b.ready_s < horizon])
         start_a = np.array([b.created_s for b in self.all])
         start_b = np.array([min(b.ready_s, b.stop_s, horizon) for b in self.all])
-        busy_a, busy_b = np.array(self.busy_a), np.array(self.busy_b)
-        lat = np.asarray(self.lat, dtype=np.float64)
+        lat = self.lat_end - tr.times_s
         served = lat[~np.isnan(lat)]
         p50, p95, p99 = (np.percentile(served, [50, 95, 99]) if served.size
                          else (math.nan,) * 3)

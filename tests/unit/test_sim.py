@@ -1,10 +1,12 @@
-"""The simulator: known answers on tiny traces, the fast path equals decide(), overload
-accounting, and the CLI."""
+"""The simulator: known answers on tiny traces, the fast path equals decide(), the bulk fast
+mode gives the same SimResult as decide() on every request, overload accounting, and the
+CLI."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+from dataclasses import fields
 
 import numpy as np
 import pytest
@@ -21,7 +23,8 @@ from floodway.sim import (
     Trace,
     simulate,
 )
-from floodway.sim.result import coverage_per_minute
+from floodway.sim.engine import _Sim
+from floodway.sim.result import SimResult, coverage_per_minute
 from tests.conftest import ROOT
 
 WAIT = Route(max_inflight_per_container=4, max_queue=100, timeout_s=120.0, spill=("cold",))
@@ -110,6 +113,89 @@ def test_fast_path_equals_decide_on_a_real_shaped_trace() -> None:
         assert np.array_equal(fast.decisions, slow.decisions)
         assert (fast.cold_requests, fast.warm_min, fast.busy_min) == \
             (slow.cold_requests, slow.warm_min, slow.busy_min)
+
+
+def assert_same(fast: SimResult, slow: SimResult) -> None:
+    """Every field equal (floats bit for bit, arrays element for element), except timings."""
+    for f in fields(SimResult):
+        if f.name in ("wall_s", "policy_s"):
+            continue
+        x, y = getattr(fast, f.name), getattr(slow, f.name)
+        if isinstance(x, np.ndarray):
+            assert x.dtype == y.dtype and np.array_equal(x, y, equal_nan=x.dtype.kind == "f"), \
+                f.name
+        elif isinstance(x, float) and np.isnan(x):
+            assert np.isnan(y), f.name
+        else:
+            assert x == y, f.name
+
+
+def bursty(seed: int = 0, minutes: int = 240, rows: bool = False) -> Trace:
+    """Clumps of near-simultaneous arrivals between quiet gaps, as in the Azure LLM trace."""
+    rng = np.random.default_rng(seed)
+    t, out = 0.0, []
+    while t < minutes * 60.0:
+        t += rng.exponential(3.0) if rng.random() < 0.6 else rng.exponential(0.04)
+        out += [t] * (1 + (rng.random() < 0.2))          # some exact duplicates
+    times = np.array(out[:-1])
+    r = rng.integers(1, 40, times.size) if rows else None
+    return Trace.from_times(times, rows=r, minutes=minutes)
+
+
+EMBED = dict(route=Route(max_inflight_per_container=8, max_queue=64, timeout_s=2.0),
+             warm=WarmPool(min_containers=1, buffer_containers=1, scaledown_window_s=120,
+                           max_containers=8),
+             batching=Batching(max_batch_rows=32, wait_ms=5), cold=ColdStartModel.of(30.0),
+             service=ServiceModel.of(0.02, 0.005))
+
+
+def bulk_cases() -> dict[str, tuple[Trace, dict]]:
+    counts = np.random.default_rng(3).poisson(np.random.default_rng(4).choice(
+        [0, 2, 400], size=120, p=[0.5, 0.3, 0.2]))
+    return {
+        "bursty": (bursty(), EMBED),
+        "bursty, two warm": (bursty(1), {**EMBED, "warm": WarmPool(min_containers=2,
+                                                                    scaledown_window_s=60)}),
+        "bursty, batching rows": (bursty(2, rows=True), {**EMBED, "route": Route(
+            max_inflight_per_container=2, max_queue=64, timeout_s=2.0)}),
+        "bursty, sampled times": (bursty(3), {**EMBED, "cold": ColdStartModel.of([10.0, 20.0]),
+                                              "service": ServiceModel.of([0.02, 0.05, 0.03])}),
+        "bursty, tight deadline": (bursty(4, 60), {**EMBED, "route": Route(
+            max_inflight_per_container=2, max_queue=8, timeout_s=0.03)}),
+        "per-minute counts, predictive": (Trace.from_counts(counts, spread="poisson", seed=2),
+                                          {**EMBED, "warm": WarmPool(scaledown_window_s=60,
+                                                                     predictive=True)}),
+        "sparse": (every_20_min(), dict(route=WAIT, warm=WarmPool(scaledown_window_s=60),
+                                        service=ServiceModel.of(0.1))),
+        "sparse, floor of one": (every_20_min(), dict(route=WAIT, warm=WarmPool(
+            min_containers=1, scaledown_window_s=60), service=ServiceModel.of(0.1))),
+        "overload": (overload_trace(), dict(
+            route=Route(max_inflight_per_container=2, max_queue=20, timeout_s=1.0),
+            warm=WarmPool(min_containers=2, max_containers=4),
+            batching=Batching(max_batch_rows=4, wait_ms=5),
+            cold=ColdStartModel.of([0.2, 0.4]), service=ServiceModel.of(0.05, 0.01))),
+    }
+
+
+@pytest.mark.parametrize("case", list(bulk_cases()))
+def test_the_bulk_fast_mode_gives_the_same_result_as_decide_on_every_request(case) -> None:
+    trace, cfg = bulk_cases()[case]
+    sim = _Sim(trace, SimConfig(**cfg))
+    fast = sim.run()
+    assert_same(fast, simulate(trace, SimConfig(**cfg, fast=False)))
+    assert_same(fast, simulate(trace, SimConfig(**cfg, check=True)))
+    if case in ("bursty", "bursty, two warm", "bursty, batching rows"):
+        assert sim.bulk_requests > 0.9 * trace.requests    # the shortcut is really taken
+
+
+def test_the_fast_path_dispatches_to_an_idle_container_whatever_the_estimate() -> None:
+    # A deadline shorter than the batch time: decide() still sends it to an idle container.
+    tr = Trace.from_times([1.0, 30.0, 30.001, 70.0], minutes=2)
+    cfg = dict(route=Route(max_inflight_per_container=2, max_queue=8, timeout_s=0.05),
+               warm=WarmPool(min_containers=1), service=ServiceModel.of(0.1))
+    fast = simulate(tr, SimConfig(**cfg, check=True))
+    assert fast.decisions[0] == code(Action.DISPATCH)
+    assert_same(fast, simulate(tr, SimConfig(**cfg, fast=False)))
 
 
 def test_the_histogram_policy_prewarms_a_periodic_endpoint() -> None:
