@@ -120,11 +120,18 @@ class JobRunner:
             except Exception:
                 log.exception("job %s: renewing its lease failed", job_id)
 
-    async def _run_one(self, job: Job) -> None:
+    def adopt(self, job: Job, work: Awaitable[list[Any]]) -> None:
+        """Finish `job` (stored running and leased to this runner's owner) with `work`, a
+        run already under way, as if the runner had claimed it: the lease is renewed, the
+        result recorded once, a capacity failure hands the job back to the queue."""
+        task = asyncio.get_running_loop().create_task(self._run_one(job, work))
+        self._inflight[task] = job.id
+
+    async def _run_one(self, job: Job, work: Awaitable[list[Any]] | None = None) -> None:
         renewer = asyncio.create_task(self._renew(job.id))
         try:
             try:
-                outputs = await self.run(job)
+                outputs = await (self.run(job) if work is None else work)
             finally:
                 renewer.cancel()
             self._settle(job, outputs)

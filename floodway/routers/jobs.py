@@ -244,12 +244,14 @@ class JobStore:
 
     # ------------------------------------------------------------------ API
     def submit(self, endpoint: str, inputs: list[Any], *, tenant: str | None = None,
-               priority: str = "normal",
-               idempotency_key: str | None = None) -> tuple[Job, bool]:
+               priority: str = "normal", idempotency_key: str | None = None,
+               owner: str | None = None, lease_s: float = 0.0) -> tuple[Job, bool]:
         """Store a new queued job durably; return (job, True). With an `idempotency_key`
         already used by this tenant on this endpoint, return (that job, False) whatever its
-        state. Raises RequestError: 409 when the key was used for a different request
-        (endpoint or inputs), 400 for a malformed key, 422 for an unknown priority."""
+        state. With an `owner`, the new job starts running, leased to it for `lease_s`
+        seconds (its first attempt: work already under way, adopted as a job). Raises
+        RequestError: 409 when the key was used for a different request (endpoint or
+        inputs), 400 for a malformed key, 422 for an unknown priority."""
         if priority not in PRIORITIES:
             raise RequestError(f"priority must be one of {sorted(PRIORITIES)}, got {priority!r}",
                                status=422, field="priority")
@@ -274,16 +276,18 @@ class JobStore:
                             "different request (other inputs); use a new key for a new "
                             "request", status=409, field="Idempotency-Key")
                     return self._job(row), False
+            running = owner is not None
             job = Job(id=uuid.uuid4().hex, endpoint=endpoint, tenant=tenant, priority=priority,
-                      state=JobState.QUEUED, inputs=inputs, outputs=None, error=None,
-                      attempts=0, created_s=now, updated_s=now, finished_s=None,
-                      expires_s=None)
+                      state=JobState.RUNNING if running else JobState.QUEUED, inputs=inputs,
+                      outputs=None, error=None, attempts=int(running), created_s=now,
+                      updated_s=now, finished_s=None, expires_s=None)
             db.execute(
                 "INSERT INTO jobs (id, endpoint, tenant, priority, rank, state, inputs, "
-                "not_before_s, created_s, updated_s, idem_scope, body_sha256) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "attempts, owner, lease_until_s, not_before_s, created_s, updated_s, "
+                "idem_scope, body_sha256) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (job.id, endpoint, tenant, priority, PRIORITIES[priority], str(job.state),
-                 inputs_json, now, now, now, scope, body_sha))
+                 inputs_json, job.attempts, owner, now + lease_s if running else None, now,
+                 now, now, scope, body_sha))
         return job, True
 
     def claim(self, owner: str, *, lease_s: float, endpoints: Iterable[str] | None = None,

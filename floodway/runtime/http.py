@@ -13,13 +13,13 @@ Admission, in order, before any work: bearer-token auth (401), `X-Priority` and
 `X-Deadline-Ms` (400), the tenant's token bucket (429 + Retry-After), the body size (413,
 never buffered beyond the limit) and payload (4xx). Then `decide()` dispatches, queues,
 spills (cold container, async job) or sheds (503 + Retry-After). A client that disconnects
-withdraws its queued items before they reach a model. A sync request still queued shortly
+withdraws its queued items before they reach a model. A sync request unfinished shortly
 before its deadline is handed to the async queue when its route spills to async (202 +
 Location and ``X-Floodway-Handoff: deadline``, instead of a 504), as a Modal web endpoint
-redirects a long call to its result: its queued items are withdrawn and the job runs them.
-Work already on a container is not handed off (a second run could hang a second container);
-it answers 504 at its deadline. A backend that cannot tell (no ``dispatched()`` on what it
-returns) hands off whatever has not finished.
+redirects a long call to its result: still queued, its items are withdrawn and a new job
+runs them; already on a container (the backend's ``dispatched()``), the job adopts the work
+under way (the jobs' ``adopt``), so it never runs twice. A backend that cannot tell hands
+off whatever has not finished as a new job.
 
 Where the work runs is a `Backend`: the local pool of worker processes, or Modal classes.
 """
@@ -31,7 +31,7 @@ import inspect
 import json
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -126,6 +126,18 @@ def _handoff_s(budget_s: float) -> float:
     the job's durable commit and the 202 fit before the deadline (HANDOFF_MARGIN_S, at most
     a tenth of a short budget)."""
     return max(0.0, budget_s - min(HANDOFF_MARGIN_S, budget_s / 10))
+
+
+def _handoff_kind(pending: Any, jobs: Any) -> str:
+    """How an unfinished sync request near its deadline becomes a job: "submit" (a new job
+    runs its inputs: none has reached a container, or the backend cannot tell) or "adopt"
+    (the job takes over the work under way: it never runs twice)."""
+    started = getattr(pending, "dispatched", None)
+    if started is None or not started():
+        return "submit"
+    if hasattr(pending, "adopt") and hasattr(jobs, "adopt"):
+        return "adopt"
+    return "submit"
 
 
 def _retry_after(seconds: float) -> str:
@@ -273,13 +285,19 @@ def make_asgi_app(app: App, backend: Backend, *, lifespan: Any = None,
             on_arrival(name, time.time())   # admitted user traffic only
         return Admitted(tenant, priority, budget_s, inputs)
 
-    async def submit_job(request: Request, name: str, a: Admitted) -> JSONResponse:
+    async def submit_job(request: Request, name: str, a: Admitted,
+                         adopted: Awaitable[list[Any]] | None = None) -> JSONResponse:
+        """202 + Location for a new job (200 for an Idempotency-Key's existing one). With
+        `adopted` (the request's results, already under way), the job takes them over."""
         if jobs is None:
             return _error(501, "not_implemented", "this router has no async job queue")
+        key = request.headers.get("idempotency-key")
         try:
-            wire, created = await _resolved(jobs.submit(
-                name, a.inputs, tenant=a.tenant, priority=a.priority,
-                idempotency_key=request.headers.get("idempotency-key")))
+            wire, created = await _resolved(
+                jobs.submit(name, a.inputs, tenant=a.tenant, priority=a.priority,
+                            idempotency_key=key) if adopted is None else
+                jobs.adopt(name, a.inputs, adopted, tenant=a.tenant, priority=a.priority,
+                           idempotency_key=key))
         except RequestError as e:
             return _error(e.status, "conflict" if e.status == 409 else "invalid_request",
                           str(e), e.field)
@@ -327,25 +345,27 @@ def make_asgi_app(app: App, backend: Backend, *, lifespan: Any = None,
                           headers={"Retry-After": _retry_after(e.retry_after_s)})
         work = asyncio.ensure_future(pending)
         gone = asyncio.ensure_future(_disconnected(request))
-        handoff = False
+        handoff: str | None = None
         try:
             if can_spill_async(name):
                 await asyncio.wait({work, gone}, timeout=_handoff_s(a.budget_s),
                                    return_when=asyncio.FIRST_COMPLETED)
-                # Still queued near its deadline: the async queue takes it rather than a
-                # 504. Work already on a container is not run twice (it may be what hangs).
-                started = getattr(pending, "dispatched", None)
-                handoff = not (work.done() or gone.done() or (started and started()))
-            if not handoff:
+                if not (work.done() or gone.done()):
+                    handoff = _handoff_kind(pending, jobs)
+            if handoff is None:
                 await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
+            elif handoff == "adopt":
+                adopted = pending.adopt()   # before the cancel below: its inputs stay
         finally:
             gone.cancel()
             unfinished = not work.done()
             if unfinished:
                 work.cancel()   # the client left or the hand-off: withdraw queued items
-        if handoff:
+        if handoff is not None:
+            # Near its deadline: the async queue takes it over rather than a 504.
             metrics.handed_off(name)
-            response = await submit_job(request, name, a)
+            response = await (submit_job(request, name, a) if handoff == "submit" else
+                              submit_job(request, name, a, adopted))
             response.headers["X-Floodway-Handoff"] = "deadline"
             return response
         if unfinished:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import os
 import uuid
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
@@ -91,14 +92,41 @@ class LocalJobs:
         if d.action not in (Action.DISPATCH, Action.QUEUE):
             raise Unavailable(f"waiting for idle capacity ({d.action}: {d.reason})",
                               retry_after_s=max(IDLE_RETRY_S, d.est_wait_s, d.retry_after_s))
-        results = await self.backend.run(job.endpoint, job.inputs, timeout_s=JOB_TIMEOUT_S,
-                                         priority=int(Priority.LOW),
-                                         tenant=job.tenant or "anonymous")
-        failed = [(i, r) for i, r in enumerate(results) if isinstance(r, BaseException)]
-        if failed:
-            i, err = failed[0]
-            if isinstance(err, Unavailable):
-                raise err
-            raise EndpointError(f"{len(failed)} of {len(results)} inputs failed; first: "
-                                f"inputs[{i}]: {err}")
-        return results
+        return _outputs(await self.backend.run(
+            job.endpoint, job.inputs, timeout_s=JOB_TIMEOUT_S, priority=int(Priority.LOW),
+            tenant=job.tenant or "anonymous"))
+
+    async def adopt(self, endpoint: str, inputs: list[Any], work: Awaitable[list[Any]], *,
+                    tenant: str, priority: Priority, idempotency_key: str | None
+                    ) -> tuple[dict[str, Any], bool]:
+        """Store a job for a sync request whose work is already on a container and let
+        `work` (its per-input results) finish it: a client past its deadline gets a job
+        without the work running twice. (wire form, created); an existing job for the
+        `idempotency_key` is returned as `submit` does, and `work` is then left alone.
+        Raises RequestError as `submit`."""
+        job, created = await asyncio.to_thread(
+            self.store.submit, endpoint, inputs, tenant=tenant,
+            priority=priority.name.lower(), idempotency_key=idempotency_key,
+            owner=self.runner.owner, lease_s=self.runner.lease_s)
+        if created:
+            self.runner.adopt(job, self._finish(work))
+        return job.to_wire(), created
+
+    @staticmethod
+    async def _finish(work: Awaitable[list[Any]]) -> list[Any]:
+        results = await work
+        return _outputs([Unavailable(f"{r}; the job runs again") if isinstance(r, TimeoutError)
+                         else r for r in results])
+
+
+def _outputs(results: list[Any]) -> list[Any]:
+    """A job's outputs from per-input results; raises the first failure (Unavailable: the
+    job goes back to the queue; EndpointError: it fails)."""
+    failed = [(i, r) for i, r in enumerate(results) if isinstance(r, BaseException)]
+    if failed:
+        i, err = failed[0]
+        if isinstance(err, Unavailable):
+            raise err
+        raise EndpointError(f"{len(failed)} of {len(results)} inputs failed; first: "
+                            f"inputs[{i}]: {err}")
+    return results

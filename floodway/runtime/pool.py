@@ -82,14 +82,26 @@ def start_remaining_s(measured_s: float, elapsed_s: float) -> float:
 
 
 class Pending:
-    """What `Pool.enqueue` returns: await it for the results; `dispatched()` is True once any
-    of its inputs has left the router's queue for a container."""
+    """What `Pool.enqueue` returns: await it for the results (at most its timeout: then its
+    inputs are withdrawn). `dispatched()` is True once any input has left the router's queue
+    for a container. `adopt()` keeps the inputs past that timeout: a task with one result
+    (output or exception) per input, for a job that takes the request over."""
 
-    def __init__(self, results: Awaitable[list[Any]], dispatched: Callable[[], bool]):
-        self._results, self.dispatched = results, dispatched
+    def __init__(self, futures: list[asyncio.Future], dispatched: Callable[[], bool],
+                 wait: Callable[[Pending], Awaitable[list[Any]]]):
+        self.futures, self.dispatched, self.adopted = futures, dispatched, False
+        self._wait = wait(self)
 
     def __await__(self):
-        return self._results.__await__()
+        return self._wait.__await__()
+
+    def adopt(self) -> asyncio.Task:
+        self.adopted = True
+
+        async def results() -> list[Any]:
+            await asyncio.wait(self.futures)
+            return [f.exception() or f.result() for f in self.futures]
+        return asyncio.ensure_future(results())
 
 
 class Pool:
@@ -441,8 +453,8 @@ class Pool:
         batcher, request_id = self.batchers[endpoint], f"r{next(self._request_ids)}"
         futures = batcher.submit(request_id, inputs, deadline_s=loop.time() + timeout_s,
                                  priority=priority, tenant=tenant)
-        return Pending(self._results(endpoint, futures, timeout_s),
-                       lambda: batcher.waiting(request_id) < len(inputs))
+        return Pending(futures, lambda: batcher.waiting(request_id) < len(inputs),
+                       lambda p: self._results(endpoint, futures, timeout_s, p))
 
     async def run(self, endpoint: str, inputs: list[Any], *, timeout_s: float,
                   priority: int = 1, tenant: str = "anonymous") -> list[Any]:
@@ -456,13 +468,14 @@ class Pool:
                                   tenant=tenant)
 
     @staticmethod
-    async def _results(endpoint: str, futures: list[asyncio.Future],
-                       timeout_s: float) -> list[Any]:
+    async def _results(endpoint: str, futures: list[asyncio.Future], timeout_s: float,
+                       owner: Pending | None = None) -> list[Any]:
         try:
             done, pending = await asyncio.wait(futures, timeout=timeout_s)
         finally:
-            for f in futures:
-                f.cancel()   # no-op for finished ones; withdraws queued ones
+            if owner is None or not owner.adopted:
+                for f in futures:
+                    f.cancel()   # no-op for finished ones; withdraws queued ones
         if pending or any(isinstance(f.exception(), TimeoutError) for f in futures):
             raise TimeoutError(f"endpoint {endpoint!r} missed the deadline of {timeout_s:g}s")
         return [f.exception() or f.result() for f in futures]

@@ -182,3 +182,48 @@ def test_a_request_about_to_miss_its_deadline_is_handed_to_the_async_queue(tmp_p
     assert plain.status_code == 504            # no async spill on this route: a 504
     assert done.json()["outputs"] == ["A"]     # the job ran the request to completion
     assert again.json()["id"] == handed.json()["id"]   # the client's key names the job
+
+
+def test_work_already_on_a_container_is_adopted_by_its_job_not_run_twice(tmp_path):
+    from floodway.runtime.pool import Pending, Pool
+
+    class OnContainer(ScriptedBackend):
+        """Each request's inputs are 'on a container' at once and answered after 0.8 s,
+        past the route's 0.5 s deadline."""
+
+        def enqueue(self, endpoint, inputs, *, timeout_s, priority=1, tenant="anonymous"):
+            self.calls.append((endpoint, inputs, timeout_s))
+            loop = asyncio.get_running_loop()
+            futures = [loop.create_future() for _ in inputs]
+            for f, x in zip(futures, inputs, strict=True):
+                loop.call_later(0.8, lambda f=f, x=x: f.done() or f.set_result(x.upper()))
+            return Pending(futures, lambda: True,
+                           lambda p: Pool._results(endpoint, futures, timeout_s, p))
+
+    backend = OnContainer()
+    jobs = LocalJobs(app, backend, tmp_path / "jobs.sqlite3")
+    asgi = make_asgi_app(app, backend, jobs=jobs)
+
+    async def go():
+        await jobs.start()
+        try:
+            async with client(asgi) as c:
+                t = time.perf_counter()
+                r = await c.post("/v1/upper", json={"inputs": ["a", "b"]})
+                took_s = time.perf_counter() - t
+                first = (await c.get(r.headers["location"])).json()
+                for _ in range(300):
+                    done = (await c.get(r.headers["location"])).json()
+                    if done["status"] == "succeeded":
+                        break
+                    await asyncio.sleep(0.01)
+                return r, took_s, first, done
+        finally:
+            await jobs.stop()
+
+    r, took_s, first, done = asyncio.run(go())
+    assert r.status_code == 202 and r.headers["x-floodway-handoff"] == "deadline"
+    assert took_s < 0.5                              # answered before the deadline
+    assert first["status"] == "running" and first["attempts"] == 1   # adopted, not queued
+    assert done["outputs"] == ["A", "B"] and done["attempts"] == 1
+    assert len(backend.calls) == 1                   # the work ran once, for both answers

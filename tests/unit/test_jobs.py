@@ -421,3 +421,15 @@ def test_runner_stop_releases_in_flight_jobs(store: JobStore):
         assert back.state == JobState.QUEUED and back.attempts == 0
 
     asyncio.run(go())
+
+
+def test_a_job_submitted_with_an_owner_starts_running_under_its_lease(store: JobStore,
+                                                                       clock: Clock):
+    job, created = store.submit("embed", ["x"], tenant="t", owner="router-a", lease_s=10)
+    assert created and job.state == JobState.RUNNING and job.attempts == 1
+    assert store.claim("router-b", lease_s=10) == []        # leased: nobody else takes it
+    clock.t += 11                                            # the owner died: lease expired
+    (again,) = store.claim("router-b", lease_s=10)
+    assert again.id == job.id and again.attempts == 2
+    assert store.complete(job.id, "router-a", ["late but first"])   # first result wins
+    assert store.get(job.id).outputs == ["late but first"]
