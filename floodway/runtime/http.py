@@ -128,6 +128,11 @@ def _handoff_s(budget_s: float) -> float:
     return max(0.0, budget_s - min(HANDOFF_MARGIN_S, budget_s / 10))
 
 
+def _prefer(request: Request) -> set[str]:
+    """The request's `Prefer` tokens (RFC 7240), lower-case."""
+    return {t.strip().lower() for t in request.headers.get("prefer", "").split(",")}
+
+
 def _handoff_kind(pending: Any, jobs: Any) -> str:
     """How an unfinished sync request near its deadline becomes a job: "submit" (a new job
     runs its inputs: none has reached a container, or the backend cannot tell) or "adopt"
@@ -302,7 +307,9 @@ def make_asgi_app(app: App, backend: Backend, *, lifespan: Any = None,
             return _error(e.status, "conflict" if e.status == 409 else "invalid_request",
                           str(e), e.field)
         location = f"/v1/jobs/{wire['id']}"
-        headers = {"Location": location, "Preference-Applied": "respond-async"}
+        headers = {"Location": location}
+        if "respond-async" in _prefer(request):   # RFC 7240: only what the client asked for
+            headers["Preference-Applied"] = "respond-async"
         return JSONResponse({**wire, "location": location}, status_code=202 if created else 200,
                             headers=headers)
 
@@ -311,8 +318,7 @@ def make_asgi_app(app: App, backend: Backend, *, lifespan: Any = None,
         a = await admit(request, name)
         if isinstance(a, JSONResponse):
             return a
-        prefer = {t.strip().lower() for t in request.headers.get("prefer", "").split(",")}
-        if "respond-async" in prefer:
+        if "respond-async" in _prefer(request):
             return await submit_job(request, name, a)
         snap = backend.snapshot(name)
         decision = decide(snap, DecideRequest(

@@ -138,6 +138,7 @@ def test_overload_spills_to_async_when_the_router_has_a_job_queue(tmp_path):
     jobs.store.close()
     assert r.status_code == 202 and r.headers["x-floodway-decision"] == "spill_async"
     assert r.headers["location"].startswith("/v1/jobs/")
+    assert "preference-applied" not in r.headers   # the client did not ask for async
     assert took_s < 1.0 and backend.calls == []
 
 
