@@ -120,7 +120,7 @@ def serve(app: AppArg, host: Annotated[str, typer.Option()] = "127.0.0.1",
                                 "to other users); required for a non-loopback --host")] = None,
           jobs_db: Annotated[Path | None, typer.Option(
               help="SQLite file of async jobs (default: $FLOODWAY_JOBS_DB, else "
-                   "<store>/.jobs/jobs.sqlite3)")] = None,
+                   "<store>/.jobs/<app>/jobs.sqlite3)")] = None,
           job_ttl_s: Annotated[float, typer.Option(
               min=1, help="seconds a finished job's result is kept")] = 86400.0,
           ) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import uuid
 from collections.abc import Awaitable
 from pathlib import Path
@@ -33,9 +34,13 @@ JOB_TIMEOUT_S = 300.0
 IDLE_RETRY_S = 0.5
 
 
-def default_jobs_path(store_root: str | Path) -> Path:
-    """FLOODWAY_JOBS_DB, else ``jobs.sqlite3`` beside the artifact store's builds."""
-    return Path(os.environ.get(JOBS_DB_ENV) or Path(store_root) / ".jobs" / "jobs.sqlite3")
+def default_jobs_path(store_root: str | Path, app_name: str) -> Path:
+    """FLOODWAY_JOBS_DB, else ``<store>/.jobs/<app>/jobs.sqlite3``: one queue per app, so
+    that two apps served from one store never run each other's jobs (endpoint names may
+    repeat across apps), while restarts and routers of the same app share it."""
+    folder = re.sub(r"[^A-Za-z0-9._-]", "_", app_name) or "_"
+    return Path(os.environ.get(JOBS_DB_ENV) or
+                Path(store_root) / ".jobs" / folder / "jobs.sqlite3")
 
 
 class LocalJobs:

@@ -54,7 +54,7 @@ def build_server(app_spec: str, *, store: str | Path | None = None,
     for ep in eps:
         st.latest(ep.name)   # fail now, with the command to run, not in every worker
     target = app_spec.split("::")[0]
-    jobs_path = Path(jobs_db or default_jobs_path(st.root))
+    jobs_path = Path(jobs_db or default_jobs_path(st.root, app.name))
     jobs_path.parent.mkdir(parents=True, exist_ok=True)
     # Per-minute user arrivals, beside the jobs: the warm-pool policy learns from them.
     history = TrafficHistory(jobs_path.with_name("history.sqlite3"))

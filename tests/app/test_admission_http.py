@@ -228,3 +228,14 @@ def test_work_already_on_a_container_is_adopted_by_its_job_not_run_twice(tmp_pat
     assert first["status"] == "running" and first["attempts"] == 1   # adopted, not queued
     assert done["outputs"] == ["A", "B"] and done["attempts"] == 1
     assert len(backend.calls) == 1                   # the work ran once, for both answers
+
+
+def test_each_app_has_its_own_default_job_queue(tmp_path, monkeypatch):
+    from floodway.runtime.local_jobs import JOBS_DB_ENV, default_jobs_path
+
+    monkeypatch.delenv(JOBS_DB_ENV, raising=False)
+    a, b = default_jobs_path(tmp_path, "app-a"), default_jobs_path(tmp_path, "app b/../x")
+    assert a != b and a.parent.parent == b.parent.parent == tmp_path / ".jobs"
+    assert b.parent.name == "app_b_.._x"            # no path separators from a name
+    monkeypatch.setenv(JOBS_DB_ENV, str(tmp_path / "mine.sqlite3"))
+    assert default_jobs_path(tmp_path, "app-a") == tmp_path / "mine.sqlite3"
