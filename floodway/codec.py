@@ -6,15 +6,16 @@ orjson (https://github.com/ijl/orjson) encodes an embedding's list of floats sev
 faster than the standard library (benchmarks/burst.py's router profile: stdlib encoding and
 decoding of outputs took about a sixth of the router's CPU in a burst), and the router's
 event loop is where a burst is decided. Floats keep their shortest round-trip repr, as with
-the standard library. Differences, both standard JSON: NaN and infinities encode as null;
-what orjson refuses (integers beyond 64 bits, non-string keys) falls back to the standard
-library, so nothing that encoded before fails now. It imports nothing heavy: a worker imports
-it before its model loads.
+the standard library. Differences, both standard JSON: NaN and infinities encode as null (on
+both paths); what orjson refuses (integers beyond 64 bits, non-string keys) falls back to
+the standard library, so nothing that encoded before fails now. It imports nothing heavy: a
+worker imports it before its model loads.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import orjson
@@ -31,8 +32,19 @@ def dumps(obj: Any) -> bytes:
         # A leading space (valid JSON) marks the standard library's output: `loads` reads it
         # back with the standard library too, since orjson reads integers beyond 64 bits
         # as floats (precision lost).
-        return FALLBACK_MARK + json.dumps(obj, ensure_ascii=False,
+        return FALLBACK_MARK + json.dumps(_finite(obj), ensure_ascii=False,
                                           separators=(",", ":")).encode()
+
+
+def _finite(obj: Any) -> Any:
+    """`obj` with NaN and infinities as None, as orjson writes them (valid JSON)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
 
 
 def loads(data: bytes | str) -> Any:

@@ -172,6 +172,11 @@ def _body_sha256(endpoint: str, inputs: list[Any]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
+def _scope(tenant: str | None, endpoint: str, key: str | None) -> str | None:
+    """Where an idempotency key is unique: per tenant and endpoint."""
+    return None if key is None else json.dumps([tenant, endpoint, key])
+
+
 class JobStore:
     """Durable jobs in the SQLite file at `path` (created with its schema if missing).
 
@@ -255,26 +260,17 @@ class JobStore:
         if priority not in PRIORITIES:
             raise RequestError(f"priority must be one of {sorted(PRIORITIES)}, got {priority!r}",
                                status=422, field="priority")
-        if idempotency_key is not None and not _KEY_RE.fullmatch(idempotency_key):
-            raise RequestError(f"an idempotency key is 1 to {MAX_KEY_LEN} visible ASCII "
-                               "characters", status=400, field="Idempotency-Key")
+        if idempotency_key is not None:
+            self._check_key(idempotency_key)
         body_sha = _body_sha256(endpoint, inputs)
-        scope = (None if idempotency_key is None
-                 else json.dumps([tenant, endpoint, idempotency_key]))
+        scope = _scope(tenant, endpoint, idempotency_key)
         inputs_json = dumps(inputs).decode()
         with self._write() as db:
             now = self.clock()
             self._maybe_purge(db, now)
             if scope is not None:
-                row = db.execute("SELECT * FROM jobs WHERE idem_scope = ?", (scope,)).fetchone()
-                if row is not None and row["expires_s"] is not None and row["expires_s"] <= now:
-                    db.execute("DELETE FROM jobs WHERE id = ?", (row["id"],))  # key expired
-                elif row is not None:
-                    if row["body_sha256"] != body_sha:
-                        raise RequestError(
-                            f"Idempotency-Key {idempotency_key!r} was already used for a "
-                            "different request (other inputs); use a new key for a new "
-                            "request", status=409, field="Idempotency-Key")
+                row = self._keyed(db, scope, body_sha, idempotency_key, now)
+                if row is not None:
                     return self._job(row), False
             running = owner is not None
             job = Job(id=uuid.uuid4().hex, endpoint=endpoint, tenant=tenant, priority=priority,
@@ -289,6 +285,38 @@ class JobStore:
                  inputs_json, job.attempts, owner, now + lease_s if running else None, now,
                  now, now, scope, body_sha))
         return job, True
+
+    def find(self, endpoint: str, inputs: list[Any], *, tenant: str | None,
+             idempotency_key: str) -> Job | None:
+        """The live job this tenant stored under `idempotency_key` on `endpoint`, or None.
+        Raises RequestError 409 when the key names a job of other inputs, 400 for a
+        malformed key (as `submit`)."""
+        self._check_key(idempotency_key)
+        scope = _scope(tenant, endpoint, idempotency_key)
+        with self._write() as db:
+            row = self._keyed(db, scope, _body_sha256(endpoint, inputs), idempotency_key,
+                              self.clock())
+            return None if row is None else self._job(row)
+
+    def _keyed(self, db: sqlite3.Connection, scope: str, body_sha: str, key: str,
+               now: float) -> sqlite3.Row | None:
+        """The row holding idempotency `scope` (an expired one is deleted: its key is free
+        again). Raises RequestError 409 when it was stored for other inputs."""
+        row = db.execute("SELECT * FROM jobs WHERE idem_scope = ?", (scope,)).fetchone()
+        if row is not None and row["expires_s"] is not None and row["expires_s"] <= now:
+            db.execute("DELETE FROM jobs WHERE id = ?", (row["id"],))
+            return None
+        if row is not None and row["body_sha256"] != body_sha:
+            raise RequestError(f"Idempotency-Key {key!r} was already used for a different "
+                               "request (other inputs); use a new key for a new request",
+                               status=409, field="Idempotency-Key")
+        return row
+
+    @staticmethod
+    def _check_key(key: str) -> None:
+        if not _KEY_RE.fullmatch(key):
+            raise RequestError(f"an idempotency key is 1 to {MAX_KEY_LEN} visible ASCII "
+                               "characters", status=400, field="Idempotency-Key")
 
     def claim(self, owner: str, *, lease_s: float, endpoints: Iterable[str] | None = None,
               limit: int = 1) -> list[Job]:

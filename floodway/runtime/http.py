@@ -128,6 +128,21 @@ def _handoff_s(budget_s: float) -> float:
     return max(0.0, budget_s - min(HANDOFF_MARGIN_S, budget_s / 10))
 
 
+def _key_error(e: RequestError) -> JSONResponse:
+    return _error(e.status, "conflict" if e.status == 409 else "invalid_request", str(e),
+                  e.field)
+
+
+def _job_answer(request: Request, wire: dict[str, Any], created: bool) -> JSONResponse:
+    """202 + Location for a new job, 200 for one that already existed (Idempotency-Key)."""
+    location = f"/v1/jobs/{wire['id']}"
+    headers = {"Location": location}
+    if "respond-async" in _prefer(request):   # RFC 7240: only what the client asked for
+        headers["Preference-Applied"] = "respond-async"
+    return JSONResponse({**wire, "location": location}, status_code=202 if created else 200,
+                        headers=headers)
+
+
 def _prefer(request: Request) -> set[str]:
     """The request's `Prefer` tokens (RFC 7240), lower-case."""
     return {t.strip().lower() for t in request.headers.get("prefer", "").split(",")}
@@ -247,7 +262,8 @@ def make_asgi_app(app: App, backend: Backend, *, lifespan: Any = None,
             known = name in app.endpoints or name == "(jobs)"
             took_s = time.perf_counter() - t0
             metrics.observe(name if known else "(unknown)", outcome, took_s)
-            # W3C Server-Timing: the router's own time, apart from the network and client.
+            # W3C Server-Timing: arrival to answer in this process (queue and model
+            # included), apart from the network and the client.
             response.headers["Server-Timing"] = f"router;dur={took_s * 1000:.1f}"
             return response
         return wrapper
@@ -304,14 +320,22 @@ def make_asgi_app(app: App, backend: Backend, *, lifespan: Any = None,
                 jobs.adopt(name, a.inputs, adopted, tenant=a.tenant, priority=a.priority,
                            idempotency_key=key))
         except RequestError as e:
-            return _error(e.status, "conflict" if e.status == 409 else "invalid_request",
-                          str(e), e.field)
-        location = f"/v1/jobs/{wire['id']}"
-        headers = {"Location": location}
-        if "respond-async" in _prefer(request):   # RFC 7240: only what the client asked for
-            headers["Preference-Applied"] = "respond-async"
-        return JSONResponse({**wire, "location": location}, status_code=202 if created else 200,
-                            headers=headers)
+            return _key_error(e)
+        return _job_answer(request, wire, created)
+
+    async def keyed_job(request: Request, name: str, a: Admitted) -> JSONResponse | None:
+        """With an Idempotency-Key on the sync route: the job already stored under it (as
+        ``/jobs`` answers a repeat), or None to go on. A request handed off to the async
+        queue is stored under its key, so a retry finds it instead of running again."""
+        key = request.headers.get("idempotency-key")
+        if key is None or not hasattr(jobs, "find") or not can_spill_async(name):
+            return None
+        try:
+            wire = await _resolved(jobs.find(name, a.inputs, tenant=a.tenant,
+                                             idempotency_key=key))
+        except RequestError as e:
+            return _key_error(e)
+        return None if wire is None else _job_answer(request, wire, False)
 
     async def predict(request: Request) -> JSONResponse:
         name = request.path_params["endpoint"]
@@ -320,6 +344,8 @@ def make_asgi_app(app: App, backend: Backend, *, lifespan: Any = None,
             return a
         if "respond-async" in _prefer(request):
             return await submit_job(request, name, a)
+        if (known := await keyed_job(request, name, a)) is not None:
+            return known
         snap = backend.snapshot(name)
         decision = decide(snap, DecideRequest(
             rows=len(a.inputs), deadline_s=snap.now_s + a.budget_s, priority=int(a.priority),
@@ -367,6 +393,11 @@ def make_asgi_app(app: App, backend: Backend, *, lifespan: Any = None,
             unfinished = not work.done()
             if unfinished:
                 work.cancel()   # the client left or the hand-off: withdraw queued items
+        if handoff is None and not unfinished and can_spill_async(name) \
+                and not work.cancelled() and isinstance(work.exception(), TimeoutError):
+            # The queue's own deadline fired first (a busy event loop woke the hand-off
+            # late): its items are withdrawn, so a new job runs them.
+            handoff = "submit"
         if handoff is not None:
             # Near its deadline: the async queue takes it over rather than a 504.
             metrics.handed_off(name)

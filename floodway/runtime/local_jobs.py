@@ -70,6 +70,14 @@ class LocalJobs:
             self.runner.wake()
         return job.to_wire(), created
 
+    async def find(self, endpoint: str, inputs: list[Any], *, tenant: str,
+                   idempotency_key: str) -> dict[str, Any] | None:
+        """The wire form of the job stored under this tenant's `idempotency_key`, or None.
+        Raises RequestError (409 other inputs, 400 malformed key)."""
+        job = await asyncio.to_thread(self.store.find, endpoint, inputs, tenant=tenant,
+                                      idempotency_key=idempotency_key)
+        return None if job is None else job.to_wire()
+
     def get(self, job_id: str, tenant: str) -> dict[str, Any] | None:
         """The job's wire form, or None when unknown or another tenant's."""
         job = self.store.get(job_id)

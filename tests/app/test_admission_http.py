@@ -171,11 +171,18 @@ def test_a_request_about_to_miss_its_deadline_is_handed_to_the_async_queue(tmp_p
                     await asyncio.sleep(0.01)
                 again = await c.post("/v1/upper/jobs", json={"inputs": ["a"]},
                                      headers={"Idempotency-Key": "k1"})
+                calls = len(backend.calls)
+                await asyncio.sleep(2.0)   # the tenant's bucket (1/s, burst 2) refills
+                retry = await c.post("/v1/upper", json={"inputs": ["a"]},
+                                     headers={"Idempotency-Key": "k1"})
+                other = await c.post("/v1/upper", json={"inputs": ["b"]},
+                                     headers={"Idempotency-Key": "k1"})
+                ran = len(backend.calls) - calls
             finally:
                 await jobs.stop()
-            return handed, took_s, plain, done, again
+            return handed, took_s, plain, done, again, retry, other, ran
 
-    handed, took_s, plain, done, again = asyncio.run(go())
+    handed, took_s, plain, done, again, retry, other, ran = asyncio.run(go())
     jobs.store.close()
     assert handed.status_code == 202 and handed.headers["x-floodway-handoff"] == "deadline"
     assert handed.headers["x-floodway-decision"] in ("dispatch", "queue")
@@ -183,6 +190,10 @@ def test_a_request_about_to_miss_its_deadline_is_handed_to_the_async_queue(tmp_p
     assert plain.status_code == 504            # no async spill on this route: a 504
     assert done.json()["outputs"] == ["A"]     # the job ran the request to completion
     assert again.json()["id"] == handed.json()["id"]   # the client's key names the job
+    # A sync retry under the key gets that job at once; other inputs under it, a 409; and
+    # neither runs anything.
+    assert retry.status_code == 200 and retry.json()["id"] == handed.json()["id"]
+    assert other.status_code == 409 and ran == 0
 
 
 def test_work_already_on_a_container_is_adopted_by_its_job_not_run_twice(tmp_path):
@@ -239,3 +250,26 @@ def test_each_app_has_its_own_default_job_queue(tmp_path, monkeypatch):
     assert b.parent.name == "app_b_.._x"            # no path separators from a name
     monkeypatch.setenv(JOBS_DB_ENV, str(tmp_path / "mine.sqlite3"))
     assert default_jobs_path(tmp_path, "app-a") == tmp_path / "mine.sqlite3"
+
+
+def test_a_queue_deadline_that_fires_before_the_hand_off_still_hands_off(tmp_path):
+    class Expires(ScriptedBackend):
+        """The queue's deadline fires first (as on a busy event loop): TimeoutError."""
+
+        async def run(self, endpoint, inputs, *, timeout_s, priority=1, tenant="anonymous"):
+            self.calls.append((endpoint, inputs, timeout_s))
+            raise TimeoutError("deadline passed while queued")
+
+    backend = Expires()
+    jobs = LocalJobs(app, backend, tmp_path / "jobs.sqlite3")
+    asgi = make_asgi_app(app, backend, jobs=jobs)
+
+    async def go():
+        async with client(asgi) as c:
+            return (await c.post("/v1/upper", json={"inputs": ["a"]}),
+                    await c.post("/v1/no_async", json={"inputs": ["a"]}))
+
+    handed, plain = asyncio.run(go())
+    jobs.store.close()
+    assert handed.status_code == 202 and handed.headers["x-floodway-handoff"] == "deadline"
+    assert plain.status_code == 504

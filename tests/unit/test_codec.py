@@ -23,3 +23,9 @@ def test_what_orjson_refuses_falls_back_to_the_standard_library() -> None:
 
 def test_non_finite_floats_encode_as_null() -> None:
     assert loads(dumps([math.nan, math.inf, 1.0])) == [None, None, 1.0]
+
+
+def test_the_fallback_writes_non_finite_floats_as_null_too() -> None:
+    out = dumps({"outputs": [[2 ** 70, -2 ** 70], [1.5, math.nan, math.inf]]})
+    assert b"NaN" not in out and b"Infinity" not in out
+    assert json.loads(out) == {"outputs": [[2 ** 70, -2 ** 70], [1.5, None, None]]}
