@@ -306,7 +306,7 @@ class _Sim:
     # ------------------------------------------------------------ policy
     def on_tick(self, now: float) -> None:
         k = int(round(now / MINUTE_S)) - self.trace.start_minute
-        hist = History(self.trace.start_minute, self.counts[:max(k, 0)])
+        hist = History.view_of(self.history, min(max(k, 0), len(self.counts)))
         t0 = time.perf_counter()
         target, self.pstate = self.policy(now, hist, self.measured, self.pstate)
         self.policy_s += time.perf_counter() - t0
@@ -463,6 +463,7 @@ class _Sim:
         self.deadline = deadline_np.tolist()
         self.lat_end = np.full(n, math.nan)
         self.counts = tr.counts
+        self.history = History(tr.start_minute, tr.counts)    # checked once, cut each minute
         codes = bytearray(n)
         start_s, end_s = tr.start_s, tr.end_s
         for _ in range(min(cfg.warm.min_containers, self.cap)):
