@@ -44,6 +44,19 @@ and, per arrival, the end of the run that starts there, once with numpy; a segme
 cut skips a whole run in O(1) list operations (cut at `bound` by bisection: ends never
 decrease within a run), and long runs are kept as index ranges, filled in with numpy.
 
+**Alone stretches** (two or more warm containers, fitted batch times; `_alone_stretches`).
+An arrival that finds a container idle is dispatched to the first idle one (backlog 0 is the
+least) and opens a batch alone there, whatever the others hold, if its budget is positive.
+Count, per arrival j, the earlier arrivals whose alone batch would still run at t_j
+(`inflight`); from a *root* (none in flight: every container idle) up to the first arrival
+with two in flight, every arrival therefore finds container 0 or 1 idle, and all batches are
+alone: each arrival's start and end are its alone ones, it takes container 0 at a root and
+otherwise the other one of the single arrival in flight (the parity of that chain, found once
+for all arrivals with numpy). Their ends go to the heap in the order of (end, arrival), all
+pushed by arrivals and never re-pushed, so the heap pops them in that order, which a stable
+sort by end gives. A segment at a clean cut that is a root takes such a stretch up to its last
+root before `bound` in one step (these roots are clean cuts: every batch ended by then).
+
 **One warm container** (`run1`, the common case): a batch holds consecutive arrivals, so the
 loop keeps only (rows, fitted time, first arrival) per batch in flight; and the busy period
 that would start at each arrival is precomputed for all of them at once with numpy
@@ -99,6 +112,42 @@ def dispatch_box(live: list, slots: int, fit: ServiceTime, mbr: int, now: float,
     return best if best_bl + alone <= budget else None
 
 
+def _alone_stretches(times: np.ndarray, start: np.ndarray, end: np.ndarray,
+                     budget: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Stretches of arrivals that each find an idle container among two or more (see the
+    module docstring, "alone stretches"): (`stretch_to`, `prev_root`, `side`), per arrival.
+
+    `inflight[j]`: arrivals before j whose alone batch has not ended by t_j (``end > t_j``;
+    every later arrival's end is after t_j, so counting ends <= t_j over all arrivals counts
+    only earlier ones). A *root* has none; `prev_root[x]`: the last root <= x (-1: none).
+    `stretch_to[j]`, for a root j: the last root r <= (the first arrival from j with two in
+    flight or no budget), r < n (j itself: none). `side[j]`: the container (0 or 1) arrival
+    j takes in such a stretch: 0 at a root, else the other of the one in flight (the arrival
+    before j with the latest end), by pointer doubling on the parity of that chain."""
+    n = times.size
+    idx = np.arange(n)
+    if not n or not bool(np.all(end > times)):
+        return idx.copy(), np.full(n, -1, dtype=np.int64), np.zeros(n, dtype=np.int64)
+    inflight = idx - np.searchsorted(np.sort(end), times, side="right")
+    root = inflight == 0
+    ok = (inflight <= 1) & (budget > 0)
+    first_bad = np.minimum.accumulate(np.where(ok, n, idx)[::-1])[::-1]
+    prev_root = np.maximum.accumulate(np.where(root, idx, -1))
+    stretch_to = np.where(root, prev_root[np.minimum(first_bad, n - 1)], idx)
+    runmax = np.maximum.accumulate(end)
+    latest = np.maximum.accumulate(np.where(end == runmax, idx, 0))    # argmax of end[:j+1]
+    step = ok & ~root
+    ptr = np.where(step, np.concatenate([[0], latest[:-1]]), idx)
+    par = step.astype(np.int64)     # parity of the steps from j to ptr[j]
+    while True:
+        nxt = ptr[ptr]
+        if np.array_equal(nxt, ptr):
+            break
+        par = par ^ par[ptr]
+        ptr = nxt
+    return stretch_to, prev_root, par
+
+
 class Segments:
     """Bulk segments over one trace (see the module docstring).
 
@@ -106,10 +155,9 @@ class Segments:
     until served), which segments fill in. With fitted batch times (numpy arrays, as lists
     for `run` once it runs): `start_np` / `end_np`: each arrival's batch start and end were
     it alone on an idle container; `run_end[i]`: the first j >= i whose batch would not end
-    by arrival j + 1 or whose budget is not positive; `pair[j]`: j and j + 1 both alone (j
-    still busy when j + 1 comes) and both ended by j + 2; `busy`: the busy periods of one
-    container
-    (`BusyPeriods`, or None where its margin check fails). `usable`: every batch has a
+    by arrival j + 1 or whose budget is not positive; `stretch_to`, `prev_root`, `side`: the
+    alone stretches on two containers (`_alone_stretches`); `busy`: the busy periods of one
+    container (`BusyPeriods`, or None where its margin check fails). `usable`: every batch has a
     positive fitted time (a busy container never ties with an idle one on backlog) and every
     sample is positive.
     """
@@ -139,9 +187,8 @@ class Segments:
             ok = (self.end_np <= nxt) & (budget > 0)
             idx = np.where(ok, n, np.arange(n))
             self.run_end = np.minimum.accumulate(idx[::-1])[::-1]
-            nxt2 = np.append(times_np[2:], [np.inf, np.inf])[:n]
-            self.pair = ((self.end_np > nxt) & (self.end_np <= nxt2) & (budget > 0) & np.append(
-                (self.end_np[1:] <= nxt2[:-1]) & (budget[1:] > 0), False))
+            self.stretch_to, self.prev_root, self.side = _alone_stretches(
+                times_np, self.start_np, self.end_np, budget)
             self.lists = None           # the same as lists, for `run`, made when first needed
             self.busy = BusyPeriods(times_np, rows, budget, self.start_np, self.end_np, fit,
                                     mbr, slots)
@@ -162,8 +209,9 @@ class Segments:
         if run_end is not None:
             if self.lists is None:
                 self.lists = (self.run_end.tolist(), self.end_np.tolist(),
-                              self.start_np.tolist(), self.pair.tolist())
-            run_end, ends, starts, pair = self.lists
+                              self.start_np.tolist(), self.stretch_to.tolist())
+            run_end, ends, starts, stretch_to = self.lists
+            prev_root, side = self.prev_root, self.side
         nd, maxd = 0, len(durs) if durs is not None else 0
         # batches: [rows, start, end, fitted time, arrivals, (time, arrival) of its last push]
         bs: list[list] = [[] for _ in range(width)]
@@ -248,22 +296,23 @@ class Segments:
                                 first.append((ends[j], 0))
                             j = r
                             continue
-                    elif pair[j] and ends[j + 1] < bound and ends[j] < bound:
-                        # A pair: j alone on container 0, j + 1 (while 0 is busy) alone on
-                        # the idle container 1, both ended by arrival j + 2.
-                        e0, e1 = ends[j], ends[j + 1]
-                        order = ((0, j, e0), (1, j + 1, e1)) if e0 <= e1 else \
-                            ((1, j + 1, e1), (0, j, e0))
-                        for c, m, e in order:       # heap order: by end, then arrival
+                    r = stretch_to[j]
+                    if r > j and times[r] >= bound:
+                        r = int(prev_root[bisect_left(times, bound, j, r) - 1])
+                    if r > j:           # a stretch of alone batches on containers 0 and 1
+                        sides = side[j:r].tolist()
+                        for m in sorted(range(j, r), key=ends.__getitem__):
+                            e = ends[m]         # heap order: by end, then arrival (stable)
+                            c = sides[m - j]
                             out_a.append(starts[m])
                             out_b.append(e)
-                            lat_i.append(m)
-                            lat_v.append(e)
                             idle_at[c] = e
                             if not seen[c]:
                                 seen[c] = True
                                 first.append((e, c))
-                        j += 2
+                        lat_i += range(j, r)
+                        lat_v += ends[j:r]
+                        j = r
                         continue
             elif stop:
                 break

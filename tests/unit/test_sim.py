@@ -158,6 +158,9 @@ def bulk_cases() -> dict[str, tuple[Trace, dict]]:
                                                                     scaledown_window_s=60)}),
         "bursty, batching rows": (bursty(2, rows=True), {**EMBED, "route": Route(
             max_inflight_per_container=2, max_queue=64, timeout_s=2.0)}),
+        "bursty, three warm": (bursty(5), {**EMBED, "warm": WarmPool(min_containers=3,
+                                                                      scaledown_window_s=60)}),
+        "bursty, rows, buffer": (bursty(6, rows=True), EMBED),
         "bursty, sampled times": (bursty(3), {**EMBED, "cold": ColdStartModel.of([10.0, 20.0]),
                                               "service": ServiceModel.of([0.02, 0.05, 0.03])}),
         "bursty, tight deadline": (bursty(4, 60), {**EMBED, "route": Route(
@@ -184,7 +187,7 @@ def test_the_bulk_fast_mode_gives_the_same_result_as_decide_on_every_request(cas
     fast = sim.run()
     assert_same(fast, simulate(trace, SimConfig(**cfg, fast=False)))
     assert_same(fast, simulate(trace, SimConfig(**cfg, check=True)))
-    if case in ("bursty", "bursty, two warm", "bursty, batching rows"):
+    if case in ("bursty", "bursty, two warm", "bursty, batching rows", "bursty, three warm"):
         assert sim.bulk_requests > 0.9 * trace.requests    # the shortcut is really taken
 
 
