@@ -524,10 +524,14 @@ class _Sim:
         dec = np.frombuffer(bytes(codes), dtype=np.uint8)
         counts = np.bincount(dec, minlength=len(ACTIONS)) if dec.size else \
             np.zeros(len(ACTIONS), dtype=np.int64)
-        spans = [p[2:] for p in self.pieces if len(p) == 4]
-        if spans:                          # chains of busy periods: gathered all at once
-            done = iter(self.seg.busy.gather_all(spans, self.lat_end))
-            self.pieces = [(p[0],) + next(done) if len(p) == 4 else p for p in self.pieces]
+        # Chains of busy periods ("K") and alone stretches ("S"): gathered all at once.
+        for kind, gather in (("K", lambda x: self.seg.busy.gather_all(x, self.lat_end)),
+                             ("S", lambda x: self.seg.gather_stretches(x, self.lat_end))):
+            spans = [p[2:] for p in self.pieces if len(p) == 4 and p[1] == kind]
+            if spans:
+                done = iter(gather(spans))
+                self.pieces = [(p[0],) + next(done) if len(p) == 4 and p[1] == kind else p
+                               for p in self.pieces]
         busy_a, busy_b = splice_busy(self.busy_a, self.busy_b, self.pieces)
         last = float(busy_b.max()) if busy_b.size else tr.end_s
         horizon = max(tr.end_s, last)

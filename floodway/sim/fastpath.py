@@ -74,12 +74,12 @@ committed part used, so the stream stays the event loop's.
 from __future__ import annotations
 
 import math
-from bisect import bisect_left
 
 import numpy as np
 
 from floodway.routers.decide import HEADROOM, ServiceTime
 from floodway.sim.busy import BusyPeriods
+from floodway.sim.multi import alone_stretches, gather_stretches, run_multi
 
 LONG_RUN = 32      # isolated runs at least this long are kept as index ranges
 
@@ -110,42 +110,6 @@ def dispatch_box(live: list, slots: int, fit: ServiceTime, mbr: int, now: float,
     if alone > budget:
         return None
     return best if best_bl + alone <= budget else None
-
-
-def _alone_stretches(times: np.ndarray, start: np.ndarray, end: np.ndarray,
-                     budget: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Stretches of arrivals that each find an idle container among two or more (see the
-    module docstring, "alone stretches"): (`stretch_to`, `prev_root`, `side`), per arrival.
-
-    `inflight[j]`: arrivals before j whose alone batch has not ended by t_j (``end > t_j``;
-    every later arrival's end is after t_j, so counting ends <= t_j over all arrivals counts
-    only earlier ones). A *root* has none; `prev_root[x]`: the last root <= x (-1: none).
-    `stretch_to[j]`, for a root j: the last root r <= (the first arrival from j with two in
-    flight or no budget), r < n (j itself: none). `side[j]`: the container (0 or 1) arrival
-    j takes in such a stretch: 0 at a root, else the other of the one in flight (the arrival
-    before j with the latest end), by pointer doubling on the parity of that chain."""
-    n = times.size
-    idx = np.arange(n)
-    if not n or not bool(np.all(end > times)):
-        return idx.copy(), np.full(n, -1, dtype=np.int64), np.zeros(n, dtype=np.int64)
-    inflight = idx - np.searchsorted(np.sort(end), times, side="right")
-    root = inflight == 0
-    ok = (inflight <= 1) & (budget > 0)
-    first_bad = np.minimum.accumulate(np.where(ok, n, idx)[::-1])[::-1]
-    prev_root = np.maximum.accumulate(np.where(root, idx, -1))
-    stretch_to = np.where(root, prev_root[np.minimum(first_bad, n - 1)], idx)
-    runmax = np.maximum.accumulate(end)
-    latest = np.maximum.accumulate(np.where(end == runmax, idx, 0))    # argmax of end[:j+1]
-    step = ok & ~root
-    ptr = np.where(step, np.concatenate([[0], latest[:-1]]), idx)
-    par = step.astype(np.int64)     # parity of the steps from j to ptr[j]
-    while True:
-        nxt = ptr[ptr]
-        if np.array_equal(nxt, ptr):
-            break
-        par = par ^ par[ptr]
-        ptr = nxt
-    return stretch_to, prev_root, par
 
 
 class Segments:
@@ -187,8 +151,8 @@ class Segments:
             ok = (self.end_np <= nxt) & (budget > 0)
             idx = np.where(ok, n, np.arange(n))
             self.run_end = np.minimum.accumulate(idx[::-1])[::-1]
-            self.stretch_to, self.prev_root, self.side = _alone_stretches(
-                times_np, self.start_np, self.end_np, budget)
+            self.stretch_to, self.prev_root, self.last_on, self.next_on = alone_stretches(
+                times_np, self.end_np, budget)
             self.lists = None           # the same as lists, for `run`, made when first needed
             self.busy = BusyPeriods(times_np, rows, budget, self.start_np, self.end_np, fit,
                                     mbr, slots)
@@ -196,183 +160,14 @@ class Segments:
                 self.busy = None
 
     def run(self, i: int, width: int, bound: float, durs: list[float] | None):
-        """Simulate arrivals from `i` on `width` warm containers (all idle, the queue empty)
-        before `bound`. Returns the last clean cut: (k, chunks, [(first idle time,
-        container)], each container's idle-since or None, draws used); arrivals i..k-1 were
-        all dispatched and ended, `lat_end` is set for exactly them, and `chunks` holds their
-        busy intervals in the heap's order, as (starts, ends) arrays (`run1` also gives
-        ("K", p, q): the chain's busy periods p..q-1, for `BusyPeriods.gather_all` to fill in
-        with `lat_end` at the end)."""
-        times, rows, dls, lat_end = self.times, self.rows, self.deadlines, self.lat_end
-        a, b0, mbr, wait, slots, n = self.a, self.b, self.mbr, self.wait_s, self.slots, self.n
-        inf, run_end = math.inf, self.run_end
-        if run_end is not None:
-            if self.lists is None:
-                self.lists = (self.run_end.tolist(), self.end_np.tolist(),
-                              self.start_np.tolist(), self.stretch_to.tolist())
-            run_end, ends, starts, stretch_to = self.lists
-            prev_root, side = self.prev_root, self.side
-        nd, maxd = 0, len(durs) if durs is not None else 0
-        # batches: [rows, start, end, fitted time, arrivals, (time, arrival) of its last push]
-        bs: list[list] = [[] for _ in range(width)]
-        backlog = [0.0] * width
-        idle_at: list = [None] * width
-        seen = [False] * width
-        first: list[tuple[float, int]] = []
-        out_a: list[float] = []
-        out_b: list[float] = []
-        lat_i: list[int] = []           # arrivals served, and their batches' ends
-        lat_v: list[float] = []
-        busy = 0
-        soon = inf                      # no head batch ends before this
-        cut = (i, 0, 0, idle_at[:], 0, 0)
-        j = i
-        while True:
-            t = times[j] if j < n else inf
-            stop = t >= bound
-            lim = bound if stop else t
-            if soon <= lim:
-                recs = []
-                soon = inf
-                for c in range(width):
-                    q = bs[c]
-                    while q and (q[0][2] < lim if stop else q[0][2] <= lim):
-                        bt = q.pop(0)
-                        e = bt[2]
-                        backlog[c] -= bt[3]
-                        lat_i += bt[4]
-                        lat_v += [e] * len(bt[4])
-                        if q:
-                            nb = q[0]
-                            nb[1] = e
-                            nb[5] = (e, -1)     # pushed as it begins (order among ties: unknown)
-                            if durs is None:
-                                nb[2] = e + nb[3]
-                            elif nd < maxd:
-                                nb[2] = e + durs[nd]
-                                nd += 1
-                            else:
-                                nb[2] = inf      # out of draws: no cut after this
-                        else:
-                            backlog[c] = 0.0
-                            busy -= 1
-                        recs.append((e, bt[5], bt[1], c, not q))
-                    if q and q[0][2] < soon:
-                        soon = q[0][2]
-                if len(recs) > 1 and width > 1:
-                    if durs is not None:
-                        break
-                    # The heap's order: by end, equal ends by push order, i.e. by when each
-                    # was last pushed, and at one instant events (-1) before arrivals (by
-                    # index); two events' pushes at one instant: unknown.
-                    recs.sort(key=lambda x: (x[0], x[1]))
-                    if len({x[:2] for x in recs}) < len(recs):
-                        break
-                for e, _, st, c, went_idle in recs:
-                    out_a.append(st)
-                    out_b.append(e)
-                    if went_idle:
-                        idle_at[c] = e
-                        if not seen[c]:
-                            seen[c] = True
-                            first.append((e, c))
-            if not busy:
-                cut = (j, len(out_a), len(first), idle_at[:], nd, len(lat_i))
-                if stop:
-                    break
-                if run_end is not None:
-                    r = run_end[j]
-                    if r > j:           # an isolated run: alone on container 0, one by one
-                        if ends[r - 1] >= bound:
-                            r = bisect_left(ends, bound, j, r)
-                        if r > j:
-                            out_a += starts[j:r]
-                            out_b += ends[j:r]
-                            lat_i += range(j, r)
-                            lat_v += ends[j:r]
-                            idle_at[0] = ends[r - 1]
-                            if not seen[0]:
-                                seen[0] = True
-                                first.append((ends[j], 0))
-                            j = r
-                            continue
-                    r = stretch_to[j]
-                    if r > j and times[r] >= bound:
-                        r = int(prev_root[bisect_left(times, bound, j, r) - 1])
-                    if r > j:           # a stretch of alone batches on containers 0 and 1
-                        sides = side[j:r].tolist()
-                        for m in sorted(range(j, r), key=ends.__getitem__):
-                            e = ends[m]         # heap order: by end, then arrival (stable)
-                            c = sides[m - j]
-                            out_a.append(starts[m])
-                            out_b.append(e)
-                            idle_at[c] = e
-                            if not seen[c]:
-                                seen[c] = True
-                                first.append((e, c))
-                        lat_i += range(j, r)
-                        lat_v += ends[j:r]
-                        j = r
-                        continue
-            elif stop:
-                break
-            rr = 1 if rows is None else rows[j]
-            budget = dls[j] - t
-            if budget <= 0:
-                break
-            best, bbl, idle = -1, 0.0, False
-            for c in range(width):
-                if len(bs[c]) < slots:
-                    bl = backlog[c]
-                    if bl == 0:
-                        idle = True
-                    if best < 0 or bl < bbl:
-                        best, bbl = c, bl
-            if best < 0:
-                break
-            if not idle:
-                budget *= HEADROOM
-                alone = a * min(rr, mbr) + b0
-                if alone > budget or bbl + alone > budget:
-                    break
-            q = bs[best]
-            if q:
-                last = q[-1]
-                if last[1] > t and last[0] + rr <= mbr:
-                    last[0] += rr
-                    est = a * last[0] + b0
-                    backlog[best] += est - last[3]
-                    last[3] = est
-                    if last[1] < inf and durs is None:
-                        if last[5][1] >= 0:     # its event fires at the old end, re-pushed
-                            last[5] = (last[2], -1)
-                        last[2] = last[1] + est
-                    last[4].append(j)
-                    j += 1
-                    continue
-            est = a * rr + b0
-            backlog[best] += est - 0.0
-            if q:
-                q.append([rr, inf, inf, est, [j], None])
-            else:
-                st = t if rr >= mbr else t + wait
-                if durs is None:
-                    e = st + est
-                elif nd < maxd:
-                    e = st + durs[nd]
-                    nd += 1
-                else:
-                    break
-                q.append([rr, st, e, est, [j], (t, j)])
-                busy += 1
-                if e < soon:
-                    soon = e
-            j += 1
-        k = cut[0]
-        if cut[5]:
-            lat_end[np.array(lat_i[:cut[5]], dtype=np.int64)] = np.array(lat_v[:cut[5]])
-        return (k, [(np.array(out_a[:cut[1]]), np.array(out_b[:cut[1]]))], first[:cut[2]],
-                cut[3], cut[4])
+        """Segments on two or more warm containers: `floodway.sim.multi.run_multi`."""
+        return run_multi(self, i, width, bound, durs)
+
+    def gather_stretches(self, spans: list[tuple[int, int]], lat_end: np.ndarray
+                         ) -> list[tuple[np.ndarray, np.ndarray]]:
+        """The busy intervals of the alone stretches j..r-1 for each (j, r) in `spans`, all
+        at once: `floodway.sim.multi.gather_stretches`."""
+        return gather_stretches(self.start_np, self.end_np, spans, lat_end)
 
     def run1(self, i: int, bound: float, durs: list[float] | None):
         """`run` for one warm container, the common case, made lean (see the module
