@@ -141,17 +141,14 @@ class BusyPeriods:
         return fs, fe
 
     def gather_all(self, spans: list[tuple[int, int]], lat_end: np.ndarray
-                   ) -> list[tuple[np.ndarray, np.ndarray]]:
-        """`gather` of the chain's busy periods p..q-1 for each (p, q) in `spans` at once:
-        one (starts, ends) per span."""
-        if not spans:
-            return []
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """`gather` of the chain's busy periods p..q-1 for each (p, q) in `spans` (non-empty)
+        at once: (starts, ends) of all of them, span after span, and the batches per span."""
         p, q = (np.array(x, dtype=np.int64) for x in zip(*spans, strict=True))
         lens = q - p
         J = self.chain[np.repeat(p - (np.cumsum(lens) - lens), lens) + np.arange(lens.sum())]
         fs, fe = self.gather(J, lat_end)
-        cut = np.cumsum(np.add.reduceat(self.k_of[J], np.cumsum(lens) - lens))[:-1]
-        return list(zip(np.split(fs, cut), np.split(fe, cut), strict=True))
+        return fs, fe, np.add.reduceat(self.k_of[J], np.cumsum(lens) - lens)
 
 def _path_from_first(g: np.ndarray) -> np.ndarray:
     """The indices visited from 0 by x -> g[x] (g rising: g[x] > x, at most len(g) = the end),

@@ -74,10 +74,11 @@ from floodway.routers.decide import (
     Snapshot,
     decide,
 )
+from floodway.sim.collect import collect
 from floodway.sim.fastpath import Segments, dispatch_box
 from floodway.sim.model import ColdStartModel, ServiceModel
 from floodway.sim.policy import DesiredPolicy, Policy
-from floodway.sim.result import SimResult, coverage_per_minute, splice_busy
+from floodway.sim.result import SimResult
 from floodway.sim.trace import MINUTE_S, Trace
 from floodway.warmers.target import History, Measured
 
@@ -436,7 +437,7 @@ class _Sim:
             return i
         at = len(self.busy_a)
         for piece in chunks:               # busy intervals, spliced in at the end
-            if len(piece) == 3 or piece[0].size:
+            if len(piece) == 3 or len(piece[0]):
                 self.pieces.append((at,) + tuple(piece))
         for e, c in first:                 # each container's first idle, in event order
             box = boxes[c]
@@ -517,50 +518,7 @@ class _Sim:
             i += 1
         while heap:
             handle(heapq.heappop(heap), end_s)
-        return self.result(codes, time.perf_counter() - wall0)
-
-    def result(self, codes: bytearray, wall_s: float) -> SimResult:
-        tr = self.trace
-        dec = np.frombuffer(bytes(codes), dtype=np.uint8)
-        counts = np.bincount(dec, minlength=len(ACTIONS)) if dec.size else \
-            np.zeros(len(ACTIONS), dtype=np.int64)
-        # Chains of busy periods ("K") and alone stretches ("S"): gathered all at once.
-        for kind, gather in (("K", lambda x: self.seg.busy.gather_all(x, self.lat_end)),
-                             ("S", lambda x: self.seg.gather_stretches(x, self.lat_end))):
-            spans = [p[2:] for p in self.pieces if len(p) == 4 and p[1] == kind]
-            if spans:
-                done = iter(gather(spans))
-                self.pieces = [(p[0],) + next(done) if len(p) == 4 and p[1] == kind else p
-                               for p in self.pieces]
-        busy_a, busy_b = splice_busy(self.busy_a, self.busy_b, self.pieces)
-        last = float(busy_b.max()) if busy_b.size else tr.end_s
-        horizon = max(tr.end_s, last)
-        ready_a = np.array([b.ready_s for b in self.all if b.ready_s < horizon])
-        ready_b = np.array([min(b.stop_s, horizon) for b in self.all if b.ready_s < horizon])
-        start_a = np.array([b.created_s for b in self.all])
-        start_b = np.array([min(b.ready_s, b.stop_s, horizon) for b in self.all])
-        lat = self.lat_end - tr.times_s
-        served = lat[~np.isnan(lat)]
-        p50, p95, p99 = (np.percentile(served, [50, 95, 99]) if served.size
-                         else (math.nan,) * 3)
-        minutes = math.ceil(horizon / MINUTE_S - 1e-9) - tr.start_minute
-        warm_series = coverage_per_minute(ready_a, ready_b, tr.start_minute, minutes) / MINUTE_S
-        busy_series = coverage_per_minute(busy_a, busy_b, tr.start_minute, minutes) / MINUTE_S
-        arrivals = np.zeros(minutes, dtype=np.int64)
-        arrivals[:len(tr.counts)] = tr.counts[:minutes]
-        return SimResult(
-            requests=tr.requests, dispatched=int(counts[0]), queued=int(counts[1]),
-            spill_cold=int(counts[2]), spill_async=int(counts[3]), shed=int(counts[4]),
-            expired=self.expired, cold_requests=self.cold_requests,
-            containers_started=self.started, p50_s=float(p50), p95_s=float(p95),
-            p99_s=float(p99),
-            warm_min=float((ready_b - ready_a).sum()) / MINUTE_S if ready_a.size else 0.0,
-            busy_min=float((busy_b - busy_a).sum()) / MINUTE_S if busy_a.size else 0.0,
-            starting_min=float(np.clip(start_b - start_a, 0, None).sum()) / MINUTE_S,
-            span_min=(horizon - tr.start_s) / MINUTE_S, usd_per_gpu_s=self.cfg.usd_per_gpu_s,
-            wall_s=wall_s, policy_s=self.policy_s, series_start_minute=tr.start_minute,
-            arrivals=arrivals, warm_avg=warm_series, busy_avg=busy_series, decisions=dec,
-            latencies_s=lat)
+        return collect(self, codes, time.perf_counter() - wall0)
 
 
 __all__ = ["ACTIONS", "DecisionMismatch", "SimConfig", "simulate"]

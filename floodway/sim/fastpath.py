@@ -140,6 +140,8 @@ class Segments:
         self.a, self.b, self.mbr, self.wait_s, self.slots = (fit.per_row_s, fit.per_batch_s,
                                                              mbr, wait_s, slots)
         self.samples = samples_s
+        self.lat_i: list[int] = []      # arrivals served by `run_multi`, and their batch ends
+        self.lat_v: list[float] = []
         self.run_end = self.busy = None
         if not samples_s and self.usable:
             self.start_np = np.where(r >= mbr, times_np, times_np + wait_s)
@@ -159,12 +161,18 @@ class Segments:
             if not self.busy.usable:
                 self.busy = None
 
+    def flush_latencies(self) -> None:
+        """Set the batch ends that `run_multi` kept in `lat_i` / `lat_v` in `lat_end`."""
+        if self.lat_i:
+            self.lat_end[np.array(self.lat_i, dtype=np.int64)] = np.array(self.lat_v)
+            self.lat_i, self.lat_v = [], []
+
     def run(self, i: int, width: int, bound: float, durs: list[float] | None):
         """Segments on two or more warm containers: `floodway.sim.multi.run_multi`."""
         return run_multi(self, i, width, bound, durs)
 
     def gather_stretches(self, spans: list[tuple[int, int]], lat_end: np.ndarray
-                         ) -> list[tuple[np.ndarray, np.ndarray]]:
+                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The busy intervals of the alone stretches j..r-1 for each (j, r) in `spans`, all
         at once: `floodway.sim.multi.gather_stretches`."""
         return gather_stretches(self.start_np, self.end_np, spans, lat_end)

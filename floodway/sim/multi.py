@@ -74,19 +74,17 @@ def alone_stretches(times: np.ndarray, end: np.ndarray, budget: np.ndarray
 
 
 def gather_stretches(start: np.ndarray, end: np.ndarray, spans: list[tuple[int, int]],
-                     lat_end: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
-    """(starts, ends) of the alone stretches j..r-1, for each (j, r) of `spans` (in run order),
-    in the heap's order (a stable sort by end, all spans at once: see the module docstring);
-    sets their arrivals' batch ends in `lat_end`."""
-    if not spans:
-        return []
+                     lat_end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(starts, ends) of the alone stretches j..r-1 for each (j, r) of `spans` (non-empty, in
+    run order), span after span, each in the heap's order (one stable sort by end for all: see
+    the module docstring), and the batches per span (one per arrival); sets their arrivals'
+    batch ends in `lat_end`."""
     j, r = (np.array(x, dtype=np.int64) for x in zip(*spans, strict=True))
     lens = r - j
     idx = np.repeat(j - (np.cumsum(lens) - lens), lens) + np.arange(int(lens.sum()))
     lat_end[idx] = end[idx]
     order = idx[np.argsort(end[idx], kind="stable")]
-    cut = np.cumsum(lens)[:-1]
-    return list(zip(np.split(start[order], cut), np.split(end[order], cut), strict=True))
+    return start[order], end[order], lens
 
 
 def run_multi(seg, i: int, width: int, bound: float, durs: list[float] | None):
@@ -94,10 +92,10 @@ def run_multi(seg, i: int, width: int, bound: float, durs: list[float] | None):
     before `bound` (see the module docstring). Returns the last clean cut: (k, chunks,
     [(first idle time, container)], each container's idle-since or None, draws used);
     arrivals i..k-1 were all dispatched and ended, and `chunks` holds their busy intervals in
-    the heap's order, as (starts, ends) arrays or ("S", j, r): an alone stretch, for
-    `gather_stretches` to fill in (with its arrivals' `lat_end`) at the end of the run;
-    `lat_end` is set for the others."""
-    times, rows, dls, lat_end = seg.times, seg.rows, seg.deadlines, seg.lat_end
+    the heap's order, as (starts, ends) lists or ("S", j, r): an alone stretch, for
+    `gather_stretches` to fill in (with its arrivals' `lat_end`) at the end of the run; the
+    others' latencies go to `seg.lat_i` / `seg.lat_v`, for `Segments.flush_latencies`."""
+    times, rows, dls = seg.times, seg.rows, seg.deadlines
     a, b0, mbr, wait, slots, n = seg.a, seg.b, seg.mbr, seg.wait_s, seg.slots, seg.n
     inf = math.inf
     fitted = seg.run_end is not None
@@ -260,7 +258,8 @@ def run_multi(seg, i: int, width: int, bound: float, durs: list[float] | None):
         j += 1
     k, nc, size, nf, idle_at, nd, nlat = cut
     if nlat:
-        lat_end[np.array(lat_i[:nlat], dtype=np.int64)] = np.array(lat_v[:nlat])
+        seg.lat_i += lat_i[:nlat]
+        seg.lat_v += lat_v[:nlat]
     out: list = []
     for x, piece in enumerate(chunks[:nc]):
         last_one = x == nc - 1
@@ -269,7 +268,7 @@ def run_multi(seg, i: int, width: int, bound: float, durs: list[float] | None):
         elif piece[1]:
             m = size if last_one else len(piece[1])
             if m:
-                out.append((np.array(piece[1][:m]), np.array(piece[2][:m])))
+                out.append((piece[1][:m], piece[2][:m]))
     return k, out, first[:nf], idle_at, nd
 
 
