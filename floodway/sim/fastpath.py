@@ -44,18 +44,8 @@ and, per arrival, the end of the run that starts there, once with numpy; a segme
 cut skips a whole run in O(1) list operations (cut at `bound` by bisection: ends never
 decrease within a run), and long runs are kept as index ranges, filled in with numpy.
 
-**Alone stretches** (two or more warm containers, fitted batch times; `_alone_stretches`).
-An arrival that finds a container idle is dispatched to the first idle one (backlog 0 is the
-least) and opens a batch alone there, whatever the others hold, if its budget is positive.
-Count, per arrival j, the earlier arrivals whose alone batch would still run at t_j
-(`inflight`); from a *root* (none in flight: every container idle) up to the first arrival
-with two in flight, every arrival therefore finds container 0 or 1 idle, and all batches are
-alone: each arrival's start and end are its alone ones, it takes container 0 at a root and
-otherwise the other one of the single arrival in flight (the parity of that chain, found once
-for all arrivals with numpy). Their ends go to the heap in the order of (end, arrival), all
-pushed by arrivals and never re-pushed, so the heap pops them in that order, which a stable
-sort by end gives. A segment at a clean cut that is a root takes such a stretch up to its last
-root before `bound` in one step (these roots are clean cuts: every batch ended by then).
+**Two or more warm containers** (`Segments.run`): `floodway.sim.multi`, where stretches in
+which every arrival finds an idle container are taken in O(1).
 
 **One warm container** (`run1`, the common case): a batch holds consecutive arrivals, so the
 loop keeps only (rows, fitted time, first arrival) per batch in flight; and the busy period
@@ -116,13 +106,14 @@ class Segments:
     """Bulk segments over one trace (see the module docstring).
 
     `times`, `deadlines`: the event loop's lists; `lat_end`: its per-arrival batch ends (nan
-    until served), which segments fill in. With fitted batch times (numpy arrays, as lists
-    for `run` once it runs): `start_np` / `end_np`: each arrival's batch start and end were
-    it alone on an idle container; `run_end[i]`: the first j >= i whose batch would not end
-    by arrival j + 1 or whose budget is not positive; `stretch_to`, `prev_root`, `side`: the
-    alone stretches on two containers (`_alone_stretches`); `busy`: the busy periods of one
-    container (`BusyPeriods`, or None where its margin check fails). `usable`: every batch has a
-    positive fitted time (a busy container never ties with an idle one on backlog) and every
+    until served), which segments fill in. With fitted batch times (numpy arrays):
+    `start_np` / `end_np`: each arrival's batch start and end were it alone on an idle
+    container; `run_end[i]`: the first j >= i whose batch would not end by arrival j + 1 or
+    whose budget is not positive; `stretch_to`, `prev_root`, `last_on`, `next_on`: the alone
+    stretches on two or more containers (`floodway.sim.multi.alone_stretches`); `busy`: the
+    busy periods of one container (`BusyPeriods`, or None where its margin check fails).
+    `usable`: every batch has a positive fitted time (a busy container never ties with an
+    idle one on backlog) and every
     sample is positive.
     """
 
@@ -155,7 +146,6 @@ class Segments:
             self.run_end = np.minimum.accumulate(idx[::-1])[::-1]
             self.stretch_to, self.prev_root, self.last_on, self.next_on = alone_stretches(
                 times_np, self.end_np, budget)
-            self.lists = None           # the same as lists, for `run`, made when first needed
             self.busy = BusyPeriods(times_np, rows, budget, self.start_np, self.end_np, fit,
                                     mbr, slots)
             if not self.busy.usable:

@@ -99,10 +99,8 @@ def run_multi(seg, i: int, width: int, bound: float, durs: list[float] | None):
     a, b0, mbr, wait, slots, n = seg.a, seg.b, seg.mbr, seg.wait_s, seg.slots, seg.n
     inf = math.inf
     fitted = seg.run_end is not None
-    if fitted:
-        if seg.lists is None:
-            seg.lists = (seg.stretch_to.tolist(), seg.end_np.tolist())
-        stretch_to, ends = seg.lists
+    if fitted:                      # numpy arrays, read a few times per stretch only
+        stretch_to, ends = seg.stretch_to, seg.end_np
         prev_root, last_on, next_on = seg.prev_root, seg.last_on, seg.next_on
     nd, maxd = 0, len(durs) if durs is not None else 0
     # batches: [rows, start, end, fitted time, arrivals, (time, arrival) of its last push]
@@ -180,7 +178,7 @@ def run_multi(seg, i: int, width: int, bound: float, durs: list[float] | None):
             if stop:
                 break
             if fitted:
-                r = stretch_to[j]
+                r = int(stretch_to[j])
                 if r > j and times[r] >= bound:
                     r = int(prev_root[bisect_left(times, bound, j, r) - 1])
                 if r > j:               # an alone stretch on containers 0 and 1
@@ -188,10 +186,10 @@ def run_multi(seg, i: int, width: int, bound: float, durs: list[float] | None):
                     for c in (0, 1):
                         m = int(last_on[c][r - 1])
                         if m >= j:
-                            idle_at[c] = ends[m]
+                            idle_at[c] = float(ends[m])
                             if not seen[c]:
                                 f = int(next_on[c][j])
-                                new.append((ends[f], f, c))
+                                new.append((float(ends[f]), f, c))
                     for e, _, c in sorted(new):     # heap order: by end, then arrival
                         seen[c] = True
                         first.append((e, c))
