@@ -50,7 +50,8 @@ def alone_stretches(times: np.ndarray, end: np.ndarray, budget: np.ndarray
     if not n or not bool(np.all(end > times)):
         none = np.full(n, -1, dtype=np.int64)
         return idx.copy(), none, (none, none), (none + n + 1, none + n + 1)
-    inflight = idx - np.searchsorted(np.sort(end), times, side="right")
+    ordered = end if bool(np.all(end[1:] >= end[:-1])) else np.sort(end)
+    inflight = idx - np.searchsorted(ordered, times, side="right")
     root = inflight == 0
     ok = (inflight <= 1) & (budget > 0)
     first_bad = np.minimum.accumulate(np.where(ok, n, idx)[::-1])[::-1]
@@ -58,15 +59,24 @@ def alone_stretches(times: np.ndarray, end: np.ndarray, budget: np.ndarray
     stretch_to = np.where(root, prev_root[np.minimum(first_bad, n - 1)], idx)
     runmax = np.maximum.accumulate(end)
     latest = np.maximum.accumulate(np.where(end == runmax, idx, 0))    # argmax of end[:j+1]
-    step = ok & ~root
-    ptr = np.where(step, np.concatenate([[0], latest[:-1]]), idx)
-    side = step.astype(np.int64)    # parity of the steps from j to ptr[j]
-    while True:
-        nxt = ptr[ptr]
-        if np.array_equal(nxt, ptr):
+    # Arrivals with one in flight (`steps`) take the other side of that one (`prev`); by
+    # pointer doubling over them only: `ptr` the step reached so far (-1: a root or an
+    # arrival outside any stretch, side 0), `par` the parity of the steps taken.
+    steps = np.flatnonzero(ok & ~root)
+    prev = latest[steps - 1]
+    at = np.searchsorted(steps, prev)
+    at_c = np.minimum(at, max(steps.size - 1, 0))
+    ptr = np.where((at < steps.size) & (steps[at_c] == prev), at, -1) if steps.size else at
+    par = np.ones(steps.size, dtype=np.int64)
+    while steps.size:
+        live = ptr >= 0
+        if not live.any():
             break
-        side = side ^ side[ptr]
-        ptr = nxt
+        hop = ptr[live]
+        par[live] ^= par[hop]
+        ptr[live] = ptr[hop]
+    side = np.zeros(n, dtype=np.int64)
+    side[steps] = par
     last_on = tuple(np.maximum.accumulate(np.where(side == c, idx, -1)) for c in (0, 1))
     next_on = tuple(np.minimum.accumulate(np.where(side == c, idx, n)[::-1])[::-1]
                     for c in (0, 1))

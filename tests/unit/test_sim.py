@@ -252,3 +252,25 @@ def test_cli_simulates_a_counts_csv_and_writes_the_plot(tmp_path) -> None:
                        env={"FLOODWAY_NO_MODAL": "1", "PATH": "/usr/bin:/bin", "COLUMNS": "120"})
     assert r.returncode == 0, r.stderr
     assert "requests" in r.stdout and "2" in r.stdout
+
+
+def test_alone_stretches_match_a_direct_walk() -> None:
+    from floodway.sim.multi import alone_stretches
+
+    rng = np.random.default_rng(7)
+    times = np.cumsum(rng.exponential(0.02, 5000))
+    end = times + rng.uniform(0.005, 0.06, times.size)        # not monotone
+    stretch_to, prev_root, last_on, _ = alone_stretches(times, end, np.ones(times.size))
+    side = np.where(last_on[0] == np.arange(times.size), 0, 1)
+    walked = 0
+    for j in np.flatnonzero(stretch_to > np.arange(times.size)):
+        free_at = [-np.inf, -np.inf]          # each container's busy-until
+        assert j == 0 or end[:j].max() <= times[j]                # a root: all idle
+        for m in range(j, int(stretch_to[j])):
+            c = 0 if free_at[0] <= times[m] else 1                # the first idle one
+            assert free_at[c] <= times[m] and side[m] == c
+            free_at[c] = end[m]
+            walked += 1
+        assert max(end[j:stretch_to[j]]) <= times[stretch_to[j]]  # ends at a clean cut
+        assert prev_root[stretch_to[j]] == stretch_to[j]
+    assert walked > 1000
