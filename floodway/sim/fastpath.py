@@ -72,6 +72,7 @@ from floodway.sim.busy import BusyPeriods
 from floodway.sim.multi import alone_stretches, gather_stretches, run_multi
 
 LONG_RUN = 32      # isolated runs at least this long are kept as index ranges
+STRETCHES_AFTER = 16   # segments on two or more containers before alone stretches are found
 
 
 def dispatch_box(live: list, slots: int, fit: ServiceTime, mbr: int, now: float,
@@ -133,7 +134,8 @@ class Segments:
         self.samples = samples_s
         self.lat_i: list[int] = []      # arrivals served by `run_multi`, and their batch ends
         self.lat_v: list[float] = []
-        self.run_end = self.busy = None
+        self.run_end = self.busy = self.stretch_to = None
+        self.times_np, self.multi_runs = times_np, 0
         if not samples_s and self.usable:
             self.start_np = np.where(r >= mbr, times_np, times_np + wait_s)
             self.end_np = self.start_np + est
@@ -144,8 +146,7 @@ class Segments:
             ok = (self.end_np <= nxt) & (budget > 0)
             idx = np.where(ok, n, np.arange(n))
             self.run_end = np.minimum.accumulate(idx[::-1])[::-1]
-            self.stretch_to, self.prev_root, self.last_on, self.next_on = alone_stretches(
-                times_np, self.end_np, budget)
+            self.budget_np = budget
             self.busy = BusyPeriods(times_np, rows, budget, self.start_np, self.end_np, fit,
                                     mbr, slots)
             if not self.busy.usable:
@@ -158,7 +159,15 @@ class Segments:
             self.lat_i, self.lat_v = [], []
 
     def run(self, i: int, width: int, bound: float, durs: list[float] | None):
-        """Segments on two or more warm containers: `floodway.sim.multi.run_multi`."""
+        """Segments on two or more warm containers: `floodway.sim.multi.run_multi`. The alone
+        stretches cost a pass over every arrival: they are found once such segments have been
+        needed `STRETCHES_AFTER` times (before that, and without them, segments are only
+        slower, never different)."""
+        self.multi_runs += 1
+        if (self.stretch_to is None and self.run_end is not None
+                and self.multi_runs >= STRETCHES_AFTER):
+            self.stretch_to, self.prev_root, self.last_on, self.next_on = alone_stretches(
+                self.times_np, self.end_np, self.budget_np)
         return run_multi(self, i, width, bound, durs)
 
     def gather_stretches(self, spans: list[tuple[int, int]], lat_end: np.ndarray
@@ -342,4 +351,4 @@ class Segments:
         return k, out, first, [idle_at], nd
 
 
-__all__ = ["LONG_RUN", "Segments", "dispatch_box"]
+__all__ = ["LONG_RUN", "STRETCHES_AFTER", "Segments", "dispatch_box"]

@@ -108,7 +108,7 @@ def run_multi(seg, i: int, width: int, bound: float, durs: list[float] | None):
     times, rows, dls = seg.times, seg.rows, seg.deadlines
     a, b0, mbr, wait, slots, n = seg.a, seg.b, seg.mbr, seg.wait_s, seg.slots, seg.n
     inf = math.inf
-    fitted = seg.run_end is not None
+    fitted = seg.stretch_to is not None
     if fitted:                      # numpy arrays, read a few times per stretch only
         stretch_to, ends = seg.stretch_to, seg.end_np
         prev_root, last_on, next_on = seg.prev_root, seg.last_on, seg.next_on

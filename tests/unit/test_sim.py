@@ -189,6 +189,8 @@ def test_the_bulk_fast_mode_gives_the_same_result_as_decide_on_every_request(cas
     assert_same(fast, simulate(trace, SimConfig(**cfg, check=True)))
     if case in ("bursty", "bursty, two warm", "bursty, batching rows", "bursty, three warm"):
         assert sim.bulk_requests > 0.9 * trace.requests    # the shortcut is really taken
+    if case in ("bursty", "bursty, three warm", "bursty, rows, buffer"):
+        assert sim.seg.stretch_to is not None               # and so are alone stretches
 
 
 def test_the_fast_path_dispatches_to_an_idle_container_whatever_the_estimate() -> None:
