@@ -15,6 +15,7 @@ depend on it) without splitting the gathered arrays into one array per piece.
 from __future__ import annotations
 
 import math
+from itertools import chain
 
 import numpy as np
 
@@ -41,25 +42,34 @@ def splice_busy(busy_a: list[float], busy_b: list[float], at: np.ndarray, lens: 
 
 def segment_busy(pieces: list[tuple], gathers: dict) -> tuple[np.ndarray, ...]:
     """(at, lens, starts, ends) of the segments' `pieces` in order (see the module docstring):
-    plain pieces copied in, each kind of range piece gathered by ``gathers[kind](spans)`` ->
-    (starts, ends, intervals per span), placed at once."""
-    at = np.array([p[0] for p in pieces], dtype=np.int64)
+    plain pieces (lists or arrays) joined with one conversion per group, each kind of range
+    piece gathered by ``gathers[kind](spans)`` -> (starts, ends, intervals per span), and every
+    group put in place with one scatter."""
+    at = np.fromiter((p[0] for p in pieces), dtype=np.int64, count=len(pieces))
     lens = np.zeros(len(pieces), dtype=np.int64)
-    plain = [x for x, p in enumerate(pieces) if len(p) == 3]
-    lens[plain] = [len(pieces[x][1]) for x in plain]
-    done = {}
-    for kind, gather in gathers.items():
-        sel = [x for x, p in enumerate(pieces) if len(p) == 4 and p[1] == kind]
-        if sel:
-            fs, fe, n = gather([pieces[x][2:] for x in sel])
-            lens[sel] = n
-            done[kind] = (sel, fs, fe, n)
+    groups: dict = {"lists": [], "arrays": []}
+    for x, p in enumerate(pieces):
+        key = p[1] if len(p) == 4 else "lists" if isinstance(p[1], list) else "arrays"
+        groups.setdefault(key, []).append(x)
+    done = []
+    for key, sel in groups.items():
+        if not sel:
+            continue
+        if key == "lists":
+            fs = np.array(list(chain.from_iterable(pieces[x][1] for x in sel)))
+            fe = np.array(list(chain.from_iterable(pieces[x][2] for x in sel)))
+            n = np.array([len(pieces[x][1]) for x in sel], dtype=np.int64)
+        elif key == "arrays":
+            fs = np.concatenate([pieces[x][1] for x in sel])
+            fe = np.concatenate([pieces[x][2] for x in sel])
+            n = np.array([len(pieces[x][1]) for x in sel], dtype=np.int64)
+        else:
+            fs, fe, n = gathers[key]([pieces[x][2:] for x in sel])
+        lens[sel] = n
+        done.append((sel, fs, fe, n))
     off = np.cumsum(lens) - lens
     seg_a, seg_b = np.empty(int(lens.sum())), np.empty(int(lens.sum()))
-    for x in plain:
-        o, m = off[x], lens[x]
-        seg_a[o:o + m], seg_b[o:o + m] = pieces[x][1], pieces[x][2]
-    for sel, fs, fe, n in done.values():
+    for sel, fs, fe, n in done:
         pos = np.repeat(off[sel] - (np.cumsum(n) - n), n) + np.arange(int(n.sum()))
         seg_a[pos], seg_b[pos] = fs, fe
     return at, lens, seg_a, seg_b
