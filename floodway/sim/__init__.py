@@ -1,7 +1,12 @@
 """A discrete-event simulator that drives the same `decide()` and warm-pool policy code as the
 router and the warmers over a trace (see `floodway.sim.engine`).
 
-    engine.py   the event loop: containers, batches, the router's queue, policy ticks
+    engine.py   the run: arrivals, decide() or the fast path, bulk segments
+    pool.py     containers, batches, the router's queue, policy ticks, the event heap
+    fastpath.py exact shortcuts: the dispatch test, bulk segments on one warm container
+    busy.py     one container's busy periods for every arrival at once (numpy)
+    multi.py    bulk segments on two or more warm containers, alone stretches
+    collect.py  the SimResult of a run, segments' busy intervals spliced in order
     model.py    measured cold-start and service-time models
     policy.py   policies to compare: floodway's `desired`, the hybrid histogram alone
     trace.py    per-request and per-minute traces

@@ -48,8 +48,14 @@ calls `decide` on every arrival; tests/unit/test_sim.py compares every field):
   replayed on plain lists instead of heap events and objects, and backed off to the last
   instant the pool was idle again if one would not be dispatched; on one warm container whole
   busy periods are precomputed for every arrival with numpy (`floodway.sim.busy`) and runs of
-  them are taken in O(1). Latencies and busy intervals are filled in with numpy at the end, in
-  the order the event loop would have recorded them.
+  them are taken in O(1); on two or more, stretches where every arrival finds an idle
+  container are found for every arrival with numpy and taken in O(1) as well
+  (`floodway.sim.multi`). Latencies and busy intervals are filled in with numpy at the end,
+  in the order the event loop would have recorded them (`floodway.sim.collect`).
+- The policy sees the minutes that have ended as an O(1) view of the trace's counts
+  (`History.view_of`), checked once.
+
+Containers, batches, the queue and the policy's ticks are in `floodway.sim.pool.Pool`.
 
 `check=True` runs `decide` on every arrival as well (no bulk segments) and raises
 `DecisionMismatch` if the dispatch test ever disagrees.
@@ -74,55 +80,24 @@ from floodway.routers.decide import (
     Snapshot,
     decide,
 )
+from floodway.sim.collect import collect
 from floodway.sim.fastpath import Segments, dispatch_box
 from floodway.sim.model import ColdStartModel, ServiceModel
 from floodway.sim.policy import DesiredPolicy, Policy
-from floodway.sim.result import SimResult, coverage_per_minute, splice_busy
-from floodway.sim.trace import MINUTE_S, Trace
+from floodway.sim.pool import _CHECK, _TICK, Pool, _Box
+from floodway.sim.result import SimResult
+from floodway.sim.trace import Trace
 from floodway.warmers.target import History, Measured
 
 ACTIONS = (Action.DISPATCH, Action.QUEUE, Action.SPILL_COLD, Action.SPILL_ASYNC, Action.SHED)
 _CODE = {a: i for i, a in enumerate(ACTIONS)}
 TENANT = "anonymous"
-# Event kinds; at equal times the heap orders by kind: a container that becomes ready or
-# frees a slot does so before a policy tick or idle check at the same instant.
-_READY, _DONE, _TICK, _CHECK = 0, 1, 2, 3
-_EPS_S = 1e-9
+
 
 
 class DecisionMismatch(AssertionError):
     """The fast path and `decide()` disagreed (raised only with ``check=True``)."""
 
-
-class _Batch:
-    __slots__ = ("reqs", "rows", "start_s", "end_s", "dur_s", "est_s")
-
-    def __init__(self) -> None:
-        self.reqs: list[int] = []
-        self.rows = 0
-        self.start_s = math.inf      # inf: behind another batch, start not known yet
-        self.end_s = math.inf
-        self.dur_s = -1.0            # a sampled duration (service samples), else -1
-        self.est_s = 0.0             # the fitted time added to the container's backlog
-
-
-class _Box:
-    """One simulated container."""
-
-    __slots__ = ("id", "warm", "stopped", "created_s", "ready_s", "stop_s", "batches",
-                 "backlog_s", "idle_since_s", "check_at_s")
-
-    def __init__(self, cid: int, created_s: float, ready_s: float) -> None:
-        self.id = cid
-        self.warm = False
-        self.stopped = False
-        self.created_s = created_s
-        self.ready_s = ready_s
-        self.stop_s = math.inf
-        self.batches: deque[_Batch] = deque()
-        self.backlog_s = 0.0
-        self.idle_since_s = ready_s
-        self.check_at_s = math.inf
 
 
 @dataclass(frozen=True)
@@ -149,7 +124,7 @@ def simulate(trace: Trace, config: SimConfig | None = None, **kw) -> SimResult:
     return _Sim(trace, config or SimConfig(**kw)).run()
 
 
-class _Sim:
+class _Sim(Pool):
     def __init__(self, trace: Trace, cfg: SimConfig) -> None:
         self.trace, self.cfg = trace, cfg
         self.rng = np.random.default_rng(cfg.seed)
@@ -183,191 +158,6 @@ class _Sim:
         self.pieces: list[tuple] = []        # (at, starts, ends): busy intervals of segments
         self.bulk_runs = 0                   # segments run in bulk, and their arrivals
         self.bulk_requests = 0
-
-    # ------------------------------------------------------------ events and containers
-    def push(self, t: float, kind: int, obj: object, extra: object = None) -> None:
-        self.seq += 1
-        heapq.heappush(self.heap, (t, kind, self.seq, obj, extra))
-
-    def start_box(self, now: float, warm_now: bool = False) -> _Box:
-        cold = 0.0 if warm_now else self.cfg.cold.sample(self.rng)
-        box = _Box(len(self.all), now, now + cold)
-        self.all.append(box)
-        self.live.append(box)
-        if warm_now:
-            box.warm = True
-            box.created_s = now
-        else:
-            self.started += 1
-            self.push(box.ready_s, _READY, box)
-        return box
-
-    def stop_box(self, box: _Box, now: float) -> None:
-        box.stopped = True
-        box.stop_s = now
-        self.live.remove(box)
-
-    def keep(self) -> int:
-        return max(self.floor, self.working + self.buffer) if self.buffer else self.floor
-
-    def went_idle(self, box: _Box, now: float) -> None:
-        box.idle_since_s = now
-        due = now + self.scaledown_s
-        if due < box.check_at_s:
-            box.check_at_s = due
-            self.push(due, _CHECK, box)
-
-    # ------------------------------------------------------------ batches
-    def assign(self, box: _Box, idx: int, rows: int, now: float) -> bool:
-        """Give request `idx` to `box`: join its newest unstarted batch, else open a new one
-        if a slot is free. False if neither is possible."""
-        bs = box.batches
-        if bs:
-            last = bs[-1]
-            if last.start_s > now and last.rows + rows <= self.mbr:
-                self._grow(box, last, idx, rows)
-                return True
-            if len(bs) >= self.slots:
-                return False
-        b = _Batch()
-        bs.append(b)
-        self._grow(box, b, idx, rows)
-        if len(bs) == 1:
-            self.working += 1
-            self._begin(box, b, now if b.rows >= self.mbr else now + self.wait_s)
-        return True
-
-    def _grow(self, box: _Box, b: _Batch, idx: int, rows: int) -> None:
-        b.reqs.append(idx)
-        b.rows += rows
-        est = self.fit.seconds(b.rows)
-        box.backlog_s += est - b.est_s
-        b.est_s = est
-        if b.start_s < math.inf and b.dur_s < 0:
-            b.end_s = b.start_s + est     # joined before it started: it runs longer
-
-    def _begin(self, box: _Box, b: _Batch, start: float) -> None:
-        b.start_s = start
-        svc = self.cfg.service
-        if svc.samples_s:
-            b.dur_s = svc.samples_s[int(self.rng.integers(len(svc.samples_s)))]
-            b.end_s = start + b.dur_s
-        else:
-            b.end_s = start + b.est_s
-        self.push(b.end_s, _DONE, box, b)
-
-    def on_done(self, box: _Box, b: _Batch, now: float) -> None:
-        if b.end_s > now:                  # it grew after this event was pushed
-            self.push(b.end_s, _DONE, box, b)
-            return
-        box.batches.popleft()
-        box.backlog_s -= b.est_s
-        if not box.batches:
-            box.backlog_s = 0.0            # no drift from float subtraction
-            self.working -= 1
-        self.busy_a.append(b.start_s)
-        self.busy_b.append(now)
-        times, lat_end = self.times, self.lat_end
-        ready = box.ready_s
-        for i in b.reqs:
-            a = times[i]
-            lat_end[i] = now
-            if a < ready:
-                self.cold_requests += 1
-        if box.batches:
-            self._begin(box, box.batches[0], now)
-        if self.queue:
-            self.drain(box, now)
-        if not box.batches:
-            self.went_idle(box, now)
-
-    def drain(self, box: _Box, now: float) -> None:
-        q, rows, times_dl = self.queue, self.rows, self.deadline
-        while q:
-            i = q[0]
-            r = 1 if rows is None else rows[i]
-            if times_dl[i] <= now:
-                q.popleft()
-                self.queued_rows -= r
-                self.expired += 1
-                continue
-            if not self.assign(box, i, r, now):
-                return
-            q.popleft()
-            self.queued_rows -= r
-
-    def drain_all(self, now: float) -> None:
-        for box in self.live:
-            if not self.queue:
-                return
-            if box.warm:
-                self.drain(box, now)
-
-    # ------------------------------------------------------------ policy
-    def on_tick(self, now: float) -> None:
-        k = int(round(now / MINUTE_S)) - self.trace.start_minute
-        hist = History(self.trace.start_minute, self.counts[:max(k, 0)])
-        t0 = time.perf_counter()
-        target, self.pstate = self.policy(now, hist, self.measured, self.pstate)
-        self.policy_s += time.perf_counter() - t0
-        self.floor = min(target.min_containers, self.cap)
-        self.buffer = target.buffer_containers
-        changed = target.scaledown_window_s != self.scaledown_s
-        self.scaledown_s = target.scaledown_window_s
-        self.reconcile(now, changed)
-
-    def reconcile(self, now: float, recheck: bool) -> None:
-        keep = min(self.keep(), self.cap)
-        n = len(self.live)
-        while n < keep:
-            self.start_box(now)
-            n += 1
-        if n <= keep and not recheck:
-            return
-        idle = sorted((b for b in self.live if b.warm and not b.batches),
-                      key=lambda b: b.idle_since_s)
-        for box in idle:
-            due = box.idle_since_s + self.scaledown_s
-            if due <= now + _EPS_S and len(self.live) > keep:
-                self.stop_box(box, now)
-            elif due > now and due < box.check_at_s:
-                box.check_at_s = due
-                self.push(due, _CHECK, box)
-
-    def on_check(self, box: _Box, now: float) -> None:
-        if now >= box.check_at_s - _EPS_S:
-            box.check_at_s = math.inf
-        if box.stopped or not box.warm or box.batches:
-            return
-        due = box.idle_since_s + self.scaledown_s
-        if due > now + _EPS_S:
-            if due < box.check_at_s:
-                box.check_at_s = due
-                self.push(due, _CHECK, box)
-            return
-        if len(self.live) > min(self.keep(), self.cap):
-            self.stop_box(box, now)
-
-    def on_ready(self, box: _Box, now: float) -> None:
-        box.warm = True
-        if self.queue:
-            self.drain(box, now)
-        if not box.batches:
-            self.went_idle(box, now)
-
-    def handle(self, ev: tuple, end_s: float) -> None:
-        t, kind, _, obj, extra = ev
-        if kind == _DONE:
-            self.on_done(obj, extra, t)
-        elif kind == _READY:
-            self.on_ready(obj, t)
-        elif t <= end_s:
-            if kind == _TICK:
-                self.on_tick(t)
-                if t + MINUTE_S < end_s:
-                    self.push(t + MINUTE_S, _TICK, None)
-            else:
-                self.on_check(obj, t)
 
     # ------------------------------------------------------------ decisions
     def snapshot(self, now: float) -> Snapshot:
@@ -436,7 +226,7 @@ class _Sim:
             return i
         at = len(self.busy_a)
         for piece in chunks:               # busy intervals, spliced in at the end
-            if len(piece) == 3 or piece[0].size:
+            if len(piece) == 3 or len(piece[0]):
                 self.pieces.append((at,) + tuple(piece))
         for e, c in first:                 # each container's first idle, in event order
             box = boxes[c]
@@ -463,6 +253,7 @@ class _Sim:
         self.deadline = deadline_np.tolist()
         self.lat_end = np.full(n, math.nan)
         self.counts = tr.counts
+        self.history = History(tr.start_minute, tr.counts)    # checked once, cut each minute
         codes = bytearray(n)
         start_s, end_s = tr.start_s, tr.end_s
         for _ in range(min(cfg.warm.min_containers, self.cap)):
@@ -516,46 +307,7 @@ class _Sim:
             i += 1
         while heap:
             handle(heapq.heappop(heap), end_s)
-        return self.result(codes, time.perf_counter() - wall0)
-
-    def result(self, codes: bytearray, wall_s: float) -> SimResult:
-        tr = self.trace
-        dec = np.frombuffer(bytes(codes), dtype=np.uint8)
-        counts = np.bincount(dec, minlength=len(ACTIONS)) if dec.size else \
-            np.zeros(len(ACTIONS), dtype=np.int64)
-        spans = [p[2:] for p in self.pieces if len(p) == 4]
-        if spans:                          # chains of busy periods: gathered all at once
-            done = iter(self.seg.busy.gather_all(spans, self.lat_end))
-            self.pieces = [(p[0],) + next(done) if len(p) == 4 else p for p in self.pieces]
-        busy_a, busy_b = splice_busy(self.busy_a, self.busy_b, self.pieces)
-        last = float(busy_b.max()) if busy_b.size else tr.end_s
-        horizon = max(tr.end_s, last)
-        ready_a = np.array([b.ready_s for b in self.all if b.ready_s < horizon])
-        ready_b = np.array([min(b.stop_s, horizon) for b in self.all if b.ready_s < horizon])
-        start_a = np.array([b.created_s for b in self.all])
-        start_b = np.array([min(b.ready_s, b.stop_s, horizon) for b in self.all])
-        lat = self.lat_end - tr.times_s
-        served = lat[~np.isnan(lat)]
-        p50, p95, p99 = (np.percentile(served, [50, 95, 99]) if served.size
-                         else (math.nan,) * 3)
-        minutes = math.ceil(horizon / MINUTE_S - 1e-9) - tr.start_minute
-        warm_series = coverage_per_minute(ready_a, ready_b, tr.start_minute, minutes) / MINUTE_S
-        busy_series = coverage_per_minute(busy_a, busy_b, tr.start_minute, minutes) / MINUTE_S
-        arrivals = np.zeros(minutes, dtype=np.int64)
-        arrivals[:len(tr.counts)] = tr.counts[:minutes]
-        return SimResult(
-            requests=tr.requests, dispatched=int(counts[0]), queued=int(counts[1]),
-            spill_cold=int(counts[2]), spill_async=int(counts[3]), shed=int(counts[4]),
-            expired=self.expired, cold_requests=self.cold_requests,
-            containers_started=self.started, p50_s=float(p50), p95_s=float(p95),
-            p99_s=float(p99),
-            warm_min=float((ready_b - ready_a).sum()) / MINUTE_S if ready_a.size else 0.0,
-            busy_min=float((busy_b - busy_a).sum()) / MINUTE_S if busy_a.size else 0.0,
-            starting_min=float(np.clip(start_b - start_a, 0, None).sum()) / MINUTE_S,
-            span_min=(horizon - tr.start_s) / MINUTE_S, usd_per_gpu_s=self.cfg.usd_per_gpu_s,
-            wall_s=wall_s, policy_s=self.policy_s, series_start_minute=tr.start_minute,
-            arrivals=arrivals, warm_avg=warm_series, busy_avg=busy_series, decisions=dec,
-            latencies_s=lat)
+        return collect(self, codes, time.perf_counter() - wall0)
 
 
 __all__ = ["ACTIONS", "DecisionMismatch", "SimConfig", "simulate"]

@@ -44,6 +44,9 @@ and, per arrival, the end of the run that starts there, once with numpy; a segme
 cut skips a whole run in O(1) list operations (cut at `bound` by bisection: ends never
 decrease within a run), and long runs are kept as index ranges, filled in with numpy.
 
+**Two or more warm containers** (`Segments.run`): `floodway.sim.multi`, where stretches in
+which every arrival finds an idle container are taken in O(1).
+
 **One warm container** (`run1`, the common case): a batch holds consecutive arrivals, so the
 loop keeps only (rows, fitted time, first arrival) per batch in flight; and the busy period
 that would start at each arrival is precomputed for all of them at once with numpy
@@ -61,14 +64,15 @@ committed part used, so the stream stays the event loop's.
 from __future__ import annotations
 
 import math
-from bisect import bisect_left
 
 import numpy as np
 
 from floodway.routers.decide import HEADROOM, ServiceTime
 from floodway.sim.busy import BusyPeriods
+from floodway.sim.multi import alone_stretches, gather_stretches, run_multi
 
 LONG_RUN = 32      # isolated runs at least this long are kept as index ranges
+STRETCHES_AFTER = 16   # segments on two or more containers before alone stretches are found
 
 
 def dispatch_box(live: list, slots: int, fit: ServiceTime, mbr: int, now: float,
@@ -103,14 +107,14 @@ class Segments:
     """Bulk segments over one trace (see the module docstring).
 
     `times`, `deadlines`: the event loop's lists; `lat_end`: its per-arrival batch ends (nan
-    until served), which segments fill in. With fitted batch times (numpy arrays, as lists
-    for `run` once it runs): `start_np` / `end_np`: each arrival's batch start and end were
-    it alone on an idle container; `run_end[i]`: the first j >= i whose batch would not end
-    by arrival j + 1 or whose budget is not positive; `pair[j]`: j and j + 1 both alone (j
-    still busy when j + 1 comes) and both ended by j + 2; `busy`: the busy periods of one
-    container
-    (`BusyPeriods`, or None where its margin check fails). `usable`: every batch has a
-    positive fitted time (a busy container never ties with an idle one on backlog) and every
+    until served), which segments fill in. With fitted batch times (numpy arrays):
+    `start_np` / `end_np`: each arrival's batch start and end were it alone on an idle
+    container; `run_end[i]`: the first j >= i whose batch would not end by arrival j + 1 or
+    whose budget is not positive; `stretch_to`, `prev_root`, `last_on`, `next_on`: the alone
+    stretches on two or more containers (`floodway.sim.multi.alone_stretches`); `busy`: the
+    busy periods of one container (`BusyPeriods`, or None where its margin check fails).
+    `usable`: every batch has a positive fitted time (a busy container never ties with an
+    idle one on backlog) and every
     sample is positive.
     """
 
@@ -128,7 +132,10 @@ class Segments:
         self.a, self.b, self.mbr, self.wait_s, self.slots = (fit.per_row_s, fit.per_batch_s,
                                                              mbr, wait_s, slots)
         self.samples = samples_s
-        self.run_end = self.busy = None
+        self.lat_i: list[int] = []      # arrivals served by `run_multi`, and their batch ends
+        self.lat_v: list[float] = []
+        self.run_end = self.busy = self.stretch_to = None
+        self.times_np, self.multi_runs = times_np, 0
         if not samples_s and self.usable:
             self.start_np = np.where(r >= mbr, times_np, times_np + wait_s)
             self.end_np = self.start_np + est
@@ -139,191 +146,35 @@ class Segments:
             ok = (self.end_np <= nxt) & (budget > 0)
             idx = np.where(ok, n, np.arange(n))
             self.run_end = np.minimum.accumulate(idx[::-1])[::-1]
-            nxt2 = np.append(times_np[2:], [np.inf, np.inf])[:n]
-            self.pair = ((self.end_np > nxt) & (self.end_np <= nxt2) & (budget > 0) & np.append(
-                (self.end_np[1:] <= nxt2[:-1]) & (budget[1:] > 0), False))
-            self.lists = None           # the same as lists, for `run`, made when first needed
+            self.budget_np = budget
             self.busy = BusyPeriods(times_np, rows, budget, self.start_np, self.end_np, fit,
                                     mbr, slots)
             if not self.busy.usable:
                 self.busy = None
 
+    def flush_latencies(self) -> None:
+        """Set the batch ends that `run_multi` kept in `lat_i` / `lat_v` in `lat_end`."""
+        if self.lat_i:
+            self.lat_end[np.array(self.lat_i, dtype=np.int64)] = np.array(self.lat_v)
+            self.lat_i, self.lat_v = [], []
+
     def run(self, i: int, width: int, bound: float, durs: list[float] | None):
-        """Simulate arrivals from `i` on `width` warm containers (all idle, the queue empty)
-        before `bound`. Returns the last clean cut: (k, chunks, [(first idle time,
-        container)], each container's idle-since or None, draws used); arrivals i..k-1 were
-        all dispatched and ended, `lat_end` is set for exactly them, and `chunks` holds their
-        busy intervals in the heap's order, as (starts, ends) arrays (`run1` also gives
-        ("K", p, q): the chain's busy periods p..q-1, for `BusyPeriods.gather_all` to fill in
-        with `lat_end` at the end)."""
-        times, rows, dls, lat_end = self.times, self.rows, self.deadlines, self.lat_end
-        a, b0, mbr, wait, slots, n = self.a, self.b, self.mbr, self.wait_s, self.slots, self.n
-        inf, run_end = math.inf, self.run_end
-        if run_end is not None:
-            if self.lists is None:
-                self.lists = (self.run_end.tolist(), self.end_np.tolist(),
-                              self.start_np.tolist(), self.pair.tolist())
-            run_end, ends, starts, pair = self.lists
-        nd, maxd = 0, len(durs) if durs is not None else 0
-        # batches: [rows, start, end, fitted time, arrivals, (time, arrival) of its last push]
-        bs: list[list] = [[] for _ in range(width)]
-        backlog = [0.0] * width
-        idle_at: list = [None] * width
-        seen = [False] * width
-        first: list[tuple[float, int]] = []
-        out_a: list[float] = []
-        out_b: list[float] = []
-        lat_i: list[int] = []           # arrivals served, and their batches' ends
-        lat_v: list[float] = []
-        busy = 0
-        soon = inf                      # no head batch ends before this
-        cut = (i, 0, 0, idle_at[:], 0, 0)
-        j = i
-        while True:
-            t = times[j] if j < n else inf
-            stop = t >= bound
-            lim = bound if stop else t
-            if soon <= lim:
-                recs = []
-                soon = inf
-                for c in range(width):
-                    q = bs[c]
-                    while q and (q[0][2] < lim if stop else q[0][2] <= lim):
-                        bt = q.pop(0)
-                        e = bt[2]
-                        backlog[c] -= bt[3]
-                        lat_i += bt[4]
-                        lat_v += [e] * len(bt[4])
-                        if q:
-                            nb = q[0]
-                            nb[1] = e
-                            nb[5] = (e, -1)     # pushed as it begins (order among ties: unknown)
-                            if durs is None:
-                                nb[2] = e + nb[3]
-                            elif nd < maxd:
-                                nb[2] = e + durs[nd]
-                                nd += 1
-                            else:
-                                nb[2] = inf      # out of draws: no cut after this
-                        else:
-                            backlog[c] = 0.0
-                            busy -= 1
-                        recs.append((e, bt[5], bt[1], c, not q))
-                    if q and q[0][2] < soon:
-                        soon = q[0][2]
-                if len(recs) > 1 and width > 1:
-                    if durs is not None:
-                        break
-                    # The heap's order: by end, equal ends by push order, i.e. by when each
-                    # was last pushed, and at one instant events (-1) before arrivals (by
-                    # index); two events' pushes at one instant: unknown.
-                    recs.sort(key=lambda x: (x[0], x[1]))
-                    if len({x[:2] for x in recs}) < len(recs):
-                        break
-                for e, _, st, c, went_idle in recs:
-                    out_a.append(st)
-                    out_b.append(e)
-                    if went_idle:
-                        idle_at[c] = e
-                        if not seen[c]:
-                            seen[c] = True
-                            first.append((e, c))
-            if not busy:
-                cut = (j, len(out_a), len(first), idle_at[:], nd, len(lat_i))
-                if stop:
-                    break
-                if run_end is not None:
-                    r = run_end[j]
-                    if r > j:           # an isolated run: alone on container 0, one by one
-                        if ends[r - 1] >= bound:
-                            r = bisect_left(ends, bound, j, r)
-                        if r > j:
-                            out_a += starts[j:r]
-                            out_b += ends[j:r]
-                            lat_i += range(j, r)
-                            lat_v += ends[j:r]
-                            idle_at[0] = ends[r - 1]
-                            if not seen[0]:
-                                seen[0] = True
-                                first.append((ends[j], 0))
-                            j = r
-                            continue
-                    elif pair[j] and ends[j + 1] < bound and ends[j] < bound:
-                        # A pair: j alone on container 0, j + 1 (while 0 is busy) alone on
-                        # the idle container 1, both ended by arrival j + 2.
-                        e0, e1 = ends[j], ends[j + 1]
-                        order = ((0, j, e0), (1, j + 1, e1)) if e0 <= e1 else \
-                            ((1, j + 1, e1), (0, j, e0))
-                        for c, m, e in order:       # heap order: by end, then arrival
-                            out_a.append(starts[m])
-                            out_b.append(e)
-                            lat_i.append(m)
-                            lat_v.append(e)
-                            idle_at[c] = e
-                            if not seen[c]:
-                                seen[c] = True
-                                first.append((e, c))
-                        j += 2
-                        continue
-            elif stop:
-                break
-            rr = 1 if rows is None else rows[j]
-            budget = dls[j] - t
-            if budget <= 0:
-                break
-            best, bbl, idle = -1, 0.0, False
-            for c in range(width):
-                if len(bs[c]) < slots:
-                    bl = backlog[c]
-                    if bl == 0:
-                        idle = True
-                    if best < 0 or bl < bbl:
-                        best, bbl = c, bl
-            if best < 0:
-                break
-            if not idle:
-                budget *= HEADROOM
-                alone = a * min(rr, mbr) + b0
-                if alone > budget or bbl + alone > budget:
-                    break
-            q = bs[best]
-            if q:
-                last = q[-1]
-                if last[1] > t and last[0] + rr <= mbr:
-                    last[0] += rr
-                    est = a * last[0] + b0
-                    backlog[best] += est - last[3]
-                    last[3] = est
-                    if last[1] < inf and durs is None:
-                        if last[5][1] >= 0:     # its event fires at the old end, re-pushed
-                            last[5] = (last[2], -1)
-                        last[2] = last[1] + est
-                    last[4].append(j)
-                    j += 1
-                    continue
-            est = a * rr + b0
-            backlog[best] += est - 0.0
-            if q:
-                q.append([rr, inf, inf, est, [j], None])
-            else:
-                st = t if rr >= mbr else t + wait
-                if durs is None:
-                    e = st + est
-                elif nd < maxd:
-                    e = st + durs[nd]
-                    nd += 1
-                else:
-                    break
-                q.append([rr, st, e, est, [j], (t, j)])
-                busy += 1
-                if e < soon:
-                    soon = e
-            j += 1
-        k = cut[0]
-        if cut[5]:
-            lat_end[np.array(lat_i[:cut[5]], dtype=np.int64)] = np.array(lat_v[:cut[5]])
-        return (k, [(np.array(out_a[:cut[1]]), np.array(out_b[:cut[1]]))], first[:cut[2]],
-                cut[3], cut[4])
+        """Segments on two or more warm containers: `floodway.sim.multi.run_multi`. The alone
+        stretches cost a pass over every arrival: they are found once such segments have been
+        needed `STRETCHES_AFTER` times (before that, and without them, segments are only
+        slower, never different)."""
+        self.multi_runs += 1
+        if (self.stretch_to is None and self.run_end is not None
+                and self.multi_runs >= STRETCHES_AFTER):
+            self.stretch_to, self.prev_root, self.last_on, self.next_on = alone_stretches(
+                self.times_np, self.end_np, self.budget_np)
+        return run_multi(self, i, width, bound, durs)
+
+    def gather_stretches(self, spans: list[tuple[int, int]], lat_end: np.ndarray
+                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The busy intervals of the alone stretches j..r-1 for each (j, r) in `spans`, all
+        at once: `floodway.sim.multi.gather_stretches`."""
+        return gather_stretches(self.start_np, self.end_np, spans, lat_end)
 
     def run1(self, i: int, bound: float, durs: list[float] | None):
         """`run` for one warm container, the common case, made lean (see the module
@@ -500,4 +351,4 @@ class Segments:
         return k, out, first, [idle_at], nd
 
 
-__all__ = ["LONG_RUN", "Segments", "dispatch_box"]
+__all__ = ["LONG_RUN", "STRETCHES_AFTER", "Segments", "dispatch_box"]

@@ -124,23 +124,4 @@ def _ramp(sorted_x: np.ndarray, edges: np.ndarray) -> np.ndarray:
     return k * edges - csum[k]
 
 
-def splice_busy(busy_a: list[float], busy_b: list[float], pieces: list[tuple]
-           ) -> tuple[np.ndarray, np.ndarray]:
-    """The busy intervals as arrays, in the order the event loop recorded them: the listed
-    ones, with each segment's ``(at, starts, ends)`` before the `at`-th listed one."""
-    sa, sb = np.array(busy_a, dtype=np.float64), np.array(busy_b, dtype=np.float64)
-    if not pieces:
-        return sa, sb
-    at = np.array([p[0] for p in pieces], dtype=np.int64)
-    lens = np.array([p[1].size for p in pieces], dtype=np.int64)
-    before = np.concatenate([[0], np.cumsum(lens)])
-    pos_b = np.repeat(at, lens) + np.arange(before[-1])
-    pos_s = np.arange(sa.size) + before[np.searchsorted(at, np.arange(sa.size), side="right")]
-    out_a, out_b = np.empty(sa.size + before[-1]), np.empty(sa.size + before[-1])
-    out_a[pos_s], out_b[pos_s] = sa, sb
-    out_a[pos_b] = np.concatenate([p[1] for p in pieces])
-    out_b[pos_b] = np.concatenate([p[2] for p in pieces])
-    return out_a, out_b
-
-
-__all__ = ["SimResult", "coverage_per_minute", "splice_busy"]
+__all__ = ["SimResult", "coverage_per_minute"]

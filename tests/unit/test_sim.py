@@ -158,6 +158,9 @@ def bulk_cases() -> dict[str, tuple[Trace, dict]]:
                                                                     scaledown_window_s=60)}),
         "bursty, batching rows": (bursty(2, rows=True), {**EMBED, "route": Route(
             max_inflight_per_container=2, max_queue=64, timeout_s=2.0)}),
+        "bursty, three warm": (bursty(5), {**EMBED, "warm": WarmPool(min_containers=3,
+                                                                      scaledown_window_s=60)}),
+        "bursty, rows, buffer": (bursty(6, rows=True), EMBED),
         "bursty, sampled times": (bursty(3), {**EMBED, "cold": ColdStartModel.of([10.0, 20.0]),
                                               "service": ServiceModel.of([0.02, 0.05, 0.03])}),
         "bursty, tight deadline": (bursty(4, 60), {**EMBED, "route": Route(
@@ -184,8 +187,10 @@ def test_the_bulk_fast_mode_gives_the_same_result_as_decide_on_every_request(cas
     fast = sim.run()
     assert_same(fast, simulate(trace, SimConfig(**cfg, fast=False)))
     assert_same(fast, simulate(trace, SimConfig(**cfg, check=True)))
-    if case in ("bursty", "bursty, two warm", "bursty, batching rows"):
+    if case in ("bursty", "bursty, two warm", "bursty, batching rows", "bursty, three warm"):
         assert sim.bulk_requests > 0.9 * trace.requests    # the shortcut is really taken
+    if case in ("bursty", "bursty, three warm", "bursty, rows, buffer"):
+        assert sim.seg.stretch_to is not None               # and so are alone stretches
 
 
 def test_the_fast_path_dispatches_to_an_idle_container_whatever_the_estimate() -> None:
@@ -249,3 +254,25 @@ def test_cli_simulates_a_counts_csv_and_writes_the_plot(tmp_path) -> None:
                        env={"FLOODWAY_NO_MODAL": "1", "PATH": "/usr/bin:/bin", "COLUMNS": "120"})
     assert r.returncode == 0, r.stderr
     assert "requests" in r.stdout and "2" in r.stdout
+
+
+def test_alone_stretches_match_a_direct_walk() -> None:
+    from floodway.sim.multi import alone_stretches
+
+    rng = np.random.default_rng(7)
+    times = np.cumsum(rng.exponential(0.02, 5000))
+    end = times + rng.uniform(0.005, 0.06, times.size)        # not monotone
+    stretch_to, prev_root, last_on, _ = alone_stretches(times, end, np.ones(times.size))
+    side = np.where(last_on[0] == np.arange(times.size), 0, 1)
+    walked = 0
+    for j in np.flatnonzero(stretch_to > np.arange(times.size)):
+        free_at = [-np.inf, -np.inf]          # each container's busy-until
+        assert j == 0 or end[:j].max() <= times[j]                # a root: all idle
+        for m in range(j, int(stretch_to[j])):
+            c = 0 if free_at[0] <= times[m] else 1                # the first idle one
+            assert free_at[c] <= times[m] and side[m] == c
+            free_at[c] = end[m]
+            walked += 1
+        assert max(end[j:stretch_to[j]]) <= times[stretch_to[j]]  # ends at a clean cut
+        assert prev_root[stretch_to[j]] == stretch_to[j]
+    assert walked > 1000

@@ -55,6 +55,19 @@ def test_history_upto_hides_the_future() -> None:
     assert h.upto(at(-3)).total == 0
 
 
+def test_last_arrival_and_views_match_the_whole_array() -> None:
+    rng = np.random.default_rng(1)
+    for length in (0, 1, 63, 64, 65, 300, 5000):
+        for density in (0.0, 0.001, 0.3):
+            counts = (rng.random(length) < density).astype(np.int64)
+            h = History.from_counts(counts, start_minute=7)
+            for stop in {0, length // 3, length}:
+                v = History.view_of(h, stop)
+                nz = np.flatnonzero(counts[:stop])
+                assert v.last_arrival_minute() == (int(nz[-1]) + 7 if nz.size else None)
+                assert not v.counts.flags.writeable and v.start_minute == 7
+
+
 def test_measured_defaults_and_batches() -> None:
     m = Measured()
     assert m.cold_start_s == 30.0 and m.concurrency == 1.0
