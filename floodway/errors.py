@@ -95,4 +95,12 @@ class Unavailable(FloodwayError):
 
 
 class EndpointError(FloodwayError):
-    """The endpoint function raised, or returned the wrong number of outputs (500)."""
+    """The endpoint function raised, or returned the wrong number of outputs (500).
+
+    `outputs` / `item_errors`, when set: the request's partial result (None for each failed
+    item; ``{"index", "message"}`` per failed item), as a sync 500 answers it."""
+
+    def __init__(self, message: str, *, outputs: list | None = None,
+                 item_errors: list[dict] | None = None):
+        super().__init__(message)
+        self.outputs, self.item_errors = outputs, item_errors

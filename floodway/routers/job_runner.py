@@ -143,7 +143,11 @@ class JobRunner:
             # No capacity is not a failed attempt: back to the queue, attempts unchanged.
             if not self.store.release(job.id, self.owner, delay_s=delay_s):
                 log.info("job %s: no longer ours; not released: %s", job.id, e)
-        except (RequestError, EndpointError) as e:
+        except EndpointError as e:
+            partial = None if e.outputs is None else {"outputs": e.outputs,
+                                                      "item_errors": e.item_errors}
+            self._fail(job, str(e), retry=False, partial=partial)
+        except RequestError as e:
             self._fail(job, str(e), retry=False)
         except Exception as e:
             self._fail(job, f"{type(e).__name__}: {e}", retry=True)
@@ -162,9 +166,11 @@ class JobRunner:
         if not done:
             log.info("job %s: already finished elsewhere; result dropped", job.id)
 
-    def _fail(self, job: Job, error: str, *, retry: bool, delay_s: float = 0.0) -> None:
+    def _fail(self, job: Job, error: str, *, retry: bool, delay_s: float = 0.0,
+              partial: dict[str, Any] | None = None) -> None:
         try:
-            if not self.store.fail(job.id, self.owner, error, retry=retry, delay_s=delay_s):
+            if not self.store.fail(job.id, self.owner, error, retry=retry, delay_s=delay_s,
+                                   partial=partial):
                 log.info("job %s: no longer ours; failure not recorded: %s", job.id, error)
         except Exception:
             log.exception("job %s: recording its failure failed; its lease will expire",

@@ -104,7 +104,9 @@ def _iso(t: float | None) -> str | None:
 @dataclass(frozen=True)
 class Job:
     """One job as stored. Times are epoch seconds; `finished_s`/`expires_s` are None until
-    the job succeeded or failed. `error` holds the last error while a job is retried."""
+    the job succeeded or failed. `error` holds the last error while a job is retried.
+    `outputs`: the outputs once succeeded; for a job failed on some items only, its partial
+    result ``{"outputs", "item_errors"}``."""
 
     id: str
     endpoint: str
@@ -112,7 +114,7 @@ class Job:
     priority: str
     state: JobState
     inputs: list[Any]
-    outputs: list[Any] | None
+    outputs: list[Any] | dict[str, Any] | None
     error: str | None
     attempts: int
     created_s: float
@@ -126,8 +128,9 @@ class Job:
 
     def to_wire(self) -> dict[str, Any]:
         """The ``GET /v1/jobs/<id>`` answer. Inputs are never echoed; times are RFC 3339 UTC
-        strings (``finished_at`` null until done); ``outputs`` only when succeeded,
-        ``error`` only when failed."""
+        strings (``finished_at`` null until done); ``outputs`` when succeeded, ``error``
+        when failed (with ``outputs``, null per failed item, and ``item_errors`` when only
+        some items failed, as a sync 500)."""
         out: dict[str, Any] = {"id": self.id, "endpoint": self.endpoint,
                                "status": str(self.state), "attempts": self.attempts,
                                "created_at": _iso(self.created_s),
@@ -136,6 +139,8 @@ class Job:
             out["outputs"] = self.outputs
         elif self.state == JobState.FAILED:
             out["error"] = self.error
+            if isinstance(self.outputs, dict):   # only some items failed (see `fail`)
+                out.update(self.outputs)
         return out
 
 
@@ -389,11 +394,14 @@ class JobStore:
                           "AND owner = ?", (job_id, owner)).fetchone()
 
     def fail(self, job_id: str, owner: str, error: str, *, retry: bool,
-             delay_s: float = 0.0) -> bool:
+             delay_s: float = 0.0, partial: dict[str, Any] | None = None) -> bool:
         """Report that `owner`'s attempt failed with `error`. `retry`: put the job back in the
         queue (claimable after `delay_s` seconds) unless its attempts are used up, in which
-        case it fails ("gave up after N attempts: <error>"). False if `owner` no longer holds
-        the job (its lease was taken over, or the job already finished)."""
+        case it fails ("gave up after N attempts: <error>"). `partial`: what the failed
+        job's answer carries beside its error (``{"outputs", "item_errors"}`` when only some
+        items failed). False if `owner` no longer holds the job (its lease was taken over,
+        or the job already finished)."""
+        partial_json = None if partial is None else dumps(partial).decode()
         with self._write() as db:
             row = self._held(db, job_id, owner)
             if row is None:
@@ -405,7 +413,8 @@ class JobStore:
             else:
                 if retry:
                     error = f"gave up after {row['attempts']} attempts: {error}"
-                self._update(db, row, JobState.FAILED, **self._finish(now), error=error)
+                self._update(db, row, JobState.FAILED, **self._finish(now), error=error,
+                             outputs=partial_json)
             return True
 
     def release(self, job_id: str, owner: str, *, delay_s: float = 0.0) -> bool:

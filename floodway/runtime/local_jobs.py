@@ -140,6 +140,8 @@ def _outputs(results: list[Any]) -> list[Any]:
         i, err = failed[0]
         if isinstance(err, Unavailable):
             raise err
-        raise EndpointError(f"{len(failed)} of {len(results)} inputs failed; first: "
-                            f"inputs[{i}]: {err}")
+        raise EndpointError(
+            f"{len(failed)} of {len(results)} inputs failed; first: inputs[{i}]: {err}",
+            outputs=[None if isinstance(r, BaseException) else r for r in results],
+            item_errors=[{"index": j, "message": str(r)} for j, r in failed])
     return results

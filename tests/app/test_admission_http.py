@@ -273,3 +273,29 @@ def test_a_queue_deadline_that_fires_before_the_hand_off_still_hands_off(tmp_pat
     jobs.store.close()
     assert handed.status_code == 202 and handed.headers["x-floodway-handoff"] == "deadline"
     assert plain.status_code == 504
+
+
+def test_a_job_with_a_bad_item_keeps_the_good_outputs(tmp_path):
+    backend = ScriptedBackend()
+    backend.mode = "one_bad"
+    jobs = LocalJobs(app, backend, tmp_path / "jobs.sqlite3")
+    asgi = make_asgi_app(app, backend, jobs=jobs)
+
+    async def go():
+        await jobs.start()
+        try:
+            async with client(asgi) as c:
+                r = await c.post("/v1/upper/jobs", json={"inputs": ["a", "bad", "c"]})
+                for _ in range(300):
+                    done = (await c.get(r.headers["location"])).json()
+                    if done["status"] == "failed":
+                        return done
+                    await asyncio.sleep(0.01)
+                return done
+        finally:
+            await jobs.stop()
+
+    done = asyncio.run(go())
+    assert done["status"] == "failed" and "1 of 3 inputs failed" in done["error"]
+    assert done["outputs"] == ["A", None, "C"]          # as a sync 500 answers them
+    assert [e["index"] for e in done["item_errors"]] == [1]
