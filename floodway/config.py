@@ -207,7 +207,7 @@ class WarmPool(_Config):
     """The warm pool, with Modal's autoscaler names and meanings.
 
     `min_containers` stay warm even when idle; `buffer_containers` extra idle containers are kept
-    while the endpoint is active; an idle container is stopped after `scaledown_window_s`;
+    on top of the busy ones while the endpoint is active (`WarmTarget.keep`); an idle container is stopped after `scaledown_window_s`;
     never more than `max_containers` (None: `MAX_CONTAINERS_LIMIT`). `windows` raise the floor
     on a schedule; `predictive` enables the history-based policy.
     """

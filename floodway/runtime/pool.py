@@ -1,11 +1,14 @@
 """The local pool: containers per endpoint, scaled, replaced and stopped; the local Backend.
 
 Per endpoint the pool keeps the floor that the warm-pool policy asks for
-(`floodway.warmers.desired`: `min_containers`, scheduled windows, the predictive policy, and
-`buffer_containers` while the endpoint is active), recomputed every tick from the measured
-cold start and service time and the endpoint's traffic history; `--containers N` pins the
-floor instead. It starts more on `spill_cold` up to `max_containers`, and scales idle ones
-down after the target's `scaledown_window_s`: it picks the longest-idle container above the
+(`floodway.warmers.desired`: `min_containers` from the config, scheduled windows and the
+predictive policy; `buffer_containers` while the endpoint is active), recomputed every tick
+from the measured cold start and service time and the endpoint's traffic history. As on
+Modal, the buffer is idle containers on top of those serving inputs: the floor is
+max(min_containers, busy + buffer_containers), busy counted at the tick (`WarmTarget.keep`,
+as in the simulator). `--containers N` pins the floor instead. It starts more on
+`spill_cold` up to `max_containers`, and scales idle ones down after the target's
+`scaledown_window_s`: it picks the longest-idle container above the
 floor, stops routing to it (draining) and lets in-flight work finish. Only user batches
 reset a container's idle timer (warm-up runs before it is ready; probes never reach it).
 A container that dies is replaced while the pool is under its floor, with exponential
@@ -304,7 +307,8 @@ class Pool:
                 self._policy.get(endpoint), params=POLICY_PARAMS)
             self.targets[endpoint] = target
         t = self.targets[endpoint]
-        self.floor[endpoint] = min(t.min_containers + t.buffer_containers, self.cap(endpoint))
+        busy = sum(1 for c in self._live(endpoint) if c.inflight)
+        self.floor[endpoint] = t.keep(busy, self.cap(endpoint))
 
     # ------------------------------------------------------------------ scaling and health
     def start_cold(self, endpoint: str) -> bool:

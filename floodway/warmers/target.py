@@ -9,7 +9,8 @@ of the inputs differs. The names mirror Modal's autoscaler (https://modal.com/do
 
 - ``min_containers``: containers kept warm even when the endpoint is idle;
 - ``buffer_containers``: extra idle containers kept *while the endpoint is active*, i.e. while
-  it has had an input within the last ``scaledown_window`` (Modal's meaning);
+  it has had an input within the last ``scaledown_window``, on top of the containers serving
+  inputs: a pool keeps max(min_containers, busy + buffer_containers) (Modal's meaning);
 - ``scaledown_window``: seconds an idle container waits before it is stopped (2..3600 on Modal).
 
 Composition (all times in seconds since the epoch, UTC):
@@ -248,6 +249,14 @@ class WarmTarget:
     buffer_containers: int
     scaledown_window_s: float
     reason: str
+
+    def keep(self, busy: int, cap: int) -> int:
+        """Containers a pool keeps live with `busy` of them serving inputs: the buffer is
+        idle containers on top of the busy ones (Modal's autoscaler: with min 2 and buffer 1,
+        a third starts once both are busy), at least `min_containers`, at most `cap`."""
+        want = max(self.min_containers, busy + self.buffer_containers) \
+            if self.buffer_containers else self.min_containers
+        return min(want, cap)
 
 
 @dataclass(frozen=True)

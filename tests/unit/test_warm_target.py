@@ -101,6 +101,16 @@ def test_buffer_drops_when_idle_but_floor_stays() -> None:
     assert (never.min_containers, never.buffer_containers) == (1, 0)
 
 
+def test_keep_is_the_buffer_on_top_of_the_busy_containers() -> None:
+    # Modal's meaning: with min 2 and buffer 1, a third container once both are busy.
+    t = WarmTarget(2, 1, 60.0, "")
+    assert [t.keep(busy, cap=8) for busy in range(5)] == [2, 2, 3, 4, 5]
+    assert t.keep(7, cap=8) == 8 and t.keep(3, cap=3) == 3
+    idle = WarmTarget(2, 0, 60.0, "")           # inactive: no buffer, the floor only
+    assert [idle.keep(busy, cap=8) for busy in range(4)] == [2, 2, 2, 2]
+    assert WarmTarget(0, 0, 60.0, "").keep(0, cap=8) == 0
+
+
 def test_caps_at_max_containers() -> None:
     cfg = WarmPool(min_containers=2, buffer_containers=5, max_containers=3)
     h = hist_with({10: 1}, 20)
