@@ -214,7 +214,7 @@ class _Sim(Pool):
             state = rng.bit_generator.state
             pick = rng.integers(len(seg.samples), size=min(seg.n - i, 256) * 2)
             durs = seg.samples_np[pick]
-        k, added, first, idle_at, drawn = seg.run(i, len(boxes), bound, durs)
+        k, added, first_e, first_c, idle_at, drawn = seg.run(i, len(boxes), bound, durs)
         if durs is not None:
             rng.bit_generator.state = state
             if drawn:
@@ -223,14 +223,14 @@ class _Sim(Pool):
             return i
         if added:                          # busy intervals, spliced in at the end
             self.pieces.append((len(self.busy_a), added))
-        for e, c in first:                 # each container's first idle, in event order
+        for e, c in zip(first_e, first_c, strict=True):     # first idle, in event order
             box = boxes[c]
             due = e + sd
             if due < box.check_at_s:
                 box.check_at_s = due
                 self.push(due, _CHECK, box)
         for box, at in zip(boxes, idle_at, strict=True):
-            if at is not None:
+            if at == at:                   # not nan: it went idle in the segment
                 box.idle_since_s = at
         codes[i:k] = bytes((_CODE[Action.DISPATCH],)) * (k - i)
         self.bulk_runs += 1

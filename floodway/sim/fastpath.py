@@ -114,26 +114,26 @@ class Segments:
         self.bend = np.empty(n)
         self.out_s, self.out_e = np.empty(n), np.empty(n)
         self.w = 0
+        self.scratch: dict[int, tuple] = {}
         self.stops = [0] * len(REASONS)
 
     def run(self, i: int, width: int, bound: float, durs: np.ndarray | None):
         """Replay arrivals from `i` on `width` idle warm containers before `bound` with the
         kernel; `durs`: the drawn batch times (sampled times), else None. Returns (k,
-        intervals committed, [(first idle time, container)] in event order, each container's
-        idle-since or None, draws used)."""
-        first_e = np.empty(width)
-        first_c = np.empty(width, dtype=np.int64)
-        idle_at = np.full(width, np.nan)
+        intervals committed, first idle times and their containers in event order (lists),
+        each container's idle-since (nan: not idle in the segment), draws used)."""
+        out = self.scratch.get(width)
+        if out is None:                 # the kernel's small outputs, reused run after run
+            out = self.scratch[width] = (np.empty(width), np.empty(width, dtype=np.int64),
+                                         np.empty(width))
+        first_e, first_c, idle_at = out
         k, w, nf, nd, why = run_segment(
             self.times, self.rows, self.deadlines, self.a, self.b, self.mbr, self.wait_s,
-            self.slots, HEADROOM, width, i, float(bound),
-            self.no_draws if durs is None else durs, durs is not None, self.opener,
-            self.bend, self.lat_end, self.out_s, self.out_e, self.w, first_e, first_c, idle_at)
+            self.slots, HEADROOM, width, i, float(bound), self.no_draws if durs is None else durs,
+            durs is not None, self.opener, self.bend, self.lat_end, self.out_s, self.out_e,
+            self.w, first_e, first_c, idle_at)
         self.stops[why] += 1
         added, self.w = w - self.w, w
-        first = list(zip(first_e[:nf].tolist(), first_c[:nf].tolist(), strict=True))
-        idle = [None if x != x else x for x in idle_at.tolist()]
-        return k, added, first, idle, nd
-
+        return k, added, first_e[:nf].tolist(), first_c[:nf].tolist(), idle_at.tolist(), nd
 
 __all__ = ["Segments", "dispatch_box"]

@@ -55,7 +55,7 @@ def run_segment(times, rows, dls, a, b0, mbr, wait, slots, headroom, width, i, b
                 sampled, opener, bend, lat_end, out_s, out_e, w0, first_e, first_c, idle_at):
     """Replay arrivals from `i` on `width` idle warm containers before `bound` (see the module
     docstring). `durs`: sampled batch times to draw in order (`sampled`), else unused.
-    `idle_at` (nan: not idle here) is set to each container's idle-since at the cut.
+    `idle_at` is set to each container's idle-since at the cut (nan: not idle before it).
     Returns (k, w, nf, nd, why): arrivals i..k-1 committed, their busy intervals in
     ``out_s[w0:w]`` / ``out_e[w0:w]``, the first `nf` entries of `first_e` / `first_c` the
     containers' first idle instants in event order, `nd` draws used, and why it stopped."""
@@ -81,6 +81,7 @@ def run_segment(times, rows, dls, a, b0, mbr, wait, slots, headroom, width, i, b
     rst = np.empty(m)
     rc = np.empty(m, np.int64)
     ridle = np.empty(m, np.bool_)
+    idle_at[:] = np.nan
     cut_idle = idle_at.copy()
     nd = nf = 0
     w = w0
