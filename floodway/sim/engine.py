@@ -241,11 +241,15 @@ class _Sim(Pool):
         wall0 = time.perf_counter()
         tr, cfg = self.trace, self.cfg
         n = tr.requests
-        self.times = tr.times_s.tolist()
-        self.rows = None if tr.rows is None else tr.rows.tolist()
+        # Read one by one as Python numbers through memoryviews: no per-element objects to
+        # build and free for a million arrivals, most of which bulk segments take as arrays.
+        times_np = np.ascontiguousarray(tr.times_s, dtype=np.float64)
+        rows_np = None if tr.rows is None else np.ascontiguousarray(tr.rows, dtype=np.int64)
+        self.times = memoryview(times_np)
+        self.rows = None if rows_np is None else memoryview(rows_np)
         timeout = cfg.route.timeout_s
-        deadline_np = tr.times_s + timeout
-        self.deadline = deadline_np.tolist()
+        deadline_np = times_np + timeout
+        self.deadline = memoryview(deadline_np)
         self.lat_end = np.full(n, math.nan)
         self.counts = tr.counts
         self.history = History(tr.start_minute, tr.counts)    # checked once, cut each minute
@@ -261,7 +265,7 @@ class _Sim(Pool):
         times, rows, deadlines = self.times, self.rows, self.deadline
         fast, check = cfg.fast, cfg.check
         if fast and not check and n:
-            self.seg = Segments(tr.times_s, tr.rows, deadline_np, self.lat_end, self.fit,
+            self.seg = Segments(times_np, rows_np, deadline_np, self.lat_end, self.fit,
                                 self.mbr, self.wait_s, self.slots, cfg.service.samples_s)
         bulk = self.seg is not None and self.seg.usable
         queue, live, slots, fit, mbr = self.queue, self.live, self.slots, self.fit, self.mbr
