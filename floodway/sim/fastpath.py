@@ -96,13 +96,14 @@ class Segments:
                  lat_end: np.ndarray, fit: ServiceTime, mbr: int, wait_s: float, slots: int,
                  samples_s: tuple[float, ...]):
         n = times.size
-        r = np.ones(n, dtype=np.int64) if rows is None else np.ascontiguousarray(rows,
-                                                                                dtype=np.int64)
+        # Contiguous and writeable (a read-only array is another type to numba: a second
+        # compilation), of the types the kernel is compiled for.
+        r = np.ones(n, dtype=np.int64) if rows is None else np.require(rows, np.int64, "CW")
         est = fit.per_row_s * r + fit.per_batch_s
         self.usable = bool(n) and bool(np.all(est > 0)) and (not samples_s or
                                                             min(samples_s) > 0)
-        self.n, self.times, self.rows = n, np.ascontiguousarray(times, dtype=np.float64), r
-        self.deadlines = np.ascontiguousarray(deadlines, dtype=np.float64)
+        self.n, self.times, self.rows = n, np.require(times, np.float64, "CW"), r
+        self.deadlines = np.require(deadlines, np.float64, "CW")
         self.lat_end = lat_end
         # Plain floats: the kernel is compiled once for these types.
         self.a, self.b = float(fit.per_row_s), float(fit.per_batch_s)
