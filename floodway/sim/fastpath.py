@@ -26,16 +26,16 @@ was last pushed (when an arrival opened it, when it began behind another, or at 
 re-pushed after it grew), at one instant events before arrivals (the heap runs first) and
 arrivals by index. It stops at the first arrival that would not be dispatched (no free slot,
 budget, deadline), at `bound`, or where that order is not known (equal ends both pushed by
-events at one instant; with sampled batch times, several ends in one gap, whose draws the heap
-would order by time), and backs off to the last *clean cut*: an arrival that found every
-batch ended. Everything before the cut is committed (decisions, latencies, busy intervals in
-the heap's order, each container's idle-since, and its first idle check, pushed as
-`went_idle` would have: the bound is at most ``t_first + scaledown_window``, so such a check
-falls after the segment); everything after it is left to the event loop, which redoes it. So
-a segment never changes the outcome, only the cost: a few machine operations per arrival
-instead of heap events, objects and method calls. The busy intervals of all segments go to
-one pair of arrays (`out_s`, `out_e`: a run commits at most one per arrival), in run order,
-which `floodway.sim.collect` splices among the event loop's.
+events at one instant; with sampled batch times, the next batches of two containers beginning
+in one gap, whose times the heap would draw in time order), and backs off to the last *clean
+cut*: an arrival that found every batch ended. Everything before the cut is committed
+(decisions, latencies, busy intervals in the heap's order, each container's idle-since, and its
+first idle check, pushed as `went_idle` would have: the bound is at most ``t_first +
+scaledown_window``, so such a check falls after the segment); everything after it is left to
+the event loop, which redoes it. So a segment never changes the outcome, only the cost: a few
+machine operations per arrival instead of heap events, objects and method calls. The busy
+intervals of all segments go to one pair of arrays (`out_s`, `out_e`: at most one interval
+per arrival), in run order, which `floodway.sim.collect` splices among the event loop's.
 
 With sampled batch times (`ServiceModel.samples_s`) the engine draws a block of samples ahead
 with ``rng.integers(k, size=m)``, which yields the same numbers as m single draws (numpy
@@ -43,7 +43,6 @@ takes bounded integers one after another from the bit generator's stream, howeve
 asked for at once), then restores the generator and draws again exactly as many as the
 committed part used, so the stream stays the event loop's.
 """
-
 
 from __future__ import annotations
 
@@ -136,5 +135,6 @@ class Segments:
         self.stops[why] += 1
         added, self.w = w - self.w, w
         return k, added, first_e[:nf].tolist(), first_c[:nf].tolist(), idle_at.tolist(), nd
+
 
 __all__ = ["Segments", "dispatch_box"]

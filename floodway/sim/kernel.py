@@ -27,6 +27,15 @@ under its opener's index (`bend`) and each arrival its batch's opener (`opener`)
 committed arrivals' batch ends are set in `lat_end` once, at the end. Busy intervals go to
 `out_s` / `out_e` from `w0` on, in the heap's order; containers' first idle instants (in event
 order) and last idle-since are returned for the engine's idle checks.
+
+Sizes (compiled code does not check bounds): a container holds at most `slots` batches (a new
+one needs a free slot), so one step ends at most ``width * slots``; every batch has an opener
+of its own, so the intervals of all runs, committed or not, fit in one slot per arrival.
+
+Compiled on first use with ``cache=True``: the first call on a machine compiles (seconds), and
+later processes load the machine code from the cache next to this module. Every argument has
+one type (the caller passes contiguous float64 / int64 arrays and plain floats and ints), so
+there is one compiled version.
 """
 
 from __future__ import annotations
