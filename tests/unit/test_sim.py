@@ -161,6 +161,9 @@ def bulk_cases() -> dict[str, tuple[Trace, dict]]:
         "bursty, three warm": (bursty(5), {**EMBED, "warm": WarmPool(min_containers=3,
                                                                       scaledown_window_s=60)}),
         "bursty, rows, buffer": (bursty(6, rows=True), EMBED),
+        "bursty, rows, four warm, no batch wait": (bursty(7, rows=True), {
+            **EMBED, "warm": WarmPool(min_containers=4, scaledown_window_s=60),
+            "batching": Batching(max_batch_rows=32, wait_ms=0)}),
         "bursty, sampled times": (bursty(3), {**EMBED, "cold": ColdStartModel.of([10.0, 20.0]),
                                               "service": ServiceModel.of([0.02, 0.05, 0.03])}),
         "bursty, tight deadline": (bursty(4, 60), {**EMBED, "route": Route(
