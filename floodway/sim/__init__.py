@@ -3,9 +3,8 @@ router and the warmers over a trace (see `floodway.sim.engine`).
 
     engine.py   the run: arrivals, decide() or the fast path, bulk segments
     pool.py     containers, batches, the router's queue, policy ticks, the event heap
-    fastpath.py exact shortcuts: the dispatch test, bulk segments on one warm container
-    busy.py     one container's busy periods for every arrival at once (numpy)
-    multi.py    bulk segments on two or more warm containers, alone stretches
+    fastpath.py exact shortcuts: the dispatch test, bulk segments of dispatch-only traffic
+    kernel.py   the compiled (numba) kernel that replays a bulk segment over arrays
     collect.py  the SimResult of a run, segments' busy intervals spliced in order
     model.py    measured cold-start and service-time models
     policy.py   policies to compare: floodway's `desired`, the hybrid histogram alone

@@ -1,21 +1,16 @@
 """The `SimResult` of one run of `floodway.sim.engine`, from what the run recorded.
 
 Busy intervals come from two sources: the event loop records each batch as it ends
-(`_Sim.busy_a` / `busy_b`), and bulk segments (`floodway.sim.fastpath`) record theirs as
-pieces ``(at, starts, ends)``: intervals that the event loop would have recorded just before
-its `at`-th one. Two kinds of piece are recorded as index ranges only, ``(at, kind, p, q)``,
-and gathered here with numpy, each kind all at once (their batch ends, the arrivals'
-latencies, are set in `lat_end` then too): ``"K"``, the chain of one container's busy periods
-p..q-1 (`floodway.sim.busy.BusyPeriods.gather_all`), and ``"S"``, the alone stretch of
-arrivals p..q-1 on two containers (`floodway.sim.multi.gather_stretches`). `splice_busy` then
-puts every piece in its place, so the arrays are in the event loop's order (their float sums
-depend on it) without splitting the gathered arrays into one array per piece.
+(`_Sim.busy_a` / `busy_b`), and bulk segments (`floodway.sim.fastpath`) record theirs, in run
+order, in one pair of arrays (`Segments.out_s` / `out_e`), each segment's as a piece ``(at,
+count)``: `count` intervals that the event loop would have recorded just before its `at`-th
+one. `splice_busy` puts every piece in its place with one scatter, so the arrays are in the
+event loop's order (their float sums depend on it).
 """
 
 from __future__ import annotations
 
 import math
-from itertools import chain
 
 import numpy as np
 
@@ -40,54 +35,18 @@ def splice_busy(busy_a: list[float], busy_b: list[float], at: np.ndarray, lens: 
     return out_a, out_b
 
 
-def segment_busy(pieces: list[tuple], gathers: dict) -> tuple[np.ndarray, ...]:
-    """(at, lens, starts, ends) of the segments' `pieces` in order (see the module docstring):
-    plain pieces (lists or arrays) joined with one conversion per group, each kind of range
-    piece gathered by ``gathers[kind](spans)`` -> (starts, ends, intervals per span), and every
-    group put in place with one scatter."""
-    at = np.fromiter((p[0] for p in pieces), dtype=np.int64, count=len(pieces))
-    lens = np.zeros(len(pieces), dtype=np.int64)
-    groups: dict = {"lists": [], "arrays": []}
-    for x, p in enumerate(pieces):
-        key = p[1] if len(p) == 4 else "lists" if isinstance(p[1], list) else "arrays"
-        groups.setdefault(key, []).append(x)
-    done = []
-    for key, sel in groups.items():
-        if not sel:
-            continue
-        if key == "lists":
-            fs = np.array(list(chain.from_iterable(pieces[x][1] for x in sel)))
-            fe = np.array(list(chain.from_iterable(pieces[x][2] for x in sel)))
-            n = np.array([len(pieces[x][1]) for x in sel], dtype=np.int64)
-        elif key == "arrays":
-            fs = np.concatenate([pieces[x][1] for x in sel])
-            fe = np.concatenate([pieces[x][2] for x in sel])
-            n = np.array([len(pieces[x][1]) for x in sel], dtype=np.int64)
-        else:
-            fs, fe, n = gathers[key]([pieces[x][2:] for x in sel])
-        lens[sel] = n
-        done.append((sel, fs, fe, n))
-    off = np.cumsum(lens) - lens
-    seg_a, seg_b = np.empty(int(lens.sum())), np.empty(int(lens.sum()))
-    for sel, fs, fe, n in done:
-        pos = np.repeat(off[sel] - (np.cumsum(n) - n), n) + np.arange(int(n.sum()))
-        seg_a[pos], seg_b[pos] = fs, fe
-    return at, lens, seg_a, seg_b
-
-
 def collect(sim, codes: bytearray, wall_s: float) -> SimResult:
     """The `SimResult` of the finished run `sim` (a `floodway.sim.engine._Sim`), with its
     per-arrival action `codes` (indices into `engine.ACTIONS`) and its wall time."""
     tr, seg = sim.trace, sim.seg
     dec = np.frombuffer(bytes(codes), dtype=np.uint8)
     counts = np.bincount(dec, minlength=5) if dec.size else np.zeros(5, dtype=np.int64)
+    pieces = np.array(sim.pieces, dtype=np.int64).reshape(-1, 2)
+    seg_a = seg_b = np.zeros(0)
     if seg is not None:
-        seg.flush_latencies()
-    gathers = {} if seg is None else {
-        "K": lambda spans: seg.busy.gather_all(spans, sim.lat_end),
-        "S": lambda spans: seg.gather_stretches(spans, sim.lat_end)}
-    busy_a, busy_b = splice_busy(sim.busy_a, sim.busy_b,
-                                 *segment_busy(sim.pieces, gathers))
+        seg_a, seg_b = seg.out_s[:seg.w], seg.out_e[:seg.w]
+    busy_a, busy_b = splice_busy(sim.busy_a, sim.busy_b, pieces[:, 0], pieces[:, 1], seg_a,
+                                 seg_b)
     last = float(busy_b.max()) if busy_b.size else tr.end_s
     horizon = max(tr.end_s, last)
     boxes = sim.all
@@ -119,4 +78,4 @@ def collect(sim, codes: bytearray, wall_s: float) -> SimResult:
         latencies_s=lat)
 
 
-__all__ = ["collect", "segment_busy", "splice_busy"]
+__all__ = ["collect", "splice_busy"]

@@ -45,13 +45,11 @@ calls `decide` on every arrival; tests/unit/test_sim.py compares every field):
   (about 10 us in CPython) and calls `decide`.
 - Bulk segments (`floodway.sim.fastpath.Segments`): from an arrival that finds the queue empty
   and no batch in flight, up to the next heap event, arrivals that are all dispatched are
-  replayed on plain lists instead of heap events and objects, and backed off to the last
-  instant the pool was idle again if one would not be dispatched; on one warm container whole
-  busy periods are precomputed for every arrival with numpy (`floodway.sim.busy`) and runs of
-  them are taken in O(1); on two or more, stretches where every arrival finds an idle
-  container are found for every arrival with numpy and taken in O(1) as well
-  (`floodway.sim.multi`). Latencies and busy intervals are filled in with numpy at the end,
-  in the order the event loop would have recorded them (`floodway.sim.collect`).
+  replayed by a compiled kernel over arrays (`floodway.sim.kernel`, numba) instead of heap
+  events and objects, on any number of warm containers, and backed off to the last instant
+  the pool was idle again if one would not be dispatched. Their latencies are set by the
+  kernel; their busy intervals are spliced among the event loop's at the end, in the order
+  the event loop would have recorded them (`floodway.sim.collect`).
 - The policy sees the minutes that have ended as an O(1) view of the trace's counts
   (`History.view_of`), checked once.
 
@@ -155,7 +153,7 @@ class _Sim(Pool):
         self.policy_s = 0.0
         self.working = 0                     # live containers with a batch in flight
         self.seg: Segments | None = None
-        self.pieces: list[tuple] = []        # (at, starts, ends): busy intervals of segments
+        self.pieces: list[tuple] = []        # (at, count): segments' busy intervals
         self.bulk_runs = 0                   # segments run in bulk, and their arrivals
         self.bulk_requests = 0
 
@@ -215,27 +213,24 @@ class _Sim(Pool):
         if seg.samples:                    # sampled batch times: draw ahead, keep what is used
             state = rng.bit_generator.state
             pick = rng.integers(len(seg.samples), size=min(seg.n - i, 256) * 2)
-            durs = [seg.samples[x] for x in pick.tolist()]
-        k, chunks, first, idle_at, drawn = seg.run1(i, bound, durs) if len(boxes) == 1 \
-            else seg.run(i, len(boxes), bound, durs)
+            durs = seg.samples_np[pick]
+        k, added, first_e, first_c, idle_at, drawn = seg.run(i, len(boxes), bound, durs)
         if durs is not None:
             rng.bit_generator.state = state
             if drawn:
                 rng.integers(len(seg.samples), size=drawn)
         if k == i:
             return i
-        at = len(self.busy_a)
-        for piece in chunks:               # busy intervals, spliced in at the end
-            if len(piece) == 3 or len(piece[0]):
-                self.pieces.append((at,) + tuple(piece))
-        for e, c in first:                 # each container's first idle, in event order
+        if added:                          # busy intervals, spliced in at the end
+            self.pieces.append((len(self.busy_a), added))
+        for e, c in zip(first_e, first_c, strict=True):     # first idle, in event order
             box = boxes[c]
             due = e + sd
             if due < box.check_at_s:
                 box.check_at_s = due
                 self.push(due, _CHECK, box)
         for box, at in zip(boxes, idle_at, strict=True):
-            if at is not None:
+            if at == at:                   # not nan: it went idle in the segment
                 box.idle_since_s = at
         codes[i:k] = bytes((_CODE[Action.DISPATCH],)) * (k - i)
         self.bulk_runs += 1
@@ -246,11 +241,15 @@ class _Sim(Pool):
         wall0 = time.perf_counter()
         tr, cfg = self.trace, self.cfg
         n = tr.requests
-        self.times = tr.times_s.tolist()
-        self.rows = None if tr.rows is None else tr.rows.tolist()
+        # Read one by one as Python numbers through memoryviews: no per-element objects to
+        # build and free for a million arrivals, most of which bulk segments take as arrays.
+        times_np = np.ascontiguousarray(tr.times_s, dtype=np.float64)
+        rows_np = None if tr.rows is None else np.ascontiguousarray(tr.rows, dtype=np.int64)
+        self.times = memoryview(times_np)
+        self.rows = None if rows_np is None else memoryview(rows_np)
         timeout = cfg.route.timeout_s
-        deadline_np = tr.times_s + timeout
-        self.deadline = deadline_np.tolist()
+        deadline_np = times_np + timeout
+        self.deadline = memoryview(deadline_np)
         self.lat_end = np.full(n, math.nan)
         self.counts = tr.counts
         self.history = History(tr.start_minute, tr.counts)    # checked once, cut each minute
@@ -266,9 +265,8 @@ class _Sim(Pool):
         times, rows, deadlines = self.times, self.rows, self.deadline
         fast, check = cfg.fast, cfg.check
         if fast and not check and n:
-            self.seg = Segments(tr.times_s, times, tr.rows, deadline_np, deadlines, self.lat_end,
-                                self.fit, self.mbr, self.wait_s, self.slots,
-                                cfg.service.samples_s)
+            self.seg = Segments(times_np, rows_np, deadline_np, self.lat_end, self.fit,
+                                self.mbr, self.wait_s, self.slots, cfg.service.samples_s)
         bulk = self.seg is not None and self.seg.usable
         queue, live, slots, fit, mbr = self.queue, self.live, self.slots, self.fit, self.mbr
         dispatch_code = _CODE[Action.DISPATCH]

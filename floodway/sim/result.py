@@ -114,7 +114,10 @@ def coverage_per_minute(starts_s: np.ndarray, ends_s: np.ndarray, start_minute: 
     G(T) = sum over starts < T of (T - start) - sum over ends < T of (T - end).
     """
     edges = (start_minute + np.arange(minutes + 1, dtype=np.float64)) * 60.0
-    g = _ramp(np.sort(starts_s), edges) - _ramp(np.sort(ends_s), edges)
+    # A stable sort: busy intervals come nearly in order, which it exploits (several times
+    # faster on a million); the sorted values, and so the sums, are the same.
+    g = _ramp(np.sort(starts_s, kind="stable"), edges) - _ramp(np.sort(ends_s, kind="stable"),
+                                                               edges)
     return np.diff(g)
 
 

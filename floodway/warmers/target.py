@@ -305,22 +305,26 @@ def desired(now_s: float, history: History, config: WarmPool, measured: Measured
     the predictive policy (default `PredictiveParams()`). Pure: no
     clock, no I/O. See the module docstring for the composition.
     """
-    from floodway.warmers.predictive import PredictiveParams, SizingState, predictive
-    from floodway.warmers.schedule import window_status
-
     state = state or PolicyState()
     history = history.upto(now_s)
     cap = config.container_cap
     floors = [_Part(config.min_containers, f"config min_containers {config.min_containers}")]
-    for w in config.windows:
-        st = window_status(w, now_s, measured)
-        if st.warm:
-            floors.append(_Part(st.min_containers, st.reason))
+    if config.windows:
+        # Imported here, and only when needed: they import this module, and an import
+        # statement costs microseconds on a path a simulator runs every simulated minute.
+        from floodway.warmers.schedule import window_status
+
+        for w in config.windows:
+            st = window_status(w, now_s, measured)
+            if st.warm:
+                floors.append(_Part(st.min_containers, st.reason))
 
     scaledown_s = clamp_scaledown_s(config.scaledown_window_s)
     scaledown_why = "config"
     sizing = state.sizing
     if config.predictive:
+        from floodway.warmers.predictive import PredictiveParams, SizingState, predictive
+
         pred, sizing = predictive(now_s, history, measured, params or PredictiveParams(),
                                   sizing or SizingState())
         floors.append(_Part(pred.min_containers, pred.reason))
@@ -346,7 +350,8 @@ def desired(now_s: float, history: History, config: WarmPool, measured: Measured
             f"idle for {now_s - last_s:.0f} s >= scaledown window"
     reason = (f"min {floor}: {floor_why}; buffer {buffer}: {buffer_why}; "
               f"scaledown {scaledown_s:.0f} s: {scaledown_why}")
-    return (WarmTarget(floor, buffer, scaledown_s, reason), PolicyState(sizing))
+    return (WarmTarget(floor, buffer, scaledown_s, reason),
+            state if sizing is state.sizing else PolicyState(sizing))
 
 
 __all__ = [

@@ -161,6 +161,9 @@ def bulk_cases() -> dict[str, tuple[Trace, dict]]:
         "bursty, three warm": (bursty(5), {**EMBED, "warm": WarmPool(min_containers=3,
                                                                       scaledown_window_s=60)}),
         "bursty, rows, buffer": (bursty(6, rows=True), EMBED),
+        "bursty, rows, four warm, no batch wait": (bursty(7, rows=True), {
+            **EMBED, "warm": WarmPool(min_containers=4, scaledown_window_s=60),
+            "batching": Batching(max_batch_rows=32, wait_ms=0)}),
         "bursty, sampled times": (bursty(3), {**EMBED, "cold": ColdStartModel.of([10.0, 20.0]),
                                               "service": ServiceModel.of([0.02, 0.05, 0.03])}),
         "bursty, tight deadline": (bursty(4, 60), {**EMBED, "route": Route(
@@ -187,10 +190,9 @@ def test_the_bulk_fast_mode_gives_the_same_result_as_decide_on_every_request(cas
     fast = sim.run()
     assert_same(fast, simulate(trace, SimConfig(**cfg, fast=False)))
     assert_same(fast, simulate(trace, SimConfig(**cfg, check=True)))
-    if case in ("bursty", "bursty, two warm", "bursty, batching rows", "bursty, three warm"):
+    if case in ("bursty", "bursty, two warm", "bursty, batching rows", "bursty, three warm",
+                "bursty, rows, four warm, no batch wait", "bursty, sampled times"):
         assert sim.bulk_requests > 0.9 * trace.requests    # the shortcut is really taken
-    if case in ("bursty", "bursty, three warm", "bursty, rows, buffer"):
-        assert sim.seg.stretch_to is not None               # and so are alone stretches
 
 
 def test_the_fast_path_dispatches_to_an_idle_container_whatever_the_estimate() -> None:
@@ -256,23 +258,37 @@ def test_cli_simulates_a_counts_csv_and_writes_the_plot(tmp_path) -> None:
     assert "requests" in r.stdout and "2" in r.stdout
 
 
-def test_alone_stretches_match_a_direct_walk() -> None:
-    from floodway.sim.multi import alone_stretches
+def kernel_edge_cases() -> dict[str, tuple[Trace, dict]]:
+    one = WarmPool(min_containers=1, scaledown_window_s=600)
+    # Unix-time arrivals (float spacing 2^-22 s) with a deadline of half that: t + timeout
+    # rounds to even, so about half the budgets are 0 and the others 2^-22 s.
+    gaps = np.random.default_rng(5).uniform(0.2, 0.5, 400)
+    lost = Trace.from_times(1.7e9 + np.cumsum(gaps), minutes=3)
+    return {
+        "dense, sampled times": (Trace.from_times(np.arange(0.0, 180.0, 0.01), minutes=3), dict(
+            route=WAIT, warm=one, service=ServiceModel.of([0.004, 0.006]))),
+        "budget lost to rounding": (lost, dict(route=Route(timeout_s=2.0 ** -23), warm=one,
+                                               service=ServiceModel.of(0.1))),
+    }
 
-    rng = np.random.default_rng(7)
-    times = np.cumsum(rng.exponential(0.02, 5000))
-    end = times + rng.uniform(0.005, 0.06, times.size)        # not monotone
-    stretch_to, prev_root, last_on, _ = alone_stretches(times, end, np.ones(times.size))
-    side = np.where(last_on[0] == np.arange(times.size), 0, 1)
-    walked = 0
-    for j in np.flatnonzero(stretch_to > np.arange(times.size)):
-        free_at = [-np.inf, -np.inf]          # each container's busy-until
-        assert j == 0 or end[:j].max() <= times[j]                # a root: all idle
-        for m in range(j, int(stretch_to[j])):
-            c = 0 if free_at[0] <= times[m] else 1                # the first idle one
-            assert free_at[c] <= times[m] and side[m] == c
-            free_at[c] = end[m]
-            walked += 1
-        assert max(end[j:stretch_to[j]]) <= times[stretch_to[j]]  # ends at a clean cut
-        assert prev_root[stretch_to[j]] == stretch_to[j]
-    assert walked > 1000
+
+@pytest.mark.parametrize("case", list(kernel_edge_cases()))
+def test_the_segment_kernel_hands_edge_cases_back_exactly(case) -> None:
+    trace, cfg = kernel_edge_cases()[case]
+    fast = simulate(trace, SimConfig(**cfg))
+    assert_same(fast, simulate(trace, SimConfig(**cfg, fast=False)))
+
+
+def test_every_reason_for_a_segment_to_stop_is_exercised() -> None:
+    """The compiled segment kernel stops where the event loop must take over (at the next
+    event, an arrival it would not dispatch, an unknown heap order, a sampled time it has
+    not drawn); the traces compared with decide() above take each of those branches."""
+    from floodway.sim.kernel import REASONS
+
+    stops = np.zeros(len(REASONS), dtype=np.int64)
+    for trace, cfg in [*bulk_cases().values(), *kernel_edge_cases().values()]:
+        sim = _Sim(trace, SimConfig(**cfg))
+        sim.run()
+        if sim.seg is not None:
+            stops += sim.seg.stops
+    assert np.all(stops > 0), dict(zip(REASONS, stops.tolist(), strict=True))

@@ -1,0 +1,259 @@
+"""The bulk-segment kernel, compiled with numba, for `floodway.sim.fastpath.Segments`.
+
+`run_segment` replays one segment (see `floodway.sim.fastpath`: from an arrival that finds
+the queue empty and no batch in flight, up to `bound`, the next heap event, while every
+arrival is dispatched) arrival by arrival, on any number of warm containers, with the event
+loop's float operations:
+
+- Each container's batches in flight are a ring buffer of ``slots`` entries (arrays
+  ``[width, slots]``): rows, start, end, fitted time, the arrival that opened it, and the
+  (time, arrival) of the last push of its end event. A batch joined before it starts runs
+  longer (fitted times); its event then fires at the old end and is pushed again there, as
+  `Pool.on_done` does.
+- Each arrival gets the dispatch test of `decide` (least backlog among containers with a free
+  slot, the first on a tie; an idle one takes it; else alone and backlog + alone within
+  budget x HEADROOM), then joins the newest unstarted batch there if its rows fit, else opens
+  one (started ``wait_s`` later, at once if full, or when the one before it ends).
+- Before an arrival (or at `bound`), the batches that end by then are popped in the heap's
+  order: by end, equal ends by their last push (an event before an arrival at one instant,
+  arrivals by index). Two events pushed at one instant have an unknown order: the kernel stops
+  there, as it does where an arrival would not be dispatched, at `bound`, or, with sampled
+  batch times, where the draws run out or the next batches of two containers begin in one
+  step (the heap draws their times in time order, the kernel container by container).
+
+The run commits up to its last *clean cut* (an arrival that finds every container idle): the
+arrivals before it were all dispatched and their batches ended. Each batch records its end
+under its opener's index (`bend`) and each arrival its batch's opener (`opener`), so the
+committed arrivals' batch ends are set in `lat_end` once, at the end. Busy intervals go to
+`out_s` / `out_e` from `w0` on, in the heap's order; containers' first idle instants (in event
+order) and last idle-since are returned for the engine's idle checks.
+
+Sizes (compiled code does not check bounds): a container holds at most `slots` batches (a new
+one needs a free slot), so one step ends at most ``width * slots``; every batch has an opener
+of its own, so the intervals of all runs, committed or not, fit in one slot per arrival.
+
+Compiled on first use with ``cache=True``: the first call on a machine compiles (seconds), and
+later processes load the machine code from the cache next to this module. Every argument has
+one type (the caller passes contiguous float64 / int64 arrays and plain floats and ints), so
+there is one compiled version.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+# Why a segment stopped (counted per run, so tests can see every branch taken).
+BOUND, NO_BUDGET, NO_SLOT, BACKLOG, TIE, SAMPLED_TIE, OUT_OF_DRAWS = range(7)
+REASONS = ("bound", "no budget", "no free slot", "backlog", "unknown order", "sampled tie",
+           "out of draws")
+
+
+@njit(cache=True)
+def _before(e0, p0, a0, e1, p1, a1):
+    """(end, push time, push arrival) lexicographic order: the heap's order of two ends."""
+    if e0 != e1:
+        return e0 < e1
+    if p0 != p1:
+        return p0 < p1
+    return a0 < a1
+
+
+@njit(cache=True)
+def run_segment(times, rows, dls, a, b0, mbr, wait, slots, headroom, width, i, bound, durs,
+                sampled, opener, bend, lat_end, out_s, out_e, w0, first_e, first_c, idle_at):
+    """Replay arrivals from `i` on `width` idle warm containers before `bound` (see the module
+    docstring). `durs`: sampled batch times to draw in order (`sampled`), else unused.
+    `idle_at` is set to each container's idle-since at the cut (nan: not idle before it).
+    Returns (k, w, nf, nd, why): arrivals i..k-1 committed, their busy intervals in
+    ``out_s[w0:w]`` / ``out_e[w0:w]``, the first `nf` entries of `first_e` / `first_c` the
+    containers' first idle instants in event order, `nd` draws used, and why it stopped."""
+    n = times.size
+    inf = np.inf
+    maxd = durs.size
+    S = slots
+    brows = np.zeros((width, S), np.int64)
+    bst = np.empty((width, S))
+    ben = np.empty((width, S))
+    bes = np.empty((width, S))
+    bop = np.empty((width, S), np.int64)
+    bpt = np.empty((width, S))
+    bpa = np.empty((width, S), np.int64)
+    head = np.zeros(width, np.int64)
+    cnt = np.zeros(width, np.int64)
+    backlog = np.zeros(width)
+    seen = np.zeros(width, np.bool_)
+    m = width * S
+    rend = np.empty(m)              # the batches ended in one step: end, push, start, ...
+    rpt = np.empty(m)
+    rpa = np.empty(m, np.int64)
+    rst = np.empty(m)
+    rc = np.empty(m, np.int64)
+    ridle = np.empty(m, np.bool_)
+    idle_at[:] = np.nan
+    cut_idle = idle_at.copy()
+    nd = nf = 0
+    w = w0
+    busy = 0                        # containers with a batch in flight
+    soon = inf                      # no head batch ends before this
+    cut_k, cut_w, cut_nf, cut_nd = i, w0, 0, 0
+    why = BOUND
+    sampled_tie = False
+    j = i
+    while True:
+        t = times[j] if j < n else inf
+        stop = t >= bound
+        lim = bound if stop else t
+        if soon <= lim:
+            nr = 0
+            soon = inf
+            drew = -1                       # the container whose next batch drew a time
+            for c in range(width):
+                while cnt[c]:
+                    h = head[c]
+                    e = ben[c, h]
+                    if (e >= lim) if stop else (e > lim):
+                        break
+                    backlog[c] -= bes[c, h]
+                    bend[bop[c, h]] = e
+                    rend[nr], rpt[nr], rpa[nr], rst[nr], rc[nr] = e, bpt[c, h], bpa[c, h], \
+                        bst[c, h], c
+                    h = h + 1 if h + 1 < S else 0
+                    head[c] = h
+                    cnt[c] -= 1
+                    if cnt[c]:
+                        bst[c, h] = e
+                        bpt[c, h] = e       # pushed as it begins (order among ties: unknown)
+                        bpa[c, h] = -1
+                        if not sampled:
+                            ben[c, h] = e + bes[c, h]
+                        else:
+                            sampled_tie |= drew >= 0 and drew != c
+                            drew = c
+                            if nd < maxd:
+                                ben[c, h] = e + durs[nd]
+                                nd += 1
+                            else:
+                                ben[c, h] = inf     # out of draws: no cut after this
+                        ridle[nr] = False
+                    else:
+                        backlog[c] = 0.0    # no drift from float subtraction
+                        busy -= 1
+                        ridle[nr] = True
+                    nr += 1
+                if cnt[c] and ben[c, head[c]] < soon:
+                    soon = ben[c, head[c]]
+            if sampled_tie:                 # draws of two containers: drawn in time order
+                why = SAMPLED_TIE
+                break
+            if nr > 1:
+                for x in range(1, nr):      # insertion sort into the heap's order
+                    y = x
+                    while y and _before(rend[y], rpt[y], rpa[y], rend[y - 1], rpt[y - 1],
+                                        rpa[y - 1]):
+                        rend[y], rend[y - 1] = rend[y - 1], rend[y]
+                        rpt[y], rpt[y - 1] = rpt[y - 1], rpt[y]
+                        rpa[y], rpa[y - 1] = rpa[y - 1], rpa[y]
+                        rst[y], rst[y - 1] = rst[y - 1], rst[y]
+                        rc[y], rc[y - 1] = rc[y - 1], rc[y]
+                        ridle[y], ridle[y - 1] = ridle[y - 1], ridle[y]
+                        y -= 1
+                tie = False
+                for x in range(1, nr):
+                    if rend[x] == rend[x - 1] and rpt[x] == rpt[x - 1] and rpa[x] == rpa[x - 1]:
+                        tie = True
+                if tie:
+                    why = TIE
+                    break
+            for x in range(nr):
+                out_s[w] = rst[x]
+                out_e[w] = rend[x]
+                w += 1
+                if ridle[x]:
+                    c = rc[x]
+                    idle_at[c] = rend[x]
+                    if not seen[c]:
+                        seen[c] = True
+                        first_e[nf] = rend[x]
+                        first_c[nf] = c
+                        nf += 1
+        if busy == 0:
+            cut_k, cut_w, cut_nf, cut_nd = j, w, nf, nd
+            cut_idle[:] = idle_at
+            if stop:
+                break
+        elif stop:
+            break
+        rr = rows[j]
+        budget = dls[j] - t
+        if budget <= 0:
+            why = NO_BUDGET
+            break
+        best, bbl, idle = -1, 0.0, False
+        for c in range(width):
+            if cnt[c] < S:
+                bl = backlog[c]
+                if bl == 0:
+                    idle = True
+                if best < 0 or bl < bbl:
+                    best, bbl = c, bl
+        if best < 0:
+            why = NO_SLOT
+            break
+        if not idle:
+            budget *= headroom
+            alone = a * min(rr, mbr) + b0
+            if alone > budget or bbl + alone > budget:
+                why = BACKLOG
+                break
+        c = best
+        if cnt[c]:
+            tl = head[c] + cnt[c] - 1
+            if tl >= S:
+                tl -= S
+            if bst[c, tl] > t and brows[c, tl] + rr <= mbr:
+                brows[c, tl] += rr
+                est = a * brows[c, tl] + b0
+                backlog[c] += est - bes[c, tl]
+                bes[c, tl] = est
+                if bst[c, tl] < inf and not sampled:
+                    if bpa[c, tl] >= 0:     # its event fires at the old end, pushed again
+                        bpt[c, tl] = ben[c, tl]
+                        bpa[c, tl] = -1
+                    ben[c, tl] = bst[c, tl] + est
+                opener[j] = bop[c, tl]
+                j += 1
+                continue
+        est = a * rr + b0
+        backlog[c] += est - 0.0
+        st = e = pt = inf
+        pa = -1
+        if not cnt[c]:
+            st = t if rr >= mbr else t + wait
+            if not sampled:
+                e = st + est
+            elif nd < maxd:
+                e = st + durs[nd]
+                nd += 1
+            else:
+                why = OUT_OF_DRAWS
+                break
+            pt, pa = t, j
+            busy += 1
+            if e < soon:
+                soon = e
+        tl = head[c] + cnt[c]
+        if tl >= S:
+            tl -= S
+        brows[c, tl], bst[c, tl], ben[c, tl], bes[c, tl] = rr, st, e, est
+        bop[c, tl], bpt[c, tl], bpa[c, tl] = j, pt, pa
+        cnt[c] += 1
+        opener[j] = j
+        j += 1
+    for x in range(i, cut_k):       # each committed arrival: its batch's end
+        lat_end[x] = bend[opener[x]]
+    idle_at[:] = cut_idle
+    return cut_k, cut_w, cut_nf, cut_nd, why
+
+
+__all__ = ["REASONS", "run_segment"]
