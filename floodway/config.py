@@ -207,9 +207,10 @@ class WarmPool(_Config):
     """The warm pool, with Modal's autoscaler names and meanings.
 
     `min_containers` stay warm even when idle; `buffer_containers` extra idle containers are kept
-    on top of the busy ones while the endpoint is active (`WarmTarget.keep`); an idle container is stopped after `scaledown_window_s`;
-    never more than `max_containers` (None: `MAX_CONTAINERS_LIMIT`). `windows` raise the floor
-    on a schedule; `predictive` enables the history-based policy.
+    on top of the busy ones while the endpoint is active (`WarmTarget.keep`); an idle container
+    is stopped after `scaledown_window_s`; never more than `max_containers` (None:
+    `MAX_CONTAINERS_LIMIT`). `windows` raise the floor on a schedule; `predictive` enables the
+    history-based policy.
     """
 
     min_containers: int = 0
