@@ -26,8 +26,10 @@ The model (times in seconds on the trace's clock):
   remaining start time, `cold_start_s` the slowest measured start, all one tenant.
 - Every minute, on the minute, the policy gets the per-minute arrival counts of the minutes
   that have *ended* (no look-ahead) and returns a `WarmTarget`. The pool obeys it with Modal's
-  semantics: ``keep = max(min_containers, containers working + buffer_containers)``;
-  containers are started at once (ahead of demand) while fewer than `keep` are live; an idle
+  semantics (`WarmTarget.keep`, as the local pool): ``keep = max(min_containers, containers
+  working + buffer_containers)``; containers are started at once (ahead of demand) while
+  fewer than `keep` are live, at the tick and whenever a container gets busy (the buffer is
+  only nonzero while the policy saw the endpoint active, in the minutes that ended); an idle
   container is stopped once it has been idle for ``scaledown_window_s`` and more than `keep`
   are live (the longest idle first); a request that arrives while no warm container can take
   it waits for a start (a cold start).
@@ -209,6 +211,14 @@ class _Sim(Pool):
         boxes = [b for b in self.live if b.warm]
         if not boxes:
             return i
+        # One more busy container than this starts a buffer container (`Pool.assign`): while
+        # the live ones are under the cap, once floor or busy + buffer exceeds them.
+        nlive = len(self.live)
+        max_busy = len(boxes)
+        if self.buffer and nlive < self.cap:
+            max_busy = 0 if self.floor > nlive else min(max_busy, nlive - self.buffer)
+            if max_busy <= 0:           # the first dispatch starts one: the kernel would stop
+                return i
         seg, sd, rng = self.seg, self.scaledown_s, self.rng
         # Before the next event, and before any idle check a segment's end could push.
         bound = min(self.heap[0][0] if self.heap else math.inf, self.times[i] + sd)
@@ -217,7 +227,8 @@ class _Sim(Pool):
             state = rng.bit_generator.state
             pick = rng.integers(len(seg.samples), size=min(seg.n - i, 256) * 2)
             durs = seg.samples_np[pick]
-        k, added, first_e, first_c, idle_at, drawn = seg.run(i, len(boxes), bound, durs)
+        k, added, first_e, first_c, idle_at, drawn = seg.run(i, len(boxes), max_busy, bound,
+                                                             durs)
         if durs is not None:
             rng.bit_generator.state = state
             if drawn:

@@ -25,7 +25,8 @@ arrivals are recorded in the heap's order: by time, equal times by push order: b
 was last pushed (when an arrival opened it, when it began behind another, or at its old end,
 re-pushed after it grew), at one instant events before arrivals (the heap runs first) and
 arrivals by index. It stops at the first arrival that would not be dispatched (no free slot,
-budget, deadline), at `bound`, or where that order is not known (equal ends both pushed by
+budget, deadline) or would make one container too many busy for the buffer (it would start
+one), at `bound`, or where that order is not known (equal ends both pushed by
 events at one instant; with sampled batch times, the next batches of two containers beginning
 in one gap, whose times the heap would draw in time order), and backs off to the last *clean
 cut*: an arrival that found every batch ended. Everything before the cut is committed
@@ -117,9 +118,10 @@ class Segments:
         self.scratch: dict[int, tuple] = {}
         self.stops = [0] * len(REASONS)
 
-    def run(self, i: int, width: int, bound: float, durs: np.ndarray | None):
+    def run(self, i: int, width: int, max_busy: int, bound: float, durs: np.ndarray | None):
         """Replay arrivals from `i` on `width` idle warm containers before `bound` with the
-        kernel; `durs`: the drawn batch times (sampled times), else None. Returns (k,
+        kernel, while at most `max_busy` of them are busy at once (one more would start a
+        buffer container); `durs`: the drawn batch times (sampled times), else None. Returns (k,
         intervals committed, first idle times and their containers in event order (lists),
         each container's idle-since (nan: not idle in the segment), draws used)."""
         out = self.scratch.get(width)
@@ -129,9 +131,9 @@ class Segments:
         first_e, first_c, idle_at = out
         k, w, nf, nd, why = run_segment(
             self.times, self.rows, self.deadlines, self.a, self.b, self.mbr, self.wait_s,
-            self.slots, HEADROOM, width, i, float(bound), self.no_draws if durs is None else durs,
-            durs is not None, self.opener, self.bend, self.lat_end, self.out_s, self.out_e,
-            self.w, first_e, first_c, idle_at)
+            self.slots, HEADROOM, width, int(max_busy), i, float(bound),
+            self.no_draws if durs is None else durs, durs is not None, self.opener, self.bend,
+            self.lat_end, self.out_s, self.out_e, self.w, first_e, first_c, idle_at)
         self.stops[why] += 1
         added, self.w = w - self.w, w
         return k, added, first_e[:nf].tolist(), first_c[:nf].tolist(), idle_at.tolist(), nd

@@ -17,9 +17,11 @@ loop's float operations:
 - Before an arrival (or at `bound`), the batches that end by then are popped in the heap's
   order: by end, equal ends by their last push (an event before an arrival at one instant,
   arrivals by index). Two events pushed at one instant have an unknown order: the kernel stops
-  there, as it does where an arrival would not be dispatched, at `bound`, or, with sampled
-  batch times, where the draws run out or the next batches of two containers begin in one
-  step (the heap draws their times in time order, the kernel container by container).
+  there, as it does where an arrival would not be dispatched, at `bound`, where one more busy
+  container would start a buffer container (`Pool.assign`: a start is a heap event), or,
+  with sampled batch times, where the draws run out or the next batches of two containers
+  begin in one step (the heap draws their times in time order, the kernel container by
+  container).
 
 The run commits up to its last *clean cut* (an arrival that finds every container idle): the
 arrivals before it were all dispatched and their batches ended. Each batch records its end
@@ -44,9 +46,9 @@ import numpy as np
 from numba import njit
 
 # Why a segment stopped (counted per run, so tests can see every branch taken).
-BOUND, NO_BUDGET, NO_SLOT, BACKLOG, TIE, SAMPLED_TIE, OUT_OF_DRAWS = range(7)
+BOUND, NO_BUDGET, NO_SLOT, BACKLOG, TIE, SAMPLED_TIE, OUT_OF_DRAWS, BUFFER = range(8)
 REASONS = ("bound", "no budget", "no free slot", "backlog", "unknown order", "sampled tie",
-           "out of draws")
+           "out of draws", "buffer start")
 
 
 @njit(cache=True)
@@ -60,10 +62,12 @@ def _before(e0, p0, a0, e1, p1, a1):
 
 
 @njit(cache=True)
-def run_segment(times, rows, dls, a, b0, mbr, wait, slots, headroom, width, i, bound, durs,
-                sampled, opener, bend, lat_end, out_s, out_e, w0, first_e, first_c, idle_at):
+def run_segment(times, rows, dls, a, b0, mbr, wait, slots, headroom, width, max_busy, i,
+                bound, durs, sampled, opener, bend, lat_end, out_s, out_e, w0, first_e, first_c,
+                idle_at):
     """Replay arrivals from `i` on `width` idle warm containers before `bound` (see the module
-    docstring). `durs`: sampled batch times to draw in order (`sampled`), else unused.
+    docstring), while at most `max_busy` containers are busy at once (one more starts a buffer
+    container). `durs`: sampled batch times to draw in order (`sampled`), else unused.
     `idle_at` is set to each container's idle-since at the cut (nan: not idle before it).
     Returns (k, w, nf, nd, why): arrivals i..k-1 committed, their busy intervals in
     ``out_s[w0:w]`` / ``out_e[w0:w]``, the first `nf` entries of `first_e` / `first_c` the
@@ -229,6 +233,9 @@ def run_segment(times, rows, dls, a, b0, mbr, wait, slots, headroom, width, i, b
         st = e = pt = inf
         pa = -1
         if not cnt[c]:
+            if busy >= max_busy:
+                why = BUFFER
+                break
             st = t if rr >= mbr else t + wait
             if not sampled:
                 e = st + est

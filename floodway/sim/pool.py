@@ -114,6 +114,9 @@ class Pool:
         self._grow(box, b, idx, rows)
         if len(bs) == 1:
             self.working += 1
+            # Modal's buffer: idle containers on top of the busy ones, started as one gets busy.
+            while self.buffer and len(self.live) < min(self.keep(), self.cap):
+                self.start_box(now)
             self._begin(box, b, now if b.rows >= self.mbr else now + self.wait_s)
         return True
 

@@ -4,9 +4,10 @@ CLI."""
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
-from dataclasses import fields
+from dataclasses import fields, replace
 
 import numpy as np
 import pytest
@@ -71,6 +72,28 @@ def test_a_long_scaledown_keeps_the_container_between_arrivals() -> None:
     r = simulate(every_20_min(), route=WAIT, warm=WarmPool(scaledown_window_s=1500),
                  service=ServiceModel.of(0.1))
     assert r.cold_requests == 1 and r.containers_started == 1
+
+
+def test_a_buffer_container_starts_as_soon_as_the_floor_is_busy() -> None:
+    # Modal's buffer: with min 1 and buffer 1, while the endpoint is active (the policy saw
+    # the arrival at 10 s at its 60 s tick), a second container starts when the first takes
+    # a batch (at 70 s), not at the next tick; then the pool idles back to one container.
+    # The first arrival found the endpoint idle: no buffer.
+    trace = Trace.from_times(np.array([10.0, 70.0]), minutes=10)
+    cfg = SimConfig(route=WAIT, warm=WarmPool(min_containers=1, buffer_containers=1,
+                                              scaledown_window_s=60),
+                    service=ServiceModel.of(5.0), cold=ColdStartModel.of(20.0))
+    sim = _Sim(trace, cfg)
+    r = sim.run()
+    assert r.containers_started == 1 and r.cold_requests == 0
+    floor, extra = sim.all
+    assert extra.created_s == 70.0 and extra.ready_s == 90.0
+    # Either may go (the longest idle goes first, as on Modal): one stops, one stays warm.
+    stops = sorted((floor.stop_s, extra.stop_s))
+    assert 75.0 + 60.0 <= stops[0] <= 90.0 + 60.0 + 60.0 and stops[1] == math.inf
+    assert_same(r, simulate(trace, replace(cfg, fast=False)))
+    none = simulate(trace, replace(cfg, warm=WarmPool(min_containers=1, scaledown_window_s=60)))
+    assert none.containers_started == 0 and none.warm_min < r.warm_min
 
 
 def overload_trace() -> Trace:
@@ -166,6 +189,9 @@ def bulk_cases() -> dict[str, tuple[Trace, dict]]:
             "batching": Batching(max_batch_rows=32, wait_ms=0)}),
         "bursty, sampled times": (bursty(3), {**EMBED, "cold": ColdStartModel.of([10.0, 20.0]),
                                               "service": ServiceModel.of([0.02, 0.05, 0.03])}),
+        "bursty, sampled times, two warm": (bursty(8), {
+            **EMBED, "warm": WarmPool(min_containers=2, scaledown_window_s=60),
+            "service": ServiceModel.of([0.02, 0.05, 0.03])}),
         "bursty, tight deadline": (bursty(4, 60), {**EMBED, "route": Route(
             max_inflight_per_container=2, max_queue=8, timeout_s=0.03)}),
         "per-minute counts, predictive": (Trace.from_counts(counts, spread="poisson", seed=2),
