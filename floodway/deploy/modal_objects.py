@@ -61,7 +61,7 @@ from floodway.functions.endpoint import Endpoint
 # The serving path only (no torch): what `floodway.build.loader` and the router import.
 SERVING_PACKAGES = (
     "numpy", "tokenizers", "safetensors", "huggingface_hub", "pydantic",
-    "starlette", "uvicorn", "httpx", "typer", "rich", "prometheus_client", "croniter",
+    "starlette", "uvicorn", "httpx", "typer", "rich", "prometheus_client", "croniter", "orjson",
 )
 PYTHON_VERSION = "3.11"
 ROUTER_NAME = "router"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -188,6 +189,42 @@ def test_import_without_credentials(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"
+
+
+def test_the_serving_image_installs_what_serving_imports():
+    """The Modal image installs `SERVING_PACKAGES` (plus ONNX Runtime and Modal itself), not
+    floodway's own dependency list: every module a container or the router imports must come
+    from there. Import them with every other declared dependency made unimportable."""
+    import tomllib
+
+    from floodway.deploy.modal_objects import SERVING_PACKAGES
+
+    meta = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    declared = [*meta["dependencies"],
+                *(d for ds in meta["optional-dependencies"].values() for d in ds)]
+    names = {re.split(r"[<>=\[ ;]", d, maxsplit=1)[0].lower().replace("-", "_")
+             for d in declared}
+    image = {p.lower().replace("-", "_") for p in SERVING_PACKAGES} | {"onnxruntime", "modal"}
+    blocked = sorted(names - image - {"onnxruntime_gpu"})
+    assert "numba" in blocked and "torch" in blocked       # simulator and build only
+    code = f"""
+import sys, importlib.abc
+import modal                                # installed by Modal in every image, with its deps
+BLOCKED = {blocked!r}
+class NotInImage(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name.split(".")[0] in BLOCKED:
+            raise ImportError(f"{{name}} is not installed in the serving image")
+sys.meta_path.insert(0, NotInImage())
+import modal_app
+import floodway.runtime.http, floodway.runtime.worker, floodway.codec, floodway.build.loader
+import floodway.deploy.modal_router, floodway.deploy.modal_warmers, floodway.deploy.modal_jobs
+print("ok")
+"""
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "ok"
 
 
