@@ -224,15 +224,28 @@ def simulate(app: AppArg,
         tr = read_trace(trace, function=function, column=column, spread=spread, seed=seed)
         cold = ColdStartModel.of(_numbers(cold_start_s, "--cold-start-s"))
         if service_ms is None:
+            if per_row_ms:
+                raise FloodwayError("--per-row-ms applies with a single --service-ms value "
+                                    "(without it, the prior: 20 ms + 5 ms per row)")
             svc = ServiceModel(SERVICE_PRIOR)
         else:
             ms = _numbers(service_ms, "--service-ms")
+            if per_row_ms and len(ms) > 1:
+                raise FloodwayError(f"--per-row-ms applies with a single --service-ms value, "
+                                    f"not {len(ms)} samples (each sample is a whole batch)")
             svc = ServiceModel.of(ms[0] / 1e3, per_row_ms / 1e3) if len(ms) == 1 else \
                 ServiceModel.of([m / 1e3 for m in ms])
         if spread not in ("uniform", "poisson"):
             raise FloodwayError(f"--spread must be uniform or poisson, got {spread!r}")
     except FloodwayError as e:
         raise _fail(e) from None
+    from floodway.sim.kernel import prepare
+
+    with console.status("loading the simulator's compiled fast path (compiling it the first "
+                        "time in this checkout: about 10 s)"):
+        took = prepare()
+    if took > 2:
+        console.print(f"compiled the simulator's fast path in {took:.1f} s (cached for next time)")
     res = run(tr, SimConfig(route=ep.route, warm=ep.warm, batching=ep.batching, cold=cold,
                             service=svc, usd_per_gpu_s=usd_per_gpu_s, seed=seed))
     table = Table(title=f"floodway simulate {ep.name} on {tr.name} ({tr.requests:,} requests)")

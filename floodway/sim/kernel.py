@@ -34,13 +34,15 @@ Sizes (compiled code does not check bounds): a container holds at most `slots` b
 one needs a free slot), so one step ends at most ``width * slots``; every batch has an opener
 of its own, so the intervals of all runs, committed or not, fit in one slot per arrival.
 
-Compiled on first use with ``cache=True``: the first call on a machine compiles (seconds), and
+Compiled on first use with ``cache=True``: the first call in a checkout compiles (seconds), and
 later processes load the machine code from the cache next to this module. Every argument has
 one type (the caller passes contiguous float64 / int64 arrays and plain floats and ints), so
 there is one compiled version.
 """
 
 from __future__ import annotations
+
+import time
 
 import numpy as np
 from numba import njit
@@ -263,4 +265,23 @@ def run_segment(times, rows, dls, a, b0, mbr, wait, slots, headroom, width, max_
     return cut_k, cut_w, cut_nf, cut_nd, why
 
 
-__all__ = ["REASONS", "run_segment"]
+_prepared = False
+
+
+def prepare() -> float:
+    """Compile `run_segment` (or load it from the cache) now, with the argument types
+    `floodway.sim.fastpath.Segments` passes, so that no simulation's wall time includes it.
+    Returns the seconds it took (0 once done in this process)."""
+    global _prepared
+    if _prepared:
+        return 0.0
+    t0 = time.perf_counter()
+    f1, i1 = np.zeros(1), np.ones(1, np.int64)
+    run_segment(f1, i1, np.ones(1), 0.001, 0.001, 1, 0.0, 1, 0.85, 1, 1, 0, float(np.inf),
+                np.zeros(0), False, np.empty(1, np.int64), np.empty(1), np.full(1, np.nan),
+                np.empty(1), np.empty(1), 0, np.empty(1), np.empty(1, np.int64), np.empty(1))
+    _prepared = True
+    return time.perf_counter() - t0
+
+
+__all__ = ["REASONS", "prepare", "run_segment"]

@@ -18,7 +18,8 @@ class SimResult:
     `expired` waited past their deadline and were dropped before reaching a model.
     `cold_requests`: served requests that waited for a container to start (it became ready
     after they arrived); `containers_started`: every container start (on demand or ahead of
-    time by the warm pool); `cold_start_rate` = cold_requests / requests.
+    time by the warm pool); `cold_start_rate` = cold_requests / requests; `served`: requests
+    answered by a container (the rest were spilled to async, shed or expired).
     Latency of served requests in seconds (queue + cold-start wait + batch service):
     `p50_s`, `p95_s`, `p99_s` (nan without any). Container time in minutes: `warm_min`
     (ready, idle or busy), `busy_min` (running a batch), `idle_min` = warm - busy,
@@ -90,7 +91,11 @@ class SimResult:
                                                  f"{self.spill_cold:,}"),
             ("spill async / shed / expired", f"{self.spill_async:,} / {self.shed:,} / "
                                              f"{self.expired:,}"),
-            ("cold-start requests", f"{self.cold_requests:,} ({self.cold_start_rate:.2%})"),
+            ("served", f"{self.served:,} (async spills are counted above; their jobs are "
+                       "not simulated)" if self.spill_async else f"{self.served:,}"),
+            ("cold-start requests", f"{self.cold_requests:,} ({self.cold_start_rate:.2%} of "
+                                    f"requests, {self.cold_requests / max(self.served, 1):.2%}"
+                                    " of served)"),
             ("containers started", f"{self.containers_started:,}"),
             ("latency p50 / p95 / p99", f"{ms(self.p50_s)} / {ms(self.p95_s)} / "
                                         f"{ms(self.p99_s)}"),

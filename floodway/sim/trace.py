@@ -128,11 +128,19 @@ def read_trace(path: str | Path, function: str | None = None, column: str | None
             raise FloodwayError(f"trace {p} is empty")
         minute_cols = [i for i, h in enumerate(header) if h.startswith("minute_")]
         if minute_cols:
+            if column is not None:
+                raise FloodwayError(f"trace {p} holds per-minute counts (minute_1..N): a "
+                                    f"timestamp column ({column!r}) applies to per-request "
+                                    "traces only; pick a row with --function")
             return _read_counts(p, reader, header, minute_cols, function, spread, seed)
+        if function is not None:
+            raise FloodwayError(f"trace {p} is per-request (no minute_N columns): --function "
+                                f"({function!r}) applies to per-minute counts only")
         col = column or "TIMESTAMP"
         if col not in header:
             raise FloodwayError(f"trace {p} has no column {col!r} (it has: "
-                                f"{', '.join(header)}); name the timestamp column with --column")
+                                f"{', '.join(header)}); name the timestamp column with --column,"
+                                " or give per-minute counts as minute_1..N columns")
         i = header.index(col)
         values = [row[i] for row in reader if row]
     if not values:

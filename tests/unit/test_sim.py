@@ -284,6 +284,42 @@ def test_cli_simulates_a_counts_csv_and_writes_the_plot(tmp_path) -> None:
     assert "requests" in r.stdout and "2" in r.stdout
 
 
+def test_cli_refuses_options_that_do_not_apply(tmp_path) -> None:
+    counts = tmp_path / "inv.csv"
+    counts.write_text("HashFunction,minute_1,minute_2\nabc,1,2\n")
+    per_request = tmp_path / "req.csv"
+    per_request.write_text("TIMESTAMP\n2023-11-16 18:17:03.9799600\n")
+    cases = [
+        (["--trace", str(per_request), "--function", "3"], "--function ('3') applies to "
+                                                           "per-minute counts only"),
+        (["--trace", str(counts), "--column", "TIMESTAMP"], "applies to per-request traces"),
+        (["--trace", str(counts), "--per-row-ms", "3"], "--per-row-ms applies with a single "
+                                                         "--service-ms"),
+        (["--trace", str(counts), "--service-ms", "10,20", "--per-row-ms", "3"],
+         "not 2 samples"),
+    ]
+    for args, needle in cases:
+        r = subprocess.run([sys.executable, "-m", "floodway.cli", "simulate",
+                            str(ROOT / "modal_app.py"), *args], cwd=ROOT, capture_output=True,
+                           text=True, timeout=120, env={"FLOODWAY_NO_MODAL": "1",
+                                                        "PATH": "/usr/bin:/bin",
+                                                        "COLUMNS": "200"})
+        assert r.returncode != 0 and needle in " ".join(r.stderr.split()), (args, r.stderr)
+        assert "Traceback" not in r.stderr
+
+
+def test_scaled_to_zero_a_spill_to_async_still_starts_a_container() -> None:
+    # Min 0 and a cold start longer than the deadline: decide() spills to async and asks for a
+    # container (start_cold), as the local router does, so later requests are served warm.
+    trace = Trace.from_times(np.arange(0.0, 120.0, 1.0), minutes=2)
+    cfg = SimConfig(route=Route(timeout_s=2.0), warm=WarmPool(scaledown_window_s=600),
+                    cold=ColdStartModel.of(30.0), service=ServiceModel.of(0.05))
+    r = simulate(trace, cfg)
+    # 0..28 s spill (the start takes 30 s); at 29 s waiting 1 s for it fits the deadline.
+    assert r.containers_started == 1 and r.spill_async == 29 and r.served == 91
+    assert_same(r, simulate(trace, replace(cfg, fast=False)))
+
+
 def kernel_edge_cases() -> dict[str, tuple[Trace, dict]]:
     one = WarmPool(min_containers=1, scaledown_window_s=600)
     # Unix-time arrivals (float spacing 2^-22 s) with a deadline of half that: t + timeout
