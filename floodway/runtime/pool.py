@@ -194,7 +194,8 @@ class Pool:
         """Start a container; when it fails, replace it (with backoff) if under the floor."""
         await c.start()
         await c.wait_ready()
-        if c.state in (State.READY, State.BUSY):
+        started = c.state in (State.READY, State.BUSY)
+        if started:
             self._failures[c.endpoint] = 0
             self.cold_starts[c.endpoint].append(c.timings_s.get("total", 0.0))
             log.info("container %s of %s ready in %.2fs %s", c.id, c.endpoint,
@@ -203,8 +204,11 @@ class Pool:
         self.containers[c.endpoint].remove(c)
         if self._closing or c.state == State.STOPPED:
             return
-        n = self._failures[c.endpoint]
-        self._failures[c.endpoint] = n + 1
+        # Only a failed *start* counts towards the backoff (and stops new starts): one that
+        # served and then died (killed, crashed) says nothing about the next start.
+        n = 0 if started else self._failures[c.endpoint]
+        if not started:
+            self._failures[c.endpoint] = n + 1
         self._event(c.endpoint, "failed", c.id)
         if len(self._live(c.endpoint)) >= self.floor[c.endpoint]:
             log.warning("container %s of %s failed (%s); above the floor, not replaced",

@@ -1,6 +1,8 @@
 """The pool in process, with real worker processes: readiness, and a failing build."""
 
 import asyncio
+import os
+import signal
 import textwrap
 
 import pytest
@@ -65,6 +67,38 @@ def test_container_that_cannot_load_fails_without_crash_loop(tmp_path, built_sto
     assert detail["ready"] is False
     assert failures >= 2   # replaced at least once, with backoff between attempts
     assert failures <= 4   # ... but not in a tight loop (backoff 0.5 s, 1 s, ...)
+
+
+def test_a_container_killed_above_the_floor_does_not_block_new_starts(built_store):
+    # Floor 1; a second container started for a burst is killed once it served (ready): it
+    # is not replaced (above the floor), and it is no failed *start*, so the pool may still
+    # start containers when traffic asks for them.
+    async def until(pred, what):
+        for _ in range(600):
+            if pred():
+                return
+            await asyncio.sleep(0.1)
+        raise AssertionError(f"timed out waiting for {what}")
+
+    async def go():
+        pool = Pool(modal_app.endpoints, str(MODAL_APP), str(built_store), containers=1)
+        await pool.start()
+        try:
+            assert await pool.wait_ready(60)
+            assert pool.start_cold("embed")
+            ready = lambda: [c for c in pool.containers["embed"]  # noqa: E731
+                             if str(c.state) == "ready"]
+            await until(lambda: len(ready()) == 2, "two ready containers")
+            victim = ready()[-1]
+            os.kill(victim.pid, signal.SIGKILL)
+            await until(lambda: victim not in pool.containers["embed"], "the killed one gone")
+            return pool._failures["embed"], pool.start_cold("embed"), pool.event_counts["embed"]
+        finally:
+            await pool.stop()
+
+    failures, started, events = asyncio.run(go())
+    assert failures == 0 and started is True
+    assert events["failed"] == 1 and events["start"] == 3
 
 
 def test_serve_refuses_missing_build_and_non_loopback(tmp_path):
