@@ -159,9 +159,10 @@ def deploy(app: Annotated[str, typer.Argument(
         raise typer.Exit(code=1)
 
 
-def _numbers(spec: str, what: str) -> list[float]:
-    """`spec` as numbers: one ("30"), a comma list ("20,30,45") or a file of numbers (one per
-    line or comma-separated; a non-numeric first line is taken as a header)."""
+def _numbers(spec: str, what: str, most: float) -> list[float]:
+    """`spec` as numbers in 0..`most`: one ("30"), a comma list ("20,30,45") or a file of
+    numbers (one per line or comma-separated; a non-numeric first line is taken as a
+    header)."""
     p = Path(spec)
     text = p.read_text() if p.is_file() else spec
     out: list[float] = []
@@ -176,8 +177,29 @@ def _numbers(spec: str, what: str) -> list[float]:
                 continue
             raise FloodwayError(f"{what}: {tok!r} is not a number (give N, N,N,... or a file "
                                 "of numbers)") from None
-    if not out or min(out) < 0:
-        raise FloodwayError(f"{what}: give at least one number >= 0, got {spec!r}")
+    if not out or not all(0 <= x <= most for x in out):       # NaN fails this too
+        raise FloodwayError(f"{what}: give numbers in 0..{most:g}, got {spec!r}")
+    return out
+
+
+def _plot_path(out: Path) -> Path:
+    """Where `--out` writes its PNG (".png" added when it has no suffix), checked before a
+    simulation runs."""
+    if out.is_dir():
+        raise FloodwayError(f"--out {out} is a directory; name a .png file")
+    if out.suffix == "":
+        out = out.with_suffix(".png")
+    if out.suffix.lower() != ".png":
+        raise FloodwayError(f"--out {out}: the plot is a PNG; name it *.png")
+    existed = out.exists()
+    try:                            # try it now rather than after a long simulation
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with out.open("ab"):
+            pass
+        if not existed:
+            out.unlink()
+    except OSError as e:
+        raise FloodwayError(f"--out {out}: cannot write there ({e.strerror or e})") from None
     return out
 
 
@@ -222,14 +244,14 @@ def simulate(app: AppArg,
                                 f"; pick one as {app}::ENDPOINT")
         ep = eps[0]
         tr = read_trace(trace, function=function, column=column, spread=spread, seed=seed)
-        cold = ColdStartModel.of(_numbers(cold_start_s, "--cold-start-s"))
+        cold = ColdStartModel.of(_numbers(cold_start_s, "--cold-start-s", 3600.0))
         if service_ms is None:
             if per_row_ms:
                 raise FloodwayError("--per-row-ms applies with a single --service-ms value "
                                     "(without it, the prior: 20 ms + 5 ms per row)")
             svc = ServiceModel(SERVICE_PRIOR)
         else:
-            ms = _numbers(service_ms, "--service-ms")
+            ms = _numbers(service_ms, "--service-ms", 3_600_000.0)
             if per_row_ms and len(ms) > 1:
                 raise FloodwayError(f"--per-row-ms applies with a single --service-ms value, "
                                     f"not {len(ms)} samples (each sample is a whole batch)")
@@ -237,6 +259,12 @@ def simulate(app: AppArg,
                 ServiceModel.of([m / 1e3 for m in ms])
         if spread not in ("uniform", "poisson"):
             raise FloodwayError(f"--spread must be uniform or poisson, got {spread!r}")
+        if out is not None:
+            out = _plot_path(out)
+        for flag, x, most in (("--per-row-ms", per_row_ms, 3_600_000.0),
+                              ("--usd-per-gpu-s", usd_per_gpu_s, 1e6)):
+            if not 0 <= x <= most:                      # NaN fails this too
+                raise FloodwayError(f"{flag}: give a number in 0..{most:g}, got {x}")
     except FloodwayError as e:
         raise _fail(e) from None
     from floodway.sim.kernel import prepare

@@ -30,6 +30,11 @@ from floodway.errors import FloodwayError
 
 MINUTE_S = 60.0
 SPREADS = ("uniform", "poisson")
+# Sanity bounds on input: a year of minutes (the simulator ticks through every one), epoch
+# seconds within about 300 years, and per-minute counts a machine can hold as arrivals.
+MAX_SPAN_MIN = 366 * 24 * 60
+MAX_EPOCH_S = 1e10
+MAX_COUNT = 10_000_000
 
 
 @dataclass(frozen=True, eq=False)
@@ -66,6 +71,10 @@ class Trace:
         """A trace of the given arrival instants (sorted here), spanning whole minutes from the
         first arrival's minute through the last one's (or `minutes` minutes)."""
         t = np.asarray(times_s, dtype=np.float64).reshape(-1)
+        bad = np.flatnonzero(~np.isfinite(t) | (np.abs(t) > MAX_EPOCH_S))
+        if bad.size:
+            raise FloodwayError(f"arrival {int(bad[0]) + 1} is {float(t[bad[0]])}: give seconds "
+                                f"within +-{MAX_EPOCH_S:.0e} (about 300 years of epoch time)")
         order = np.argsort(t, kind="stable")
         t = t[order]
         r = None if rows is None else np.asarray(rows, dtype=np.int64).reshape(-1)[order]
@@ -74,6 +83,10 @@ class Trace:
         m0 = math.floor(t[0] / MINUTE_S)
         span = math.floor(t[-1] / MINUTE_S) - m0 + 1
         span = max(span, minutes or 0)
+        if span > MAX_SPAN_MIN:
+            raise FloodwayError(f"the trace spans {span:,} minutes (arrivals from {t[0]:.0f} s "
+                                f"to {t[-1]:.0f} s); at most {MAX_SPAN_MIN:,} (366 days): are "
+                                "its timestamps all in one unit?")
         counts = np.bincount((np.floor(t / MINUTE_S) - m0).astype(np.int64), minlength=span)
         return cls(t, r, m0, counts[:span], name)
 
@@ -83,6 +96,9 @@ class Trace:
         """Expand per-minute counts (minute i = epoch minute `start_minute` + i) into arrivals
         (see the module docstring for `spread`)."""
         c = np.asarray(counts, dtype=np.int64).reshape(-1)
+        if c.size > MAX_SPAN_MIN:
+            raise FloodwayError(f"{c.size:,} minutes of counts; at most {MAX_SPAN_MIN:,} "
+                                "(366 days)")
         if spread not in SPREADS:
             raise FloodwayError(f"spread must be one of {SPREADS}, got {spread!r}")
         if c.size and int(c.min()) < 0:
@@ -98,15 +114,36 @@ class Trace:
         return cls(t.astype(np.float64), None, int(start_minute), c.copy(), name)
 
 
-def _parse_times(values: list[str]) -> np.ndarray:
+def _number(v: str) -> float | None:
     try:
-        return np.asarray([float(v) for v in values], dtype=np.float64)
+        return float(v)
     except ValueError:
-        pass
+        return None
+
+
+def _parse_times(values: list[str]) -> np.ndarray:
+    """Epoch seconds, or ISO-8601 date-times (read as UTC), all of one kind; row numbers in
+    errors count data rows from 1."""
+    blank = next((i for i, v in enumerate(values) if not v.strip()), None)
+    if blank is not None:
+        raise FloodwayError(f"timestamp in data row {blank + 1} is blank")
+    nums = [_number(v) for v in values]
+    if all(x is not None for x in nums):
+        return np.asarray(nums, dtype=np.float64)
+    first_num = next((i for i, x in enumerate(nums) if x is not None), None)
+    if first_num is not None:
+        first_date = next(i for i, x in enumerate(nums) if x is None)
+        raise FloodwayError(f"timestamps mix numbers (data row {first_num + 1}: "
+                            f"{values[first_num]!r}) and dates (data row {first_date + 1}: "
+                            f"{values[first_date]!r}); give one kind")
     try:
         ns = np.asarray([v.strip().replace(" ", "T") for v in values], dtype="datetime64[ns]")
     except ValueError as e:
         raise FloodwayError(f"cannot parse timestamps such as {values[0]!r}: {e}") from None
+    nat = np.flatnonzero(np.isnat(ns))
+    if nat.size:
+        raise FloodwayError(f"timestamp in data row {int(nat[0]) + 1} ({values[nat[0]]!r}) is "
+                            "not a date-time")
     return ns.astype(np.int64) / 1e9
 
 
@@ -121,6 +158,14 @@ def read_trace(path: str | Path, function: str | None = None, column: str | None
     p = Path(path)
     if not p.is_file():
         raise FloodwayError(f"trace {p} does not exist")
+    try:
+        return _read(p, function, column, spread, seed)
+    except UnicodeDecodeError as e:
+        raise FloodwayError(f"trace {p} is not UTF-8 text (byte {e.start}): give a CSV "
+                            "file") from None
+
+
+def _read(p: Path, function: str | None, column: str | None, spread: str, seed: int) -> Trace:
     with p.open(newline="") as f:
         reader = csv.reader(f)
         header = next(reader, None)
@@ -142,7 +187,14 @@ def read_trace(path: str | Path, function: str | None = None, column: str | None
                                 f"{', '.join(header)}); name the timestamp column with --column,"
                                 " or give per-minute counts as minute_1..N columns")
         i = header.index(col)
-        values = [row[i] for row in reader if row]
+        values = []
+        for row in reader:
+            if not row:
+                continue
+            if len(row) <= i:
+                raise FloodwayError(f"trace {p}, line {reader.line_num}: {len(row)} fields, "
+                                    f"no {col!r} (field {i + 1})")
+            values.append(row[i])
     if not values:
         raise FloodwayError(f"trace {p} has no requests")
     return Trace.from_times(_parse_times(values), name=p.stem)
@@ -165,9 +217,22 @@ def _read_counts(p: Path, reader, header: list[str], cols: list[int], function: 
     if pick is None:
         raise FloodwayError(f"trace {p}: no single function matches {function!r} (give a "
                             f"HashFunction, a unique prefix, or a row index 0..{len(rows) - 1})")
-    counts = np.asarray([int(float(rows[pick][i])) for i in cols], dtype=np.int64)
-    name = rows[pick][key][:12] if key is not None else f"row {pick}"
+    row = rows[pick]
+    if len(row) < len(header):
+        raise FloodwayError(f"trace {p}: function row {pick} has {len(row)} fields, the "
+                            f"header {len(header)}")
+    counts = np.asarray([_count(p, header[i], row[i]) for i in cols], dtype=np.int64)
+    name = row[key][:12] if key is not None else f"row {pick}"
     return Trace.from_counts(counts, 0, spread, seed, name)
+
+
+def _count(p: Path, column: str, text: str) -> int:
+    """One per-minute count: a whole number in 0..MAX_COUNT."""
+    x = _number(text)
+    if x is None or not math.isfinite(x) or x != int(x) or not 0 <= x <= MAX_COUNT:
+        raise FloodwayError(f"trace {p}, {column}: {text!r} is not a count (a whole number "
+                            f"0..{MAX_COUNT:,})")
+    return int(x)
 
 
 def read_counts_matrix(path: str | Path) -> tuple[list[str], np.ndarray]:

@@ -5,6 +5,7 @@ CLI."""
 from __future__ import annotations
 
 import math
+import re
 import subprocess
 import sys
 from dataclasses import fields, replace
@@ -13,6 +14,7 @@ import numpy as np
 import pytest
 
 from floodway.config import Batching, Route, WarmPool
+from floodway.errors import FloodwayError
 from floodway.routers.decide import Action
 from floodway.sim import (
     ACTIONS,
@@ -22,6 +24,7 @@ from floodway.sim import (
     ServiceModel,
     SimConfig,
     Trace,
+    read_trace,
     simulate,
 )
 from floodway.sim.engine import _Sim
@@ -297,6 +300,11 @@ def test_cli_refuses_options_that_do_not_apply(tmp_path) -> None:
                                                          "--service-ms"),
         (["--trace", str(counts), "--service-ms", "10,20", "--per-row-ms", "3"],
          "not 2 samples"),
+        (["--trace", str(counts), "--cold-start-s", "nan"], "--cold-start-s: give numbers in"),
+        (["--trace", str(counts), "--service-ms", "1e308"], "--service-ms: give numbers in"),
+        (["--trace", str(counts), "--out", str(tmp_path / "p.txt")], "the plot is a PNG"),
+        (["--trace", str(counts), "--out", str(tmp_path)], "is a directory"),
+        (["--trace", str(counts), "--out", str(counts / "p.png")], "cannot write there"),
     ]
     for args, needle in cases:
         r = subprocess.run([sys.executable, "-m", "floodway.cli", "simulate",
@@ -306,6 +314,32 @@ def test_cli_refuses_options_that_do_not_apply(tmp_path) -> None:
                                                         "COLUMNS": "200"})
         assert r.returncode != 0 and needle in " ".join(r.stderr.split()), (args, r.stderr)
         assert "Traceback" not in r.stderr
+
+
+BAD_TRACES = {
+    "blank": ("TIMESTAMP,x\n1,2\n,3\n", "timestamp in data row 2 is blank"),
+    "mixed": ("TIMESTAMP\n2023-11-16 18:17:03\n5\n", "timestamps mix numbers"),
+    "nan": ("TIMESTAMP\nnan\n", "arrival 1 is nan"),
+    "inf": ("TIMESTAMP\n0\ninf\n", "is inf"),
+    "short row": ("x,TIMESTAMP\n5\n", "line 2: 1 fields, no 'TIMESTAMP'"),
+    "span": ("TIMESTAMP\n1\n1e9\n", "are its timestamps all in one unit"),
+    "count x": ("HashFunction,minute_1\nabc,x\n", "minute_1: 'x' is not a count"),
+    "count huge": ("HashFunction,minute_1\nabc,1e30\n", "'1e30' is not a count"),
+    "count fraction": ("HashFunction,minute_1\nabc,1.7\n", "'1.7' is not a count"),
+    "counts short": ("HashFunction,minute_1,minute_2\nabc,1\n", "has 2 fields, the header 3"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_TRACES))
+def test_a_bad_trace_is_refused_naming_what_is_wrong(tmp_path, case) -> None:
+    text, needle = BAD_TRACES[case]
+    path = tmp_path / "t.csv"
+    path.write_text(text)
+    with pytest.raises(FloodwayError, match=re.escape(needle)):
+        read_trace(path)
+    path.write_bytes(b"TIMESTAMP\n\xff\xfe\n")
+    with pytest.raises(FloodwayError, match="not UTF-8"):
+        read_trace(path)
 
 
 def test_scaled_to_zero_a_spill_to_async_still_starts_a_container() -> None:
