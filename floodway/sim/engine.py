@@ -92,6 +92,7 @@ from floodway.warmers.target import History, Measured
 
 ACTIONS = (Action.DISPATCH, Action.QUEUE, Action.SPILL_COLD, Action.SPILL_ASYNC, Action.SHED)
 _CODE = {a: i for i, a in enumerate(ACTIONS)}
+assert _CODE[Action.DISPATCH] == 0        # bulk segments leave their arrivals' codes at 0
 TENANT = "anonymous"
 
 
@@ -251,7 +252,7 @@ class _Sim(Pool):
         for box, at in zip(boxes, idle_at, strict=True):
             if at == at:                   # not nan: it went idle in the segment
                 box.idle_since_s = at
-        codes[i:k] = bytes((_CODE[Action.DISPATCH],)) * (k - i)
+        # codes[i:k] stay 0: DISPATCH (the run starts with every code 0)
         self.bulk_runs += 1
         self.bulk_requests += k - i
         return k

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from floodway.config import MAX_CONTAINERS_LIMIT
 from floodway.routers.decide import HEADROOM, ServiceTime
 from floodway.sim.kernel import REASONS, run_segment
 
@@ -115,7 +116,8 @@ class Segments:
         self.bend = np.empty(n)
         self.out_s, self.out_e = np.empty(n), np.empty(n)
         self.w = 0
-        self.scratch: dict[int, tuple] = {}
+        # by width: at most MAX_CONTAINERS_LIMIT warm containers
+        self.scratch: list[tuple | None] = [None] * (MAX_CONTAINERS_LIMIT + 1)
         self.stops = [0] * len(REASONS)
 
     def run(self, i: int, width: int, max_busy: int, bound: float, durs: np.ndarray | None):
@@ -124,7 +126,7 @@ class Segments:
         buffer container); `durs`: the drawn batch times (sampled times), else None. Returns (k,
         intervals committed, first idle times and their containers in event order (lists),
         each container's idle-since (nan: not idle in the segment), draws used)."""
-        out = self.scratch.get(width)
+        out = self.scratch[width]
         if out is None:                 # the kernel's small outputs, reused run after run
             out = self.scratch[width] = (np.empty(width), np.empty(width, dtype=np.int64),
                                          np.empty(width))
@@ -136,7 +138,11 @@ class Segments:
             self.lat_end, self.out_s, self.out_e, self.w, first_e, first_c, idle_at)
         self.stops[why] += 1
         added, self.w = w - self.w, w
-        return k, added, first_e[:nf].tolist(), first_c[:nf].tolist(), idle_at.tolist(), nd
+        if k == i:
+            return k, 0, (), (), (), nd
+        if nf:
+            return k, added, first_e[:nf].tolist(), first_c[:nf].tolist(), idle_at.tolist(), nd
+        return k, added, (), (), idle_at.tolist(), nd
 
 
 __all__ = ["Segments", "dispatch_box"]
