@@ -69,16 +69,18 @@ class Batcher:
 
     `pick(idle_only)` returns a container with a free slot (with nothing in flight when
     `idle_only`) or None; call `notify()` whenever a slot frees or a container becomes ready.
-    `on_batch(result, container)` sees every completed
-    batch (service-time fit, metrics). Times are `loop.time()` seconds.
+    `on_send(container)` sees every batch as it is handed to a container (the pool's buffer
+    containers start then); `on_batch(result, container)` sees every completed batch
+    (service-time fit, metrics). Times are `loop.time()` seconds.
     """
 
     def __init__(self, endpoint: str, *, max_batch_rows: int, wait_ms: float,
                  pick: Callable[[bool], Slot | None],
-                 on_batch: Callable[[BatchResultLike, Slot], None] | None = None):
+                 on_batch: Callable[[BatchResultLike, Slot], None] | None = None,
+                 on_send: Callable[[Slot], None] | None = None):
         self.endpoint = endpoint
         self.max_batch_rows, self.wait_s = max_batch_rows, wait_ms / 1000.0
-        self.pick, self.on_batch = pick, on_batch
+        self.pick, self.on_batch, self.on_send = pick, on_batch, on_send
         self._heap: list[Item] = []
         self._seq = itertools.count()
         self._wake = asyncio.Event()
@@ -254,6 +256,8 @@ class Batcher:
         task = asyncio.create_task(self._deliver(batch, slot, fut))
         self._inflight.add(task)
         task.add_done_callback(self._inflight.discard)
+        if self.on_send:
+            self.on_send(slot)
 
     def _requeue(self, batch: list[Item]) -> None:
         for item in batch:

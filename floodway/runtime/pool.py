@@ -5,10 +5,10 @@ Per endpoint the pool keeps the floor that the warm-pool policy asks for
 predictive policy; `buffer_containers` while the endpoint is active), recomputed every tick
 from the measured cold start and service time and the endpoint's traffic history. As on
 Modal, the buffer is idle containers on top of those serving inputs: the floor is
-max(min_containers, busy + buffer_containers), busy counted at the tick (`WarmTarget.keep`,
-as in the simulator). `--containers N` pins the floor instead. It starts more on
-`spill_cold` up to `max_containers`, and scales idle ones down after the target's
-`scaledown_window_s`: it picks the longest-idle container above the
+max(min_containers, busy + buffer_containers) (`WarmTarget.keep`, as in the simulator),
+checked as each batch goes to a container and at every tick. `--containers N` pins the
+floor instead. It starts more on `spill_cold` up to `max_containers`, and scales idle ones
+down after the target's `scaledown_window_s`: it picks the longest-idle container above the
 floor, stops routing to it (draining) and lets in-flight work finish. Only user batches
 reset a container's idle timer (warm-up runs before it is ready; probes never reach it).
 A container that dies is replaced while the pool is under its floor, with exponential
@@ -225,6 +225,32 @@ class Pool:
         if not self._closing and len(self._live(c.endpoint)) < self.floor[c.endpoint]:
             self._spawn(self._new(c.endpoint))
 
+    def _fill(self, endpoint: str, live: list[Container]) -> bool:
+        """Start containers up to the floor (a window opens, traffic grew, a buffer is
+        due: warm up ahead of demand), unless starts are failing; True if any started."""
+        short = self.floor[endpoint] - len(live)
+        if short <= 0 or self._failures[endpoint] or self._replacing[endpoint]:
+            return False
+        for _ in range(short):
+            self._spawn(self._new(endpoint))
+        return True
+
+    def _buffer(self, endpoint: str) -> None:
+        """A batch went to a container: with a buffer due (the endpoint is active), keep
+        `buffer_containers` idle ones on top of the busy ones now, not at the next tick
+        (Modal's buffer, and the simulator's `Pool.assign`)."""
+        t = self.targets.get(endpoint)
+        if t is None or not t.buffer_containers or self.pinned is not None:
+            return
+        live = self._live(endpoint)
+        latest = self._latest.get(endpoint)
+        if latest is not None and any(c.build != latest for c in live):
+            return                      # a rollout is replacing them: it sets the count
+        keep = t.keep(sum(1 for c in live if c.inflight), self.cap(endpoint))
+        if keep > self.floor[endpoint]:
+            self.floor[endpoint] = keep
+            self._fill(endpoint, live)
+
     def _spawn(self, c: Container) -> None:
         self._event(c.endpoint, "start", c.id)
         task = asyncio.create_task(self._run(c))
@@ -236,7 +262,8 @@ class Pool:
             b = Batcher(ep.name, max_batch_rows=ep.batching.max_batch_rows,
                         wait_ms=ep.batching.wait_ms,
                         pick=lambda idle, name=ep.name: self._pick(name, idle),
-                        on_batch=self._on_batch)
+                        on_batch=self._on_batch,
+                        on_send=lambda c, name=ep.name: self._buffer(name))
             self.batchers[ep.name] = b
             b.start()
             for _ in range(self.floor[ep.name]):
@@ -376,11 +403,7 @@ class Pool:
                 elif not c.inflight and c.state == State.READY:
                     self._check_alive(ep, c, now)
             live = self._live(ep.name)
-            if len(live) < self.floor[ep.name] and not self._failures[ep.name] \
-                    and not self._replacing[ep.name]:
-                # The floor rose (a window opens, traffic grew): warm up ahead of demand.
-                for _ in range(self.floor[ep.name] - len(live)):
-                    self._spawn(self._new(ep.name))
+            if self._fill(ep.name, live):
                 continue
             window_s = self.targets[ep.name].scaledown_window_s
             idle = [c for c in live if c.state == State.READY and not c.inflight

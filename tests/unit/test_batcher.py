@@ -73,6 +73,21 @@ def test_batches_by_rows_across_requests_and_maps_by_id():
     assert [len(x) for x in batches] == [4, 2]   # rows, not requests; a request split
 
 
+def test_on_send_sees_each_batch_as_it_goes_to_a_container():
+    async def go():
+        slot = FakeSlot("a")
+        b = make([slot], rows=4)
+        seen = []
+        b.on_send = lambda s: seen.append((s.id, len(s.batches)))   # after submit
+        b.start()
+        deadline = asyncio.get_running_loop().time() + 5
+        await asyncio.gather(*b.submit("r", list("abcdef"), deadline_s=deadline))
+        await b.stop()
+        return seen
+
+    assert run(go()) == [("a", 1), ("a", 2)]
+
+
 def test_a_bad_item_fails_alone():
     async def go():
         b = make([FakeSlot("a")])
