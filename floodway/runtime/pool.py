@@ -243,13 +243,14 @@ class Pool:
         if t is None or not t.buffer_containers or self.pinned is not None:
             return
         live = self._live(endpoint)
+        keep = t.keep(sum(1 for c in live if c.inflight), self.cap(endpoint))
+        if keep <= self.floor[endpoint]:
+            return                      # the common case on a hot path: nothing to do
         latest = self._latest.get(endpoint)
         if latest is not None and any(c.build != latest for c in live):
             return                      # a rollout is replacing them: it sets the count
-        keep = t.keep(sum(1 for c in live if c.inflight), self.cap(endpoint))
-        if keep > self.floor[endpoint]:
-            self.floor[endpoint] = keep
-            self._fill(endpoint, live)
+        self.floor[endpoint] = keep
+        self._fill(endpoint, live)
 
     def _spawn(self, c: Container) -> None:
         self._event(c.endpoint, "start", c.id)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 
 import httpx
@@ -24,6 +25,26 @@ def upper(model, texts: list[str]) -> list[str]:
 
 def client(asgi) -> httpx.AsyncClient:
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=asgi), base_url="http://t")
+
+
+@contextlib.asynccontextmanager
+async def running(jobs: LocalJobs):
+    """The job runner started for the block, stopped after it."""
+    await jobs.start()
+    try:
+        yield jobs
+    finally:
+        await jobs.stop()
+
+
+async def poll_job(c: httpx.AsyncClient, location: str, status: str) -> dict:
+    """The job at `location` once it has `status` (or as last seen after about 3 s)."""
+    for _ in range(300):
+        job = (await c.get(location)).json()
+        if job["status"] == status:
+            break
+        await asyncio.sleep(0.01)
+    return job
 
 
 def test_bearer_auth_when_keys_are_configured():
@@ -94,27 +115,19 @@ def test_async_job_lifecycle_and_expiry_is_410(tmp_path):
     asgi = make_asgi_app(app, backend, jobs=jobs)
 
     async def go():
-        await jobs.start()
-        try:
-            async with client(asgi) as c:
-                r = await c.post("/v1/upper/jobs", json={"inputs": ["a", "b"]})
-                loc = r.headers["location"]
-                for _ in range(200):
-                    done = await c.get(loc)
-                    if done.json()["status"] == "succeeded":
-                        break
-                    await asyncio.sleep(0.01)
-                other = await c.get(loc, headers={"Authorization": "Bearer someone-else"})
-                now[0] += 61   # past the TTL
-                expired = await c.get(loc)
-                bad = await c.post("/v1/upper/jobs", json={"inputs": []})
-                return r, done, other, expired, bad
-        finally:
-            await jobs.stop()
+        async with running(jobs), client(asgi) as c:
+            r = await c.post("/v1/upper/jobs", json={"inputs": ["a", "b"]})
+            loc = r.headers["location"]
+            done = await poll_job(c, loc, "succeeded")
+            other = await c.get(loc, headers={"Authorization": "Bearer someone-else"})
+            now[0] += 61   # past the TTL
+            expired = await c.get(loc)
+            bad = await c.post("/v1/upper/jobs", json={"inputs": []})
+            return r, done, other, expired, bad
 
     r, done, other, expired, bad = asyncio.run(go())
     assert r.status_code == 202 and r.json()["status"] == "queued"
-    assert done.json()["outputs"] == ["A", "B"]
+    assert done["outputs"] == ["A", "B"]
     assert other.status_code == 404           # another tenant's job is not visible
     assert expired.status_code == 410 and expired.json()["error"]["type"] == "expired"
     assert bad.status_code == 422              # validated before it is stored
@@ -162,13 +175,8 @@ def test_a_request_about_to_miss_its_deadline_is_handed_to_the_async_queue(tmp_p
             took_s = time.perf_counter() - t
             plain = await c.post("/v1/no_async", json={"inputs": ["a"]})
             backend.mode = "ok"   # capacity came back: the job runs
-            await jobs.start()
-            try:
-                for _ in range(300):
-                    done = await c.get(handed.headers["location"])
-                    if done.json()["status"] == "succeeded":
-                        break
-                    await asyncio.sleep(0.01)
+            async with running(jobs):
+                done = await poll_job(c, handed.headers["location"], "succeeded")
                 again = await c.post("/v1/upper/jobs", json={"inputs": ["a"]},
                                      headers={"Idempotency-Key": "k1"})
                 calls = len(backend.calls)
@@ -178,8 +186,6 @@ def test_a_request_about_to_miss_its_deadline_is_handed_to_the_async_queue(tmp_p
                 other = await c.post("/v1/upper", json={"inputs": ["b"]},
                                      headers={"Idempotency-Key": "k1"})
                 ran = len(backend.calls) - calls
-            finally:
-                await jobs.stop()
             return handed, took_s, plain, done, again, retry, other, ran
 
     handed, took_s, plain, done, again, retry, other, ran = asyncio.run(go())
@@ -188,7 +194,7 @@ def test_a_request_about_to_miss_its_deadline_is_handed_to_the_async_queue(tmp_p
     assert handed.headers["x-floodway-decision"] in ("dispatch", "queue")
     assert took_s < 0.5                        # before the 0.5 s deadline, not after it
     assert plain.status_code == 504            # no async spill on this route: a 504
-    assert done.json()["outputs"] == ["A"]     # the job ran the request to completion
+    assert done["outputs"] == ["A"]            # the job ran the request to completion
     assert again.json()["id"] == handed.json()["id"]   # the client's key names the job
     # A sync retry under the key gets that job at once; other inputs under it, a 409; and
     # neither runs anything.
@@ -217,21 +223,12 @@ def test_work_already_on_a_container_is_adopted_by_its_job_not_run_twice(tmp_pat
     asgi = make_asgi_app(app, backend, jobs=jobs)
 
     async def go():
-        await jobs.start()
-        try:
-            async with client(asgi) as c:
-                t = time.perf_counter()
-                r = await c.post("/v1/upper", json={"inputs": ["a", "b"]})
-                took_s = time.perf_counter() - t
-                first = (await c.get(r.headers["location"])).json()
-                for _ in range(300):
-                    done = (await c.get(r.headers["location"])).json()
-                    if done["status"] == "succeeded":
-                        break
-                    await asyncio.sleep(0.01)
-                return r, took_s, first, done
-        finally:
-            await jobs.stop()
+        async with running(jobs), client(asgi) as c:
+            t = time.perf_counter()
+            r = await c.post("/v1/upper", json={"inputs": ["a", "b"]})
+            took_s = time.perf_counter() - t
+            first = (await c.get(r.headers["location"])).json()
+            return r, took_s, first, await poll_job(c, r.headers["location"], "succeeded")
 
     r, took_s, first, done = asyncio.run(go())
     assert r.status_code == 202 and r.headers["x-floodway-handoff"] == "deadline"
@@ -282,18 +279,9 @@ def test_a_job_with_a_bad_item_keeps_the_good_outputs(tmp_path):
     asgi = make_asgi_app(app, backend, jobs=jobs)
 
     async def go():
-        await jobs.start()
-        try:
-            async with client(asgi) as c:
-                r = await c.post("/v1/upper/jobs", json={"inputs": ["a", "bad", "c"]})
-                for _ in range(300):
-                    done = (await c.get(r.headers["location"])).json()
-                    if done["status"] == "failed":
-                        return done
-                    await asyncio.sleep(0.01)
-                return done
-        finally:
-            await jobs.stop()
+        async with running(jobs), client(asgi) as c:
+            r = await c.post("/v1/upper/jobs", json={"inputs": ["a", "bad", "c"]})
+            return await poll_job(c, r.headers["location"], "failed")
 
     done = asyncio.run(go())
     assert done["status"] == "failed" and "1 of 3 inputs failed" in done["error"]
