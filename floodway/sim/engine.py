@@ -38,7 +38,7 @@ The model (times in seconds on the trace's clock):
   the last batch needs to end.
 
 Speed (exact: `fast=True`, the default, gives the same `SimResult` as `fast=False`, which
-calls `decide` on every arrival; tests/unit/test_sim.py compares every field):
+calls `decide` on every arrival; tests/unit/sim/test_engine.py compares every field):
 
 - The dispatch test (`floodway.sim.fastpath.dispatch_box`): with the router's queue empty,
   `decide` can only dispatch or not by its steps 2 and 4 (budget > 0; an idle warm container;

@@ -1,0 +1,4 @@
+"""What the local runtime, the Modal router and the simulator share around the pure decisions
+(`floodway.routers.decide.decide`, `floodway.warmers.desired`): the priors, the estimators
+that replace them with measurements, the one snapshot builder, and `reconcile`, which turns a
+warm target into container actions."""

@@ -1,0 +1,122 @@
+"""Estimators: what was measured of an endpoint, turned into the numbers `decide()` and the
+warm-pool policies read. One set, used by the local pool, the Modal router and warmers, and
+the simulator; each starts from a prior (`floodway.core.priors`) until it has samples.
+
+    service = ServiceEstimator()          # (rows, seconds) per batch -> ServiceTime
+    cold = ColdStartEstimator()           # seconds per container start -> estimate_s
+    rate = ArrivalRate()                  # (time, rows) per admitted request -> rows/s
+    measured(cold, service, max_batch_rows) -> Measured   (for `desired()`)
+
+All times are seconds on the caller's clock (monotonic or simulated); none reads a clock.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+
+from floodway.core.priors import COLD_START_PRIOR_S, SERVICE_PRIOR
+from floodway.routers.decide import ServiceTime
+from floodway.warmers.target import Measured
+
+# Batches kept for the service-time fit: enough to separate the per-row and per-batch cost
+# over a few batch sizes, few enough that the fit follows a change (a new build, a loaded
+# machine) within seconds of traffic.
+SERVICE_SAMPLES = 64
+# Container starts kept: the estimate is the slowest of these (a plan that counts on a
+# start being quick misses deadlines when it is not).
+COLD_SAMPLES = 8
+# The arrival rate is the rows admitted over the last RATE_WINDOW_S seconds: long enough to
+# smooth a burst's first requests, short enough to follow it (the batcher's fill estimate).
+RATE_WINDOW_S = 5.0
+
+
+def start_remaining_s(measured_s: float, elapsed_s: float) -> float:
+    """Seconds until a container that has been starting for `elapsed_s` is ready, when cold
+    starts measured `measured_s`. A start that has overrun the measurement (a loaded machine
+    starts slower) is not about to finish: it is assumed to need as long again as it has
+    taken, never zero, so that work is not queued for capacity that is not there."""
+    return measured_s - elapsed_s if elapsed_s < measured_s else elapsed_s
+
+
+class ServiceEstimator:
+    """Seconds per batch as a linear fit of measured (rows, seconds) batches
+    (`ServiceTime.fit`, least squares), `prior` until the first sample. The fit is
+    recomputed on each `record` (at most `SERVICE_SAMPLES` points: microseconds)."""
+
+    def __init__(self, prior: ServiceTime = SERVICE_PRIOR, samples: int = SERVICE_SAMPLES):
+        self.prior = prior
+        self.samples: deque[tuple[int, float]] = deque(maxlen=samples)
+        self.fit: ServiceTime = prior
+
+    def record(self, rows: int, seconds: float) -> None:
+        self.samples.append((int(rows), float(seconds)))
+        self.fit = ServiceTime.fit(list(self.samples), self.prior)
+
+    def extend(self, samples: Iterable[tuple[int, float]]) -> None:
+        for rows, seconds in samples:
+            self.samples.append((int(rows), float(seconds)))
+        self.fit = ServiceTime.fit(list(self.samples), self.prior)
+
+
+class ColdStartEstimator:
+    """Seconds from asking for a container to its first ready answer: `boot_s` plus the
+    slowest of the last `COLD_SAMPLES` measured starts, or `prior` without any.
+
+    `boot_s` is what the measurement cannot see: on Modal, scheduling and the snapshot
+    restore before the container's own start hooks run (0 locally: the router times the
+    whole process start)."""
+
+    def __init__(self, prior_s: float = COLD_START_PRIOR_S, *, boot_s: float = 0.0,
+                 samples: int = COLD_SAMPLES):
+        self.prior_s, self.boot_s = prior_s, boot_s
+        self.samples: deque[float] = deque(maxlen=samples)
+
+    def record(self, seconds: float) -> None:
+        self.samples.append(float(seconds))
+
+    def replace(self, samples: Iterable[float]) -> None:
+        """Take these samples instead (a store read back, e.g. the Modal stats Dict)."""
+        self.samples.clear()
+        self.samples.extend(float(s) for s in samples)
+
+    def estimate_s(self) -> float:
+        return self.boot_s + max(self.samples) if self.samples else self.prior_s
+
+    def remaining_s(self, elapsed_s: float) -> float:
+        """Seconds until a start running for `elapsed_s` is ready (`start_remaining_s`)."""
+        return start_remaining_s(self.estimate_s(), elapsed_s)
+
+
+class ArrivalRate:
+    """Rows admitted per second over the last `window_s` seconds: the arrivals recorded at
+    times t with ``now - window_s <= t``, summed and divided by `window_s`. Record each
+    admitted request (those that `decide()` dispatched, queued or spilled to a cold
+    container) before its successor is decided; `rate` forgets what fell out of the window."""
+
+    def __init__(self, window_s: float = RATE_WINDOW_S):
+        self.window_s = window_s
+        self._arrivals: deque[tuple[float, int]] = deque()
+        self._rows = 0
+
+    def record(self, now_s: float, rows: int) -> None:
+        self._arrivals.append((now_s, rows))
+        self._rows += rows
+
+    def rate(self, now_s: float) -> float:
+        arrivals, cut = self._arrivals, now_s - self.window_s
+        while arrivals and arrivals[0][0] < cut:
+            self._rows -= arrivals.popleft()[1]
+        return self._rows / self.window_s
+
+
+def measured(cold: ColdStartEstimator, service: ServiceEstimator, max_batch_rows: int,
+             rows_per_request: float = 1.0) -> Measured:
+    """What the warm-pool policies read (`desired(..., measured)`): the cold-start estimate
+    and one full batch's fitted time at its concurrency (`Measured.from_batches`)."""
+    return Measured.from_batches(cold.estimate_s(), service.fit.seconds(max_batch_rows),
+                                 max_batch_rows, rows_per_request)
+
+
+__all__ = ["RATE_WINDOW_S", "ArrivalRate", "ColdStartEstimator", "ServiceEstimator",
+           "measured", "start_remaining_s"]

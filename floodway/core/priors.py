@@ -1,0 +1,31 @@
+"""Priors: what floodway assumes about an endpoint before anything was measured.
+
+Every estimate that `decide()` and the warm-pool policies are fed starts from one of these,
+and measurements replace them as soon as there are any (`floodway.core.estimators`). They are
+defined here once, for the local runtime, the Modal router and warmers, and the simulator.
+
+- `COLD_START_PRIOR_S` (30 s): seconds from asking for a container to its first ready
+  answer. Between a memory-snapshot restore and a full GPU cold start: Modal reports that
+  snapshots start 3-10x faster (https://modal.com/docs/guide/memory-snapshots), and a GPU
+  model server takes about a minute to download, load and initialize from scratch versus about
+  10 s restored (NVIDIA Dynamo's snapshot docs). Too high a guess only delays a spill to a
+  cold container that the pool would start anyway; too low would make requests wait past their
+  deadlines for capacity that is not there. A local container measures its own start within
+  seconds of the router starting, so the prior matters only until then.
+- `SERVICE_PRIOR`: seconds one batch of `rows` rows holds a container, 20 ms + 5 ms per row:
+  a conservative CPU-class guess for a small encoder (benchmarks/cold_start.py measures
+  all-MiniLM-L6-v2 at about 2-3 ms per row on two cores), replaced by the least-squares fit of
+  measured batches (`floodway.routers.decide.ServiceTime.fit`).
+- `SERVICE_PRIOR_S`: the same prior for one request of one row, as the warm-pool policies'
+  Little's-law sizing reads it (`floodway.warmers.target.Measured.service_s`).
+"""
+
+from __future__ import annotations
+
+from floodway.routers.decide import ServiceTime
+
+COLD_START_PRIOR_S = 30.0
+SERVICE_PRIOR = ServiceTime(per_row_s=0.005, per_batch_s=0.02)
+SERVICE_PRIOR_S = SERVICE_PRIOR.seconds(1)
+
+__all__ = ["COLD_START_PRIOR_S", "SERVICE_PRIOR", "SERVICE_PRIOR_S"]

@@ -1,0 +1,1 @@
+"""The router's HTTP surface, shared by the local runtime and the Modal router."""

@@ -1,0 +1,128 @@
+"""What the HTTP layer needs of the rest: where work runs (`Backend`), the async job queue
+(`Jobs`), the work of one request (`Pending`), and a clock (`Clock`).
+
+The local runtime (`floodway.runtime.pool.Pool`, `floodway.jobs.local.LocalJobs`) and the
+Modal router (`floodway.deploy.modal_router.ModalBackend`, `floodway.deploy.modal_jobs`)
+implement them in full: the handlers never probe an implementation with hasattr/getattr.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Generator
+from typing import Any, Protocol
+
+from floodway.routers.admission import Priority
+from floodway.routers.decide import Snapshot
+
+# (endpoint, rows, compute seconds) for every completed batch: the metrics' batch histogram.
+BatchListener = Callable[[str, int, float], None]
+
+
+class Clock(Protocol):
+    """`monotonic()` for durations and deadlines, `wall()` (unix seconds) for the traffic
+    history. Tests inject a fake one; the runtime uses `SYSTEM_CLOCK`."""
+
+    def monotonic(self) -> float: ...
+
+    def wall(self) -> float: ...
+
+
+class SystemClock:
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def wall(self) -> float:
+        return time.time()
+
+
+SYSTEM_CLOCK = SystemClock()
+
+
+class Pending(Protocol):
+    """The work of one request, queued by `Backend.enqueue`. Await it for one entry per
+    input (its output, or the exception that failed it alone: EndpointError, Unavailable);
+    it raises TimeoutError when the request's timeout passes first, and cancelling the await
+    withdraws the inputs still queued."""
+
+    def __await__(self) -> Generator[Any, None, list[Any]]: ...
+
+    def dispatched(self) -> bool:
+        """True once any input has left the router's queue for a container (False where
+        the backend cannot tell: the hand-off then submits a new job)."""
+        ...
+
+    def adopt(self) -> Awaitable[list[Any]]:
+        """Keep the work past the request's timeout and return its results (one per input,
+        output or exception), for a job that takes the request over. Only called after
+        `dispatched()` was True."""
+        ...
+
+
+class Backend(Protocol):
+    """Where work runs: the local pool of worker processes, or Modal classes."""
+
+    def snapshot(self, endpoint: str) -> Snapshot:
+        """The endpoint's state for `decide()` (`floodway.core.snapshot.build_snapshot`, on
+        the backend's own monotonic clock)."""
+        ...
+
+    def start_cold(self, endpoint: str) -> bool:
+        """Start one more container (spill_cold); False when at max_containers."""
+        ...
+
+    def enqueue(self, endpoint: str, inputs: list[Any], *, timeout_s: float,
+                priority: int = 1, tenant: str = "anonymous") -> Pending:
+        """Queue `inputs` now, synchronously: the next `snapshot()` already counts them (a
+        burst's next decisions must see this request). Raises Unavailable when the endpoint
+        cannot take work at all (not started)."""
+        ...
+
+    def readiness(self) -> dict[str, Any]:
+        """``{"ready": bool, ...detail}``; ready once each endpoint has a warm container."""
+        ...
+
+    def add_batch_listener(self, listener: BatchListener) -> None:
+        """Call `listener(endpoint, rows, compute_s)` for every completed batch (metrics); a
+        backend that does not see batches (Modal: they form in the containers) never calls
+        it."""
+        ...
+
+
+class Jobs(Protocol):
+    """The async job queue behind ``/v1/<endpoint>/jobs`` and ``/v1/jobs/<id>``. Every
+    method that may touch storage or the network is a coroutine."""
+
+    async def submit(self, endpoint: str, inputs: list[Any], *, tenant: str,
+                     priority: Priority, idempotency_key: str | None
+                     ) -> tuple[dict[str, Any], bool]:
+        """Persist a job before returning (wire form, created: False for an existing job
+        under the same Idempotency-Key). Raises RequestError (409: same key, other body)."""
+        ...
+
+    async def adopt(self, endpoint: str, inputs: list[Any], work: Awaitable[list[Any]], *,
+                    tenant: str, priority: Priority, idempotency_key: str | None
+                    ) -> tuple[dict[str, Any], bool]:
+        """As `submit`, for a request whose work is already under way (`Pending.adopt`):
+        the job records `work`'s results instead of running the inputs again. A queue that
+        cannot adopt submits the inputs as a new job."""
+        ...
+
+    async def find(self, endpoint: str, inputs: list[Any], *, tenant: str,
+                   idempotency_key: str) -> dict[str, Any] | None:
+        """The job stored under `idempotency_key` for this tenant (wire form), None when
+        there is none. Raises RequestError (409) when it holds other inputs."""
+        ...
+
+    async def get(self, job_id: str, tenant: str) -> dict[str, Any] | None:
+        """The job's wire form (``status`` "expired" answers 410), None when unknown or
+        another tenant's. Raises Unavailable (503) when the queue cannot be asked now."""
+        ...
+
+    def counts(self) -> dict[str, int]:
+        """Jobs by state (metrics); cheap and synchronous."""
+        ...
+
+
+__all__ = ["SYSTEM_CLOCK", "Backend", "BatchListener", "Clock", "Jobs", "Pending",
+           "SystemClock"]
