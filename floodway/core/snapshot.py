@@ -127,5 +127,5 @@ def build_snapshot(now_s: float, endpoint: EndpointConfig, containers: Iterable[
         batch_wait_s=endpoint.batching.wait_ms / 1000.0)
 
 
-__all__ = ["EMPTY_QUEUE", "PIPELINE_DEPTH", "ContainerLoad", "EndpointConfig", "QueueLoad", "build_snapshot",
-           "container_view", "pipeline_slots"]
+__all__ = ["EMPTY_QUEUE", "PIPELINE_DEPTH", "ContainerLoad", "EndpointConfig", "QueueLoad",
+           "build_snapshot", "container_view", "pipeline_slots"]

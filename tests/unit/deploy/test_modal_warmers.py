@@ -37,7 +37,13 @@ from floodway.routers.admission import ApiKeys
 from floodway.runtime.http import make_asgi_app
 from floodway.warmers.target import minute_of
 from tests.conftest import MODAL_APP
-from tests.unit.deploy.test_modal_router import AUTH_A, KEY_A, FakeJobFunction, FakeModal, _jobs
+from tests.unit.deploy.test_modal_router import (
+    AUTH_A,
+    KEY_A,
+    FakeJobFunction,
+    FakeModal,
+    _jobs,
+)
 from tests.unit.deploy.test_modal_router import app as router_app
 
 NY_9AM = fw.Window(cron="0 9 * * 1-5", duration_s=3600, min_containers=3,
