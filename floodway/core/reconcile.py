@@ -1,6 +1,6 @@
 """Reconcile: a warm target and the containers there are -> what to start and what to stop.
 
-    reconcile(keep, containers, now_s, scaledown_window_s, may_start=) -> Plan(actions, next_check_s)
+    reconcile(keep, containers, now_s, scaledown_window_s, may_start=) -> Plan
 
 A pure function: the local pool (`floodway.runtime`) carries out its actions on worker
 processes, the simulator (`floodway.sim`) on simulated containers; neither decides anything
