@@ -7,11 +7,12 @@ segments, `floodway.sim.fastpath`) against `decide()` on every request, on two r
         (spread evenly within each minute), its day tiled the same way.
 
 Both run the example endpoint's settings (modal_app.py's `embed`: 8 batches in flight per
-container, a queue of 64, a 2 s deadline, spill to cold and async, batches of up to 32 rows
-after a 5 ms wait, a warm floor of 1 with a buffer of 1, 120 s scaledown, at most 8
-containers) without its cron window (croniter then dominates the policy time, which is not the
-simulator's), a 30 s cold start and the local router's service prior (20 ms + 5 ms per row),
-with floodway's own warm-pool policy every simulated minute. The fast mode runs --repeats
+container, of which the router keeps 2 in a container's pipe as the local runtime does, a
+queue of 64, a 2 s deadline, spill to cold and async, batches of up to 32 rows after a 5 ms
+wait, a warm floor of 1 with a buffer of 1, 120 s scaledown, at most 8 containers) without
+its cron window (croniter then dominates the policy time, which is not the simulator's), a
+30 s cold start and the service prior (`floodway.core.priors.SERVICE_PRIOR`: 20 ms + 5 ms
+per row), with floodway's own warm-pool policy every simulated minute. The fast mode runs --repeats
 times (best wall time counts), the reference once; their SimResults must be identical (every
 count, latency and container-minute; wall and policy time aside). Target (from the issue):
 >= 1,000,000 simulated requests per second of wall time for the fast mode. The fast mode's
@@ -43,7 +44,7 @@ if str(ROOT) not in sys.path:       # run as a script from a checkout: use this 
     sys.path.insert(0, str(ROOT))
 
 from floodway.config import Batching, Route, WarmPool  # noqa: E402
-from floodway.routers.decide import ServiceTime  # noqa: E402
+from floodway.core.priors import SERVICE_PRIOR  # noqa: E402
 from floodway.sim import (  # noqa: E402
     ColdStartModel,
     ServiceModel,
@@ -57,7 +58,6 @@ from floodway.sim.trace import read_counts_matrix  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "traces"
 TARGET = 1_000_000
-SERVICE_PRIOR = ServiceTime(per_row_s=0.005, per_batch_s=0.02)   # floodway/runtime/pool.py
 CONFIG = SimConfig(
     route=Route(max_inflight_per_container=8, max_queue=64, timeout_s=2.0,
                 spill=("cold", "async")),

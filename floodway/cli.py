@@ -203,6 +203,26 @@ def _plot_path(out: Path) -> Path:
     return out
 
 
+def _sim_models(cold_start_s: str, service_ms: str | None, per_row_ms: float):
+    """`simulate`'s cold-start and service-time options as the simulator's models
+    (`ColdStartModel`, `ServiceModel`); FloodwayError names the option that is wrong."""
+    from floodway.core.priors import SERVICE_PRIOR
+    from floodway.sim import ColdStartModel, ServiceModel
+
+    cold = ColdStartModel.of(_numbers(cold_start_s, "--cold-start-s", 3600.0))
+    if service_ms is None:
+        if per_row_ms:
+            raise FloodwayError("--per-row-ms applies with a single --service-ms value "
+                                "(without it, the prior: 20 ms + 5 ms per row)")
+        return cold, ServiceModel(SERVICE_PRIOR)
+    ms = _numbers(service_ms, "--service-ms", 3_600_000.0)
+    if per_row_ms and len(ms) > 1:
+        raise FloodwayError(f"--per-row-ms applies with a single --service-ms value, "
+                            f"not {len(ms)} samples (each sample is a whole batch)")
+    return cold, (ServiceModel.of(ms[0] / 1e3, per_row_ms / 1e3) if len(ms) == 1 else
+                  ServiceModel.of([m / 1e3 for m in ms]))
+
+
 @cli.command()
 def simulate(app: AppArg,
              trace: Annotated[Path, typer.Option(help="per-request CSV (a timestamp column) or "
@@ -232,8 +252,7 @@ def simulate(app: AppArg,
     from rich.table import Table
 
     from floodway.functions.discover import load_app
-    from floodway.runtime.pool import SERVICE_PRIOR
-    from floodway.sim import ColdStartModel, ServiceModel, SimConfig, read_trace
+    from floodway.sim import SimConfig, read_trace
     from floodway.sim import simulate as run
 
     _no_modal()
@@ -244,19 +263,7 @@ def simulate(app: AppArg,
                                 f"; pick one as {app}::ENDPOINT")
         ep = eps[0]
         tr = read_trace(trace, function=function, column=column, spread=spread, seed=seed)
-        cold = ColdStartModel.of(_numbers(cold_start_s, "--cold-start-s", 3600.0))
-        if service_ms is None:
-            if per_row_ms:
-                raise FloodwayError("--per-row-ms applies with a single --service-ms value "
-                                    "(without it, the prior: 20 ms + 5 ms per row)")
-            svc = ServiceModel(SERVICE_PRIOR)
-        else:
-            ms = _numbers(service_ms, "--service-ms", 3_600_000.0)
-            if per_row_ms and len(ms) > 1:
-                raise FloodwayError(f"--per-row-ms applies with a single --service-ms value, "
-                                    f"not {len(ms)} samples (each sample is a whole batch)")
-            svc = ServiceModel.of(ms[0] / 1e3, per_row_ms / 1e3) if len(ms) == 1 else \
-                ServiceModel.of([m / 1e3 for m in ms])
+        cold, svc = _sim_models(cold_start_s, service_ms, per_row_ms)
         if spread not in ("uniform", "poisson"):
             raise FloodwayError(f"--spread must be uniform or poisson, got {spread!r}")
         if out is not None:

@@ -22,13 +22,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from floodway.errors import Problem
+from floodway.routers.decide import SPILLS
 
 MODAL_SCALEDOWN_MIN_S = 2
 MODAL_SCALEDOWN_MAX_S = 3600
 MODAL_MAX_BATCH_SIZE = 1000
 MODAL_MAX_BATCH_WAIT_MS = 600_000
 MAX_CONTAINERS_LIMIT = 1000
-SPILL_TARGETS = ("cold", "async")
+# Route.spill names: exactly the spill strategies `decide()` knows (its SPILLS table).
+SPILL_TARGETS = tuple(SPILLS)
 DTYPES = ("float32", "float16", "bfloat16")
 
 VALIDATED_ENV = "FLOODWAY_DEFINITION_VALIDATED"
@@ -265,8 +267,11 @@ class Route(_Config):
     input concurrency; locally a worker runs one batch at a time and the router keeps at
     most two in its pipe, the rest queued where they can still be batched or dropped); at
     most `max_queue` requests wait for a slot; `timeout_s` is the default deadline of a sync
-    request; `spill` lists where a burst may go when warm capacity is full, in order
-    ("cold", "async").
+    request; `spill` lists where a request goes when warm capacity cannot serve it in time,
+    tried in this order (`floodway.routers.decide.SPILLS`): "cold" starts another container
+    when its measured cold start meets the deadline, "async" makes the request a job (202).
+    The default ("cold", "async") prefers a cold start; ("async", "cold") prefers a job and
+    starts a container only for requests that cannot become one; () sheds (503).
     A request holds at most `max_inputs` items and `max_body_bytes` bytes (413 beyond).
     Each tenant (API key) may send `tenant_rate_per_s` requests per second on average with
     bursts of `tenant_burst` (token bucket; None: unlimited; 429 beyond). A container with

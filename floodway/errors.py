@@ -7,7 +7,8 @@
     ├── RequestError     a client request is invalid (maps to a 4xx answer)
     │   └── Unauthorized no or wrong API key (401 with WWW-Authenticate: Bearer)
     ├── Unavailable      no container can take the work now (503 with Retry-After)
-    └── EndpointError    the endpoint function raised or broke its contract (500)
+    ├── EndpointError    the endpoint function raised or broke its contract (500)
+    └── ProtocolError    a message between the router and a worker process is malformed
 """
 
 from __future__ import annotations
@@ -104,3 +105,9 @@ class EndpointError(FloodwayError):
                  item_errors: list[dict] | None = None):
         super().__init__(message)
         self.outputs, self.item_errors = outputs, item_errors
+
+
+class ProtocolError(FloodwayError):
+    """A line between the router and a worker process is not a valid message: not JSON, not
+    an object, an unknown or unexpected type, or a field missing, extra or of the wrong type.
+    The message says which (`floodway.runtime.protocol`)."""

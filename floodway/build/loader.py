@@ -229,6 +229,74 @@ def _hash_files(folder: Path, manifest: ManifestView, files: tuple[str, ...],
             if sha256_path(folder / rel, mode) != manifest.artifacts[rel].sha256]
 
 
+def _tok_hash(folder: Path, manifest: ManifestView, tok_files: tuple[str, ...], pool: _Tasks,
+              pre: Prefetch | None, *, verify: str, mode: str) -> _Task | None:
+    """The tokenizer files whose sha256 does not match, as a task (None: not verified); from
+    the prefetch's digests when it hashed them all."""
+    if verify != "sha256":
+        return None
+    if pre is not None and all(r in pre.digests for r in tok_files):
+        return _Task.done([r for r in tok_files
+                           if pre.digests[r] != manifest.artifacts[r].sha256])
+    return pool.submit(_hash_files, folder, manifest, tok_files, mode)
+
+
+def _open_checked(folder: Path, manifest: ManifestView, choice: Choice, *, early: Any,
+                  hashed: _Task | None, verify: str, threads: int, mode: str) -> Runner:
+    """Open `choice` (or take the prefetch's session `early`), then check its files' digests
+    and its input names against the manifest. Raises on any failure."""
+    if early:
+        runner, digests = early
+        bad = [r for r in choice.files
+               if verify == "sha256" and digests.get(r) != manifest.artifacts[r].sha256]
+    else:
+        runner = _open(folder, manifest, choice, threads=threads, mode=mode)
+        bad = hashed.result() if hashed else []
+    if bad:
+        raise ArtifactError(f"{', '.join(bad)} do(es) not match the manifest sha256")
+    names = getattr(runner, "input_names", manifest.inputs)
+    if tuple(names) != manifest.inputs:
+        raise ArtifactError(f"{choice.files[0]} takes inputs {tuple(names)}, the "
+                            f"manifest says {manifest.inputs}")
+    return runner
+
+
+def _first_working(folder: Path, manifest: ManifestView, hw: HardwareInfo, pool: _Tasks, *,
+                   verify: str, threads: int, mode: str,
+                   prefetch: Prefetch | None) -> tuple[Choice, Runner, list[str]]:
+    """The first path of `plan` that opens and checks out -> (choice, runner, what happened
+    to each path tried). Raises ArtifactError listing every reason when none does."""
+    attempts: list[str] = []
+    for choice in plan(manifest, hw):
+        label = f"{choice.backend}[{', '.join(choice.files) or '-'}]"
+        if not choice.usable:
+            attempts.append(f"{label}: skipped ({choice.reason})")
+            continue
+        try:
+            verify_files(folder, manifest, verify="size", only=choice.files)
+        except ArtifactError as e:
+            attempts.append(f"{label}: failed ({e})")
+            _log(WARNING, "load %s: %s failed (%s); falling back", folder.name, label, e)
+            continue
+        early = (prefetch.take(choice.files, threads=threads, mode=mode)
+                 if prefetch and choice.backend == "onnxruntime-cpu" else None)
+        prefetch = None   # only the first ONNX Runtime CPU choice may use it
+        hashed = (pool.submit(_hash_files, folder, manifest, choice.files, mode)
+                  if verify == "sha256" and not early else None)
+        try:
+            runner = _open_checked(folder, manifest, choice, early=early, hashed=hashed,
+                                   verify=verify, threads=threads, mode=mode)
+        except Exception as e:  # noqa: BLE001 - any failure means: try the next path
+            if hashed:
+                hashed.result()
+            attempts.append(f"{label}: failed ({type(e).__name__}: {e})")
+            _log(WARNING, "load %s: %s failed (%s); falling back", folder.name, label, e)
+            continue
+        attempts.append(f"{label}: loaded ({choice.reason})")
+        return choice, runner, attempts
+    raise ArtifactError(f"no way to load {folder}:\n  " + "\n  ".join(attempts))
+
+
 def load(artifact_dir: str | Path, *, verify: str = "sha256", threads: int | None = None,
          hardware: HardwareInfo | None = None, mode: str | None = None,
          prefetch: Prefetch | None = None) -> Loaded:
@@ -248,59 +316,14 @@ def load(artifact_dir: str | Path, *, verify: str = "sha256", threads: int | Non
     hw = hardware or detect()
     threads = threads if threads is not None else ort_threads()
     mode = mode or read_mode(folder)
-    expected = manifest.inputs
-    attempts: list[str] = []
     pre = prefetch
     if pre is not None:
         pre.join()
     with _Tasks() as pool:
-        tok_hash: _Task | None = None
-        if verify == "sha256":
-            if pre is not None and all(r in pre.digests for r in tok_files):
-                tok_hash = _Task.done([r for r in tok_files
-                                       if pre.digests[r] != manifest.artifacts[r].sha256])
-            else:
-                tok_hash = pool.submit(_hash_files, folder, manifest, tok_files, mode)
-        for choice in plan(manifest, hw):
-            label = f"{choice.backend}[{', '.join(choice.files) or '-'}]"
-            if not choice.usable:
-                attempts.append(f"{label}: skipped ({choice.reason})")
-                continue
-            try:
-                verify_files(folder, manifest, verify="size", only=choice.files)
-            except ArtifactError as e:
-                attempts.append(f"{label}: failed ({e})")
-                _log(WARNING, "load %s: %s failed (%s); falling back", folder.name, label, e)
-                continue
-            early = (prefetch.take(choice.files, threads=threads, mode=mode)
-                     if prefetch and choice.backend == "onnxruntime-cpu" else None)
-            prefetch = None   # only the first ONNX Runtime CPU choice may use it
-            hashed = (pool.submit(_hash_files, folder, manifest, choice.files, mode)
-                      if verify == "sha256" and not early else None)
-            try:
-                if early:
-                    runner, digests = early
-                    bad = [r for r in choice.files
-                           if verify == "sha256" and digests.get(r) != manifest.artifacts[r].sha256]
-                else:
-                    runner = _open(folder, manifest, choice, threads=threads, mode=mode)
-                    bad = hashed.result() if hashed else []
-                if bad:
-                    raise ArtifactError(f"{', '.join(bad)} do(es) not match the manifest sha256")
-                names = getattr(runner, "input_names", expected)
-                if tuple(names) != expected:
-                    raise ArtifactError(f"{choice.files[0]} takes inputs {tuple(names)}, the "
-                                        f"manifest says {expected}")
-            except Exception as e:  # noqa: BLE001 - any failure means: try the next path
-                if hashed:
-                    hashed.result()
-                attempts.append(f"{label}: failed ({type(e).__name__}: {e})")
-                _log(WARNING, "load %s: %s failed (%s); falling back", folder.name, label, e)
-                continue
-            attempts.append(f"{label}: loaded ({choice.reason})")
-            break
-        else:
-            raise ArtifactError(f"no way to load {folder}:\n  " + "\n  ".join(attempts))
+        tok_hash = _tok_hash(folder, manifest, tok_files, pool, pre, verify=verify, mode=mode)
+        choice, runner, attempts = _first_working(folder, manifest, hw, pool, verify=verify,
+                                                  threads=threads, mode=mode,
+                                                  prefetch=prefetch)
         bad_tok = tok_hash.result() if tok_hash else []
     if bad_tok:
         raise ArtifactError(f"{', '.join(bad_tok)} do(es) not match the manifest sha256 (altered)")
@@ -309,7 +332,6 @@ def load(artifact_dir: str | Path, *, verify: str = "sha256", threads: int | Non
                  and pre.max_seq_len == manifest.max_seq_len
                  else make_tokenizer(folder / TOKENIZER_DIR, manifest.max_seq_len))
     return Loaded(backend=choice.backend, tokenizer=tokenizer, runner=runner,
-                  input_names=expected, max_seq_len=manifest.max_seq_len, artifact_dir=folder,
-                  manifest=manifest, path_taken=tuple(attempts),
+                  input_names=manifest.inputs, max_seq_len=manifest.max_seq_len,
+                  artifact_dir=folder, manifest=manifest, path_taken=tuple(attempts),
                   timings_s={"artifact_load": time.perf_counter() - t0})
-

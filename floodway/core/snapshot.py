@@ -89,13 +89,16 @@ EMPTY_QUEUE = QueueLoad()
 
 def container_view(c: ContainerLoad, service: ServiceTime, cold_start_s: float
                    ) -> ContainerView:
-    """`c` as `decide()` sees it: free slots and backlog seconds of a warm container, the
-    remaining start of a starting one."""
+    """`c` as `decide()` sees it: free slots and backlog seconds of a warm container (ready
+    while it has a free slot, else busy), the remaining start of a starting one."""
     backlog = sum(service.seconds(r) for r in c.batch_rows)
     free = max(0, c.slots - len(c.batch_rows)) if c.state in WARM else 0
     ready_in = start_remaining_s(cold_start_s, c.starting_for_s) if c.state in STARTING \
         else 0.0
-    return ContainerView(c.id, c.state, free, c.slots, backlog, ready_in)
+    # Ready or busy by the router's pipe, not by the runtime's own count of slots (a worker
+    # process, a Modal runner, a simulated container each count differently).
+    state = ("ready" if free else "busy") if c.state in WARM else c.state
+    return ContainerView(c.id, state, free, c.slots, backlog, ready_in)
 
 
 def build_snapshot(now_s: float, endpoint: EndpointConfig, containers: Iterable[ContainerLoad],

@@ -21,20 +21,21 @@ go through `decide()` at low priority. What Modal does not keep is in a `modal.D
 ``("job", id)`` -> ``{"tenant", "endpoint", "created_s"}``, so that `get` answers None for
 an id this router never issued or another tenant's job; ``("idem", tenant, endpoint, key)``
 -> ``{"id", "body"}`` (sha256 of endpoint and inputs) for the Idempotency-Key, as in
-`floodway.routers.jobs`: the same key and body give the same job, another body a 409.
+`floodway.jobs.store`: the same key and body give the same job, another body a 409.
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from floodway.deploy.modal_kv import KV, ModalDictKV
 from floodway.errors import RequestError, Unavailable
+from floodway.jobs.job import body_sha256, check_key, iso_utc
 from floodway.routers.admission import Priority
-from floodway.routers.jobs import _KEY_RE, MAX_KEY_LEN, _body_sha256, _iso
 
 JOBS_DICT = "floodway-jobs"
 # FunctionCall ids look like "fc-01J...": anything else is answered 404 without asking Modal.
@@ -71,7 +72,7 @@ class ModalJobs:
 
     def _wire(self, job_id: str, record: dict[str, Any], status: str) -> dict[str, Any]:
         return {"id": job_id, "endpoint": record.get("endpoint"), "status": status,
-                "created_at": _iso(record.get("created_s"))}
+                "created_at": iso_utc(record.get("created_s"))}
 
     async def submit(self, endpoint: str, inputs: list[Any], *, tenant: str,
                      priority: Priority, idempotency_key: str | None,
@@ -79,10 +80,9 @@ class ModalJobs:
         """Spawn the job on Modal -> (wire form, created). Raises RequestError: 400 for a
         malformed Idempotency-Key, 409 when it was used for another body. `priority` is
         not used (Modal's queue is FIFO)."""
-        if idempotency_key is not None and not _KEY_RE.fullmatch(idempotency_key):
-            raise RequestError(f"an idempotency key is 1 to {MAX_KEY_LEN} visible ASCII "
-                               "characters", status=400, field="Idempotency-Key")
-        body = _body_sha256(endpoint, inputs)
+        if idempotency_key is not None:
+            check_key(idempotency_key)
+        body = body_sha256(endpoint, inputs)
         scope = None if idempotency_key is None else ("idem", tenant, endpoint, idempotency_key)
         if scope is not None:
             found = await self._same_job(scope, body, tenant)
@@ -101,6 +101,21 @@ class ModalJobs:
                 return found, False
         self._submitted += 1
         return self._wire(job_id, record, "queued"), True
+
+    async def adopt(self, endpoint: str, inputs: list[Any], work: Awaitable[list[Any]], *,
+                    tenant: str, priority: Priority, idempotency_key: str | None
+                    ) -> tuple[dict[str, Any], bool]:
+        """A job cannot take over calls already under way on Modal: `work` is withdrawn
+        (cancelled) and the inputs are submitted as a new job, as `submit`."""
+        asyncio.ensure_future(work).cancel()
+        return await self.submit(endpoint, inputs, tenant=tenant, priority=priority,
+                                 idempotency_key=idempotency_key)
+
+    async def find(self, endpoint: str, inputs: list[Any], *, tenant: str,
+                   idempotency_key: str) -> dict[str, Any] | None:
+        """None: a sync request's Idempotency-Key is not looked up on Modal (a retry runs
+        again; ``/jobs`` still answers a repeated key with its job)."""
+        return None
 
     async def _same_job(self, scope: tuple, body: str, tenant: str) -> dict[str, Any] | None:
         """The job already made for this Idempotency-Key scope (None: none); 409 when it

@@ -1,12 +1,16 @@
-"""A small async key-value interface: a `modal.Dict` on Modal, a plain dict in tests.
+"""Small key-value interfaces over a `modal.Dict`, with plain dicts in tests.
 
-    kv = ModalDictKV("floodway-jobs")      # or MemoryKV() offline
+    kv = ModalDictKV("floodway-jobs")      # async (the router): or MemoryKV() offline
     await kv.put(key, value, skip_if_exists=True) -> bool (added)
     await kv.get(key, default) -> value
+
+    store = modal.Dict.from_name(...)      # sync (the warmers): or MemoryStore() offline
+    store.get(key, default); store.put(key, value); store.pop(key); store.items()
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, Protocol
 
 
@@ -56,3 +60,38 @@ class ModalDictKV:
 
     async def put(self, key: Any, value: Any, *, skip_if_exists: bool = False) -> bool:
         return await self._d().put.aio(key, value, skip_if_exists=skip_if_exists)
+
+
+class Store(Protocol):
+    """The slice of a synchronous `modal.Dict` the warmers use (a `MemoryStore` in tests)."""
+
+    def get(self, key: Any, default: Any = None) -> Any: ...
+
+    def put(self, key: Any, value: Any) -> Any: ...
+
+    def pop(self, key: Any) -> Any: ...
+
+    def items(self) -> Iterable[tuple[Any, Any]]: ...
+
+
+class MemoryStore:
+    """A `Store` over a dict (tests, offline runs); `data` is the dict, shared if given
+    (e.g. with a `MemoryKV` that a recorder writes through)."""
+
+    def __init__(self, data: dict | None = None):
+        self.data = {} if data is None else data
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        return self.data.get(key, default)
+
+    def put(self, key: Any, value: Any) -> None:
+        self.data[key] = value
+
+    def pop(self, key: Any) -> Any:
+        return self.data.pop(key)
+
+    def items(self) -> list[tuple[Any, Any]]:
+        return list(self.data.items())
+
+
+__all__ = ["KV", "MemoryKV", "MemoryStore", "ModalDictKV", "Store"]

@@ -3,7 +3,8 @@
     backend = ModalBackend(fw_app, classes)     # classes: endpoint name -> its modal.Cls
     make_asgi_app(fw_app, backend, jobs=ModalJobs(run_job), api_keys=router_api_keys())
 
-Snapshot of one endpoint (`ModalBackend.snapshot`, synchronous and cheap):
+Snapshot of one endpoint (`ModalBackend.snapshot`, synchronous and cheap), built like every
+other runtime's with `floodway.core.snapshot.build_snapshot`:
 
 - ``Function.get_current_stats()`` of the endpoint's class gives ``backlog`` (inputs waiting
   for a container) and ``num_total_runners`` (containers). A Cls has no public stats call;
@@ -14,33 +15,34 @@ Snapshot of one endpoint (`ModalBackend.snapshot`, synchronous and cheap):
   It is a network call: its result is cached for `stats_ttl_s` and refreshed by a background
   task that `snapshot()` starts, so a request never waits on it. Before the first answer, the
   warm pool's ``min_containers`` stand in for the runners (Modal keeps those up).
-- Each runner becomes a warm `ContainerView` with ``route.max_inflight_per_container`` slots;
-  the router's own in-flight rows (sent, not yet answered) are spread evenly over them as
-  backlog seconds and busy slots (a slot holds one batch of up to ``max_batch_rows`` rows).
-- Modal's backlog counts as queued rows; queued requests are those rows over the mean rows
-  per recent request. Our own queued rows are in both counts: conservative, never optimistic.
-- Service time: `ServiceTime.fit` over the router's measured (rows, seconds) per request,
-  round trip included (so it also covers Modal's queueing under load).
-- Cold start: the GPU class's ``@modal.enter(snap=False)`` records its in-container start
-  work in the ``floodway-stats`` `modal.Dict` (`record_cold_start`); the estimate is
-  `BOOT_S` (scheduling and snapshot restore, which the container cannot see) plus the slowest
-  recent sample. Without samples: `COLD_START_PRIOR_S` = 30 s, between a memory-snapshot
-  restore and a full GPU cold start: Modal reports snapshots start 3-10x faster
-  (https://modal.com/docs/guide/memory-snapshots), and a GPU model server takes about a
-  minute to download, load and initialize from scratch versus about 10 s restored (NVIDIA
-  Dynamo's snapshot docs, https://docs.nvidia.com/dynamo/dev/kubernetes/operations/
-  cold-start-optimizations/dynamo-snapshot). Too high a guess only delays a spill_cold that
-  the autoscaler does anyway; too low would make requests wait past their deadlines.
+- Each runner is a warm `ContainerLoad` with `pipeline_slots` slots; the router's own
+  in-flight rows (sent, not yet answered) are spread evenly over the runners, each runner's
+  share cut into batches of at most ``max_batch_rows`` rows (`runner_loads`). A start the
+  router asked for (`start_cold`) is a "starting" container until the stats show it or its
+  cold start has passed.
+- Modal's backlog is its input queue, served in arrival order: `QueueLoad.fifo` of its
+  rows (as requests: over the mean rows per recent request) and the router's in-flight
+  requests per tenant. Our own queued rows count twice: conservative, never optimistic.
+- Estimators (`floodway.core.estimators`, priors from `floodway.core.priors`): the service
+  time is `ServiceEstimator`'s fit of the router's measured (rows, seconds) per request,
+  round trip included (so it also covers Modal's queueing under load); the cold start is
+  `floodway.deploy.modal_stats.cold_estimator` over the samples the GPU classes write
+  (`record_cold_start`), re-read every `COLD_REFRESH_S`; the arrival rate is `ArrivalRate`
+  over the rows `enqueue` admitted.
 
 `start_cold` calls nothing: Modal's autoscaler starts containers by itself when inputs queue,
 up to ``max_containers`` (https://modal.com/docs/guide/scale). The router only remembers the
-start it asked for as a "starting" container until the stats show it or its cold start has
-passed, so that one burst does not count on the same new capacity many times.
+start it asked for, so that one burst does not count on the same new capacity many times.
 
-Known gaps: whether ``num_total_runners`` includes containers still booting is not
-documented; they are all counted as warm. With ``min_containers=0`` and no runner, a sync
-request whose deadline is shorter than the cold start is spilled to a job (which starts a
-container) or shed: sync traffic alone starts nothing then.
+Work: `enqueue` sends one ``predict.remote.aio(row)`` per row at once (``@modal.batched``
+regroups them in the containers) and returns a `ModalPending`. Modal cannot hand work under
+way to another caller, so a request handed off near its deadline is submitted again as a
+job (`ModalPending.dispatched` is always False). Batches form inside the Modal containers,
+out of the router's sight: `add_batch_listener` accepts a listener and never calls it.
+
+Known gaps: whether ``num_total_runners`` includes booting containers is not documented
+(all count as warm). With ``min_containers=0`` and no runner, a sync request whose deadline
+is shorter than the cold start becomes a job (which starts a container) or is shed.
 """
 
 from __future__ import annotations
@@ -51,68 +53,43 @@ import math
 import os
 import time
 from collections import Counter, deque
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import modal
-
+from floodway.core.estimators import (
+    SERVICE_SAMPLES,
+    ArrivalRate,
+    ColdStartEstimator,
+    ServiceEstimator,
+)
+from floodway.core.snapshot import ContainerLoad, QueueLoad, build_snapshot, pipeline_slots
+from floodway.deploy.modal_calls import ITEM_ERROR, ModalPending
 from floodway.deploy.modal_jobs import ModalJobs
 from floodway.deploy.modal_kv import KV, MemoryKV, ModalDictKV
+from floodway.deploy.modal_stats import (
+    BOOT_S,
+    COLD_SAMPLES,
+    STATS_DICT,
+    cold_estimator,
+    cold_key,
+    record_cold_start,
+    service_key,
+)
 from floodway.errors import EndpointError, FloodwayError, Unavailable
 from floodway.functions.app import App
+from floodway.http.protocols import BatchListener
 from floodway.routers.admission import API_KEYS_ENV, ApiKeys
-from floodway.routers.decide import ContainerView, ServiceTime, Snapshot, _batches_s
+from floodway.routers.decide import Snapshot
 
 log = logging.getLogger(__name__)
 
-STATS_DICT = "floodway-stats"
 PUBLIC_ROUTER_ENV = "FLOODWAY_PUBLIC_ROUTER"
-# A per-row output of the GPU class that stands for "this item raised" (a bad item fails
-# alone; raising would fail every row of its Modal batch): {ITEM_ERROR: "Type: message"}.
-ITEM_ERROR = "__floodway_item_error__"
-# One .remote round trip costs tens of ms on top of the model; the fit replaces this prior.
-SERVICE_PRIOR = ServiceTime(per_row_s=0.005, per_batch_s=0.05)
-COLD_START_PRIOR_S = 30.0
-BOOT_S = 5.0
-COLD_SAMPLES = 20             # cold-start samples kept per endpoint
-COLD_REFRESH_S = 30.0         # how often the router re-reads them
-LATENCY_SAMPLES = 64          # (rows, seconds) per endpoint for the service-time fit
-# A gap this long between the snap=True and snap=False hooks means a snapshot restore.
-RESTORE_GAP_S = 2.0
-# Errors of the Modal client itself (not of the endpoint): the row may succeed on a retry.
-TRANSIENT = (modal.exception.ConnectionError, modal.exception.ServiceError,
-             modal.exception.InternalError, modal.exception.ResourceExhaustedError)
+COLD_REFRESH_S = 30.0         # how often the router re-reads the cold-start samples
 # A job's rows wait in Modal's queue with no client waiting; Modal's function timeout is
 # the hard stop (JOB_TIMEOUT_S, set in to_modal), this the router-side one just below it.
 JOB_TIMEOUT_S = 3600
 JOB_ROWS_TIMEOUT_S = JOB_TIMEOUT_S - 60
-
-
-def record_cold_start(endpoint: str, load_started: float, load_ended: float,
-                      gpu_started: float, gpu_ended: float, *, kv: Any = None) -> float:
-    """In a GPU container, from ``@modal.enter(snap=False)``: append this start to the
-    endpoint's samples in the ``floodway-stats`` Dict (key ``cold:<endpoint>``, the last
-    `COLD_SAMPLES` of ``{"init_s", "at"}``). Arguments are ``time.time()`` stamps of both
-    enter hooks. Returns the init seconds recorded.
-
-    A start restored from a memory snapshot ran only the snap=False hook now (the snap=True
-    one ran at deploy time: a long gap between them); otherwise both count. `kv`: a sync
-    mapping-like with ``get``/``put`` (default: the Modal Dict). Never raises: the samples
-    are advisory and must not fail a container start.
-    """
-    restored = gpu_started - load_ended > RESTORE_GAP_S
-    init_s = (gpu_ended - gpu_started) if restored else (gpu_ended - load_started)
-    try:
-        d = kv if kv is not None else modal.Dict.from_name(STATS_DICT, create_if_missing=True)
-        key = f"cold:{endpoint}"
-        # Read-modify-write: two containers starting together may drop one sample; fine.
-        samples = list(d.get(key) or [])[-(COLD_SAMPLES - 1):]
-        d.put(key, [*samples, {"init_s": round(init_s, 3), "at": gpu_ended}])
-    except Exception as e:  # noqa: BLE001 - see docstring
-        log.warning("could not record the cold start of %s: %s: %s", endpoint,
-                    type(e).__name__, e)
-    return init_s
 
 
 def router_api_keys(environ: Mapping[str, str] | None = None) -> ApiKeys:
@@ -129,6 +106,21 @@ def router_api_keys(environ: Mapping[str, str] | None = None) -> ApiKeys:
     return keys
 
 
+def runner_loads(runners: int, inflight_rows: int, max_batch_rows: int, slots: int
+                 ) -> list[ContainerLoad]:
+    """`runners` warm containers carrying `inflight_rows` rows between them, spread evenly
+    (the first ones take one more row when they do not divide), each one's rows as batches
+    of at most `max_batch_rows`; busy when its batches fill its `slots`."""
+    base, extra = divmod(inflight_rows, runners) if runners else (0, 0)
+    out = []
+    for i in range(runners):
+        full, rest = divmod(base + (i < extra), max_batch_rows)
+        batches = (max_batch_rows,) * full + ((rest,) if rest else ())
+        out.append(ContainerLoad(f"runner-{i}", "ready" if len(batches) < slots else "busy",
+                                 batches, slots))
+    return out
+
+
 @dataclass
 class _Endpoint:
     """What the router knows about one endpoint (all times on the backend's clock)."""
@@ -139,13 +131,18 @@ class _Endpoint:
     tried_at: float = -math.inf
     refreshing: bool = False
     error: str | None = None
-    cold_samples: list[float] = field(default_factory=list)
+    cold: ColdStartEstimator = field(default_factory=cold_estimator)
     cold_read_at: float = -math.inf
     cold_asked: list[float] = field(default_factory=list)
     inflight_rows: int = 0
     inflight: Counter = field(default_factory=Counter)     # tenant -> requests in flight
-    samples: deque = field(default_factory=lambda: deque(maxlen=LATENCY_SAMPLES))
-    request_rows: deque = field(default_factory=lambda: deque(maxlen=LATENCY_SAMPLES))
+    service: ServiceEstimator = field(default_factory=ServiceEstimator)
+    arrivals: ArrivalRate = field(default_factory=ArrivalRate)
+    request_rows: deque = field(default_factory=lambda: deque(maxlen=SERVICE_SAMPLES))
+
+    def mean_rows(self) -> float:
+        rows = self.request_rows
+        return sum(rows) / len(rows) if rows else 1.0
 
 
 class ModalBackend:
@@ -188,8 +185,8 @@ class ModalBackend:
             st.stats_at, st.error = self.clock(), None
             if self.clock() - st.cold_read_at >= COLD_REFRESH_S:
                 st.cold_read_at = self.clock()
-                samples = await self._kv.get(f"cold:{endpoint}") or []
-                st.cold_samples = [float(s["init_s"]) for s in samples][-COLD_SAMPLES:]
+                samples = await self._kv.get(cold_key(endpoint)) or []
+                st.cold.replace(float(s["init_s"]) for s in samples)
                 await self._publish_service(endpoint)
         except Exception as e:  # noqa: BLE001 - stats are advisory; keep serving on old ones
             st.error = f"{type(e).__name__}: {e}"
@@ -201,14 +198,12 @@ class ModalBackend:
         """Write the measured batch time to ``service:<endpoint>`` in the stats Dict, for the
         warmers' Little's-law sizing (any router's recent fit will do: last writer wins)."""
         st = self._eps[endpoint]
-        if not st.samples:
+        if not st.service.samples:
             return
         mbr = self.app[endpoint].batching.max_batch_rows
-        svc = ServiceTime.fit(list(st.samples), SERVICE_PRIOR)
-        rows = (sum(st.request_rows) / len(st.request_rows)) if st.request_rows else 1.0
-        await self._kv.put(f"service:{endpoint}", {
-            "batch_s": svc.seconds(mbr), "batch_rows": mbr, "rows_per_request": rows,
-            "samples": len(st.samples)})
+        await self._kv.put(service_key(endpoint), {
+            "batch_s": st.service.fit.seconds(mbr), "batch_rows": mbr,
+            "rows_per_request": st.mean_rows(), "samples": len(st.service.samples)})
 
     def _maybe_refresh(self, endpoint: str, now: float) -> None:
         st = self._eps[endpoint]
@@ -225,34 +220,25 @@ class ModalBackend:
 
     def cold_start_s(self, endpoint: str) -> float:
         """Predicted seconds until a new container serves: `BOOT_S` + the slowest recent
-        measured start, or `COLD_START_PRIOR_S` without samples."""
-        samples = self._eps[endpoint].cold_samples
-        return BOOT_S + max(samples) if samples else COLD_START_PRIOR_S
+        measured start, or the prior without samples (`cold_estimator`)."""
+        return self._eps[endpoint].cold.estimate_s()
 
     def snapshot(self, endpoint: str) -> Snapshot:
-        """The endpoint's state for `decide()` from the cached stats and in-flight counts."""
+        """The endpoint's state for `decide()` from the cached stats and in-flight counts
+        (see the module doc)."""
         ep, st, now = self.app[endpoint], self._eps[endpoint], self.clock()
         self._maybe_refresh(endpoint, now)
-        svc = ServiceTime.fit(list(st.samples), SERVICE_PRIOR)
-        cold = self.cold_start_s(endpoint)
-        slots, mbr = ep.route.max_inflight_per_container, ep.batching.max_batch_rows
+        cold = st.cold.estimate_s()
+        slots = pipeline_slots(ep.route.max_inflight_per_container)
         runners = st.runners if st.runners is not None else ep.warm.min_containers
-        views = []
-        if runners:
-            rows = math.ceil(st.inflight_rows / runners)
-            free = max(0, slots - math.ceil(rows / mbr))
-            backlog_s = _batches_s(svc, rows, mbr)
-            views = [ContainerView(f"runner-{i}", "ready" if free else "busy", free, slots,
-                                   backlog_s) for i in range(runners)]
+        loads = runner_loads(runners, st.inflight_rows, ep.batching.max_batch_rows, slots)
         st.cold_asked = [t for t in st.cold_asked if now - t < cold]
-        views += [ContainerView(f"asked-{i}", "starting", 0, slots, 0.0, cold - (now - t))
+        loads += [ContainerLoad(f"asked-{i}", "starting", slots=slots, starting_for_s=now - t)
                   for i, t in enumerate(st.cold_asked)]
-        mean_rows = (sum(st.request_rows) / len(st.request_rows)) if st.request_rows else 1.0
-        return Snapshot(now_s=now, containers=tuple(views), service=svc, cold_start_s=cold,
-                        max_batch_rows=mbr, max_queue=ep.route.max_queue,
-                        max_containers=ep.warm.container_cap, spill=ep.route.spill,
-                        queued=math.ceil(st.backlog / max(1.0, mean_rows)),
-                        queued_rows=st.backlog, tenant_queued=dict(st.inflight))
+        queue = QueueLoad.fifo(st.backlog, math.ceil(st.backlog / max(1.0, st.mean_rows())),
+                               st.inflight)
+        return build_snapshot(now, ep, loads, queue, service=st.service.fit,
+                              cold_start_s=cold, arrival_rows_per_s=st.arrivals.rate(now))
 
     def start_cold(self, endpoint: str) -> bool:
         """Note one more container as starting; False at ``max_containers``. Modal's
@@ -264,33 +250,25 @@ class ModalBackend:
         st.cold_asked.append(self.clock())
         return True
 
+    def add_batch_listener(self, listener: BatchListener) -> None:
+        """Accepted and never called: on Modal, batches form inside the GPU containers
+        (``@modal.batched``), which the router does not see."""
+
     # ------------------------------------------------------------ work
 
-    def _entry(self, endpoint: str, call: asyncio.Future) -> Any:
-        """One row's result: its output, or the exception that failed it alone."""
-        exc = call.exception()
-        if exc is None:
-            out = call.result()
-            if isinstance(out, dict) and set(out) == {ITEM_ERROR}:
-                return EndpointError(f"endpoint {endpoint!r} raised {out[ITEM_ERROR]}")
-            return out
-        if isinstance(exc, (EndpointError, Unavailable)):
-            return exc
-        if isinstance(exc, TRANSIENT):
-            return Unavailable(f"Modal did not take the input: {type(exc).__name__}: {exc}",
-                               retry_after_s=1.0)
-        return EndpointError(f"endpoint {endpoint!r} failed on Modal: "
-                             f"{type(exc).__name__}: {exc}")
-
     def enqueue(self, endpoint: str, inputs: list[Any], *, timeout_s: float,
-                priority: int = 1, tenant: str = "anonymous") -> Awaitable[list[Any]]:
+                priority: int = 1, tenant: str = "anonymous") -> ModalPending:
         """Start one ``predict.remote.aio(row)`` per row now and count them in flight at once
-        (synchronously, so a burst's next decision already sees them); return an awaitable
-        of the results, as `run`. The counts drop when the last call ends, whether or not
-        the awaitable is ever awaited."""
+        (synchronously, so a burst's next decision already sees them, and in the arrival
+        rate); return the `ModalPending` of the results. The counts drop when the last call
+        ends, whether or not the pending work is ever awaited. `priority` has no effect on
+        Modal (one FIFO input queue per class). Raises Unavailable for an endpoint without a
+        Modal class."""
         if endpoint not in self._classes:
             raise Unavailable(f"no Modal class for endpoint {endpoint!r}")
         st, obj, n = self._eps[endpoint], self._obj(endpoint), len(inputs)
+        now = self.clock()
+        st.arrivals.record(now, n)
         st.inflight_rows += n
         st.inflight[tenant] += 1
         left = [max(n, 1)]
@@ -308,35 +286,21 @@ class ModalBackend:
             c.add_done_callback(release)
         if not calls:
             release()
-        return self._results(endpoint, calls, timeout_s, self.clock())
+        return ModalPending(endpoint, calls, timeout_s, now, self.clock,
+                            lambda rows, seconds: self._answered(endpoint, rows, seconds))
 
-    async def _results(self, endpoint: str, calls: list[asyncio.Future], timeout_s: float,
-                       t0: float) -> list[Any]:
-        st, n = self._eps[endpoint], len(calls)
-        pending: set = set()
-        try:
-            if calls:
-                _, pending = await asyncio.wait(calls, timeout=timeout_s)
-        finally:
-            for c in calls:
-                c.cancel()              # no-op for the finished ones
-        if pending:
-            for c in calls:             # mark finished failures as seen (no asyncio warning)
-                if c.done() and not c.cancelled():
-                    c.exception()
-            raise TimeoutError(f"endpoint {endpoint!r} did not answer within {timeout_s:g} s")
-        st.samples.append((min(n, self.app[endpoint].batching.max_batch_rows),
-                           self.clock() - t0))
-        st.request_rows.append(n)
-        return [self._entry(endpoint, c) for c in calls]
+    def _answered(self, endpoint: str, rows: int, seconds: float) -> None:
+        """A request of `rows` rows answered in `seconds` (round trip): one service sample
+        (as one batch of at most max_batch_rows) and its size for the mean rows."""
+        st = self._eps[endpoint]
+        st.service.record(min(rows, self.app[endpoint].batching.max_batch_rows), seconds)
+        st.request_rows.append(rows)
 
     async def run(self, endpoint: str, inputs: list[Any], *, timeout_s: float,
                   priority: int = 1, tenant: str = "anonymous") -> list[Any]:
-        """One ``predict.remote.aio(row)`` per row, all at once (``@modal.batched``
-        regroups them in the containers); one entry per input, in order: its output or its
-        EndpointError / Unavailable. Raises TimeoutError after `timeout_s`, cancelling the
-        calls still pending (also when the caller is cancelled). `priority` has no effect
-        on Modal (one FIFO input queue per class)."""
+        """`enqueue`, awaited: one entry per input, in order (its output or its
+        EndpointError / Unavailable). Raises TimeoutError after `timeout_s`, cancelling the
+        calls still pending (also when the caller is cancelled)."""
         return await self.enqueue(endpoint, inputs, timeout_s=timeout_s, priority=priority,
                                   tenant=tenant)
 
@@ -375,5 +339,6 @@ async def run_job_rows(backend: ModalBackend, endpoint: str, inputs: list[Any]) 
     return results
 
 
-__all__ = ["ITEM_ERROR", "KV", "MemoryKV", "ModalBackend", "ModalDictKV", "ModalJobs",
-           "record_cold_start", "router_api_keys", "run_job_rows"]
+__all__ = ["BOOT_S", "COLD_SAMPLES", "ITEM_ERROR", "KV", "STATS_DICT", "MemoryKV",
+           "ModalBackend", "ModalDictKV", "ModalJobs", "ModalPending", "record_cold_start",
+           "router_api_keys", "run_job_rows", "runner_loads"]

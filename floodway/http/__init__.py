@@ -1,1 +1,22 @@
-"""The router's HTTP surface, shared by the local runtime and the Modal router."""
+"""The router's HTTP surface, shared by the local runtime and the Modal router:
+`make_asgi_app` (`floodway.http.app`) over a `Backend` and a `Jobs`
+(`floodway.http.protocols`).
+
+`make_asgi_app` is imported on first use (PEP 562): importing the protocols or the clock
+does not load Starlette and the metrics.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def __getattr__(name: str) -> Any:
+    if name == "make_asgi_app":
+        from floodway.http.app import make_asgi_app
+
+        return make_asgi_app
+    raise AttributeError(f"module 'floodway.http' has no attribute {name!r}")
+
+
+__all__ = ["make_asgi_app"]

@@ -8,6 +8,7 @@ implement them in full: the handlers never probe an implementation with hasattr/
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable, Generator
 from typing import Any, Protocol
@@ -21,11 +22,15 @@ BatchListener = Callable[[str, int, float], None]
 
 class Clock(Protocol):
     """`monotonic()` for durations and deadlines, `wall()` (unix seconds) for the traffic
-    history. Tests inject a fake one; the runtime uses `SYSTEM_CLOCK`."""
+    history and stored jobs, and `sleep(seconds)` to wait on that same time (the deadline
+    hand-off, a job runner's polls and leases). Tests inject a fake one
+    (`floodway.http.clock.ManualClock`); the runtime uses `SYSTEM_CLOCK`."""
 
     def monotonic(self) -> float: ...
 
     def wall(self) -> float: ...
+
+    async def sleep(self, seconds: float) -> None: ...
 
 
 class SystemClock:
@@ -34,6 +39,9 @@ class SystemClock:
 
     def wall(self) -> float:
         return time.time()
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
 
 
 SYSTEM_CLOCK = SystemClock()

@@ -16,6 +16,10 @@ before they reach a model. Results come back keyed by item id and are mapped to 
 futures by id, never by position. A bad item fails alone (the worker re-runs a failing batch
 item by item). A batch lost to a dying container is retried once on another container; a
 second loss fails its items with Unavailable.
+
+Times (deadlines, arrivals, the batch wait) are seconds on an injected clock, `loop.time()`
+by default. The loop re-reads the clock whenever it wakes (`notify()`, a slot freeing, a
+timer), so a test drives it with a fake clock and `notify()` instead of waiting.
 """
 
 from __future__ import annotations
@@ -24,15 +28,18 @@ import asyncio
 import heapq
 import itertools
 import logging
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from floodway.core.estimators import ArrivalRate
+from floodway.core.snapshot import QueueLoad
 from floodway.errors import EndpointError, Unavailable
 
 log = logging.getLogger("floodway.batcher")
-RATE_WINDOW_S = 5.0
+# With no free slot the loop still wakes this often (clock seconds) to drop expired items.
+RECHECK_S = 0.05
 
 
 class BatchResultLike(Protocol):
@@ -71,14 +78,17 @@ class Batcher:
     `idle_only`) or None; call `notify()` whenever a slot frees or a container becomes ready.
     `on_send(container)` sees every batch as it is handed to a container (the pool's buffer
     containers start then); `on_batch(result, container)` sees every completed batch
-    (service-time fit, metrics). Times are `loop.time()` seconds.
+    (service-time fit, metrics). `clock()` gives seconds (default `loop.time()`); deadlines
+    passed to `submit` are on it.
     """
 
     def __init__(self, endpoint: str, *, max_batch_rows: int, wait_ms: float,
                  pick: Callable[[bool], Slot | None],
                  on_batch: Callable[[BatchResultLike, Slot], None] | None = None,
-                 on_send: Callable[[Slot], None] | None = None):
+                 on_send: Callable[[Slot], None] | None = None,
+                 clock: Callable[[], float] | None = None):
         self.endpoint = endpoint
+        self._clock = clock
         self.max_batch_rows, self.wait_s = max_batch_rows, wait_ms / 1000.0
         self.pick, self.on_batch, self.on_send = pick, on_batch, on_send
         self._heap: list[Item] = []
@@ -91,12 +101,16 @@ class Batcher:
         self.rows_by_priority = [0, 0, 0]   # low, normal, high
         self.requests_by_priority = [0, 0, 0]
         self._request_priority: dict[str, int] = {}
-        self._arrivals: deque[tuple[float, int]] = deque()
+        self.arrivals = ArrivalRate()
         self._per_request: Counter[str] = Counter()
         self._per_tenant: Counter[str] = Counter()
         self.dropped = Counter[str]()   # reason -> items dropped before a model
 
     # ------------------------------------------------------------------ accounting
+    def now(self) -> float:
+        """Seconds on the batcher's clock."""
+        return self._clock() if self._clock else asyncio.get_running_loop().time()
+
     @property
     def queued(self) -> int:
         """Requests with at least one item still waiting."""
@@ -110,10 +124,15 @@ class Batcher:
         return dict(self._per_tenant)
 
     def arrival_rows_per_s(self, now: float) -> float:
-        """Rows submitted per second over the last `RATE_WINDOW_S` (loop time)."""
-        while self._arrivals and self._arrivals[0][0] < now - RATE_WINDOW_S:
-            self._arrivals.popleft()
-        return sum(n for _, n in self._arrivals) / RATE_WINDOW_S
+        """Rows submitted per second over the `RATE_WINDOW_S` (5 s) before `now`, on the
+        batcher's clock (`floodway.core.estimators.ArrivalRate`)."""
+        return self.arrivals.rate(now)
+
+    def load(self) -> QueueLoad:
+        """The queue as the snapshot builder reads it: rows and requests by priority, and
+        requests per tenant."""
+        return QueueLoad(tuple(self.rows_by_priority), tuple(self.requests_by_priority),
+                         dict(self._per_tenant))
 
     @staticmethod
     def _prio(item: Item) -> int:
@@ -140,7 +159,7 @@ class Batcher:
         raising EndpointError (the item failed), TimeoutError (deadline passed while queued)
         or Unavailable (its container died twice). Cancel the futures to withdraw them."""
         loop = asyncio.get_running_loop()
-        now = loop.time()
+        now = self.now()
         futures = []
         prio = max(0, min(2, priority))
         self._per_request[request_id] += len(values)
@@ -157,7 +176,7 @@ class Batcher:
             futures.append(fut)
         self.queued_rows += len(values)
         self.rows_by_priority[max(0, min(2, priority))] += len(values)
-        self._arrivals.append((now, len(values)))
+        self.arrivals.record(now, len(values))
         self.notify()
         return futures
 
@@ -200,26 +219,25 @@ class Batcher:
             pass
 
     async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
         while True:
-            self._prune(loop.time())
+            self._prune(self.now())
             if not self._heap:
                 await self._sleep_until_woken(None)
                 continue
             slot = self.pick(self._head_is_low())
             if slot is None:
                 # Re-check deadlines now and then even if no slot frees.
-                await self._sleep_until_woken(0.05)
+                await self._sleep_until_woken(RECHECK_S)
                 continue
             live = sum(1 for it in self._heap if not it.future.done())
             oldest = min(it.enqueued_s for it in self._heap)
             fill_by = oldest + self.wait_s
-            if live < self.max_batch_rows and loop.time() < fill_by:
-                await self._sleep_until_woken(fill_by - loop.time())
+            if live < self.max_batch_rows and self.now() < fill_by:
+                await self._sleep_until_woken(fill_by - self.now())
                 if sum(1 for it in self._heap if not it.future.done()) < self.max_batch_rows \
-                        and loop.time() < fill_by:
+                        and self.now() < fill_by:
                     continue   # woken early by a slot or a single item: look again
-            self._send(self._take(loop.time()))
+            self._send(self._take(self.now()))
 
     def _head_is_low(self) -> bool:
         """Everything queued is low priority (the head is the highest priority queued)."""

@@ -15,7 +15,8 @@ Algorithm (all times in seconds, on the snapshot's clock):
    load to the request alone.
 2. `budget` = (deadline - now) x HEADROOM (0.85: estimates are means; a miss costs a 504,
    an early spill only a 202). No budget left -> shed (deadline). A budget shorter than
-   `alone` can never be met synchronously -> spill_async if allowed, else shed.
+   `alone` can never be met synchronously -> the spill targets that do not keep the caller
+   waiting (step 6: async), else shed.
 3. `wait` = when this request would start if it joined the queue: water-filling of the work
    ahead (queued rows of its priority or higher, which the batcher serves first, at the
    fitted rate) over every live container, each available from
@@ -30,15 +31,27 @@ Algorithm (all times in seconds, on the snapshot's clock):
    tenant cannot starve the rest).
    Each starting container adds its slots to the room: work may wait for capacity that is
    already on its way.
-6. spill_cold: "cold" is in the endpoint's spill list, a container may still be started
-   (live < max_containers), and the *measured* cold start plus `service` fits the budget.
-   Started containers enter step 3 for the next requests, which is the hysteresis that keeps
-   one burst from starting max_containers at once.
-7. spill_async: "async" is in the spill list, the request accepts it and the job store is
-   accepting -> the request becomes a durable job (202).
-8. shed: 503 with Retry-After = the estimated wait until capacity frees (1..60 s).
-   With no live container at all (scaled to zero) and cold spills allowed, a spill_async or
-   shed also asks for a container (`start_cold`), so that the requests after it find one.
+6. spill: the targets of `Route.spill` (`snapshot.spill`), in that order, each a strategy
+   in the `SPILLS` table, until one takes the request (a target the table lacks is skipped:
+   the config refuses it). When even the request alone cannot meet the budget (step 2),
+   only targets that do not keep the caller waiting are tried.
+   - "cold" (`ColdSpill`): a container may still be started (live < max_containers) and the
+     *measured* cold start plus `service` fits the budget -> spill_cold. Started containers
+     enter step 3 for the next requests, which is the hysteresis that keeps one burst from
+     starting max_containers at once.
+   - "async" (`AsyncSpill`): the request accepts it and the job store is accepting ->
+     spill_async: the request becomes a durable job (202).
+   So ("cold", "async") starts a container when one is in time and makes a job otherwise;
+   ("async", "cold") makes a job whenever the request allows one, and starts a container
+   for the requests that cannot become jobs.
+7. shed: no target took it: 503 with Retry-After = the estimated wait until capacity frees
+   (1..60 s).
+8. scale from zero: with no live container at all and "cold" in the spill list (and
+   max_containers > 0), a spill_async or shed of steps 6-7 also asks for a container
+   (`start_cold`), so that the requests after it find one.
+
+A new spill target is one more `SpillTarget` in `SPILLS` (and an `Action` for it); the
+config accepts exactly the table's names (`floodway.config.SPILL_TARGETS`).
 
 Overload behaviour: nothing waits that cannot meet its deadline, the queue never exceeds its
 cap, and a shed answer costs one call of this function (microseconds). Rate limiting by tenant
@@ -55,6 +68,8 @@ import enum
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import ClassVar, NamedTuple, Protocol
 
 LIVE = frozenset({"starting", "warming", "ready", "busy"})
 WARM = frozenset({"ready", "busy"})
@@ -214,18 +229,96 @@ def _batch_rows(snap: Snapshot, req: Request, ahead_rows: int, wait_s: float) ->
     return min(mbr, ahead_rows % mbr + req.rows + math.ceil(arriving))
 
 
+# ---------------------------------------------------------------- spill targets
+
+class SpillContext(NamedTuple):
+    """What `decide()` worked out before trying the spill targets (seconds).
+
+    `budget_s`: the planning budget (time to the deadline x HEADROOM); `reason`: why the
+    request is neither dispatched nor queued; `wait_s`: its estimated wait for a warm slot
+    (the cold start when no container is live); `live`: live containers; `ahead_rows`: rows
+    queued ahead of it."""
+
+    budget_s: float
+    reason: str
+    wait_s: float
+    live: int
+    ahead_rows: int
+
+
+class SpillTarget(Protocol):
+    """One entry of `Route.spill`: `offer` answers with a Decision of `action` when the
+    target takes the request, else None (the next target is tried). `waits`: the caller
+    still waits for the answer (pointless when even the request alone misses the budget).
+    Pure, like `decide()`."""
+
+    action: Action
+    waits: bool
+
+    def offer(self, snap: Snapshot, req: Request, ctx: SpillContext) -> Decision | None: ...
+
+
+class ColdSpill:
+    """Start another container when one is allowed and its measured cold start plus the
+    request's batch fits the budget (step 6 of the module docstring)."""
+
+    action: ClassVar[Action] = Action.SPILL_COLD
+    waits: ClassVar[bool] = True
+
+    def offer(self, snap: Snapshot, req: Request, ctx: SpillContext) -> Decision | None:
+        if ctx.live >= snap.max_containers:
+            return None
+        cold = snap.cold_start_s
+        service = snap.service.seconds(_batch_rows(snap, req, ctx.ahead_rows, cold))
+        if cold + service > ctx.budget_s:
+            return None
+        return Decision(Action.SPILL_COLD, f"{ctx.reason}; a cold start ({cold:.2f}s "
+                        f"measured) meets the deadline", est_wait_s=cold)
+
+
+class AsyncSpill:
+    """Make the request a durable job when it allows one and the job store is accepting."""
+
+    action: ClassVar[Action] = Action.SPILL_ASYNC
+    waits: ClassVar[bool] = False
+
+    def offer(self, snap: Snapshot, req: Request, ctx: SpillContext) -> Decision | None:
+        if not (req.allow_async and snap.async_accepting):
+            return None
+        return Decision(Action.SPILL_ASYNC, ctx.reason, est_wait_s=ctx.wait_s)
+
+
+# `Route.spill` names -> their strategy; `decide()` tries them in the route's order.
+_SPILLS: dict[str, SpillTarget] = {"cold": ColdSpill(), "async": AsyncSpill()}
+SPILLS: Mapping[str, SpillTarget] = MappingProxyType(_SPILLS)
+
+
+def _spill_or_shed(snap: Snapshot, req: Request, ctx: SpillContext, *, waiting_ok: bool,
+                   from_zero: bool) -> Decision:
+    """The first spill target of `snap.spill` that takes `req`, else a shed (steps 6-8).
+    `waiting_ok`: targets that keep the caller waiting may be tried; `from_zero`: no live
+    container and cold starts allowed, so a job or a shed also starts one."""
+    for name in snap.spill:
+        target = _SPILLS.get(name)
+        if target is None or (target.waits and not waiting_ok):
+            continue
+        d = target.offer(snap, req, ctx)
+        if d is not None:
+            break
+    else:
+        d = Decision(Action.SHED, ctx.reason, est_wait_s=ctx.wait_s,
+                     retry_after_s=_retry_after(ctx.wait_s), status=503)
+    if from_zero and d.action is not Action.SPILL_COLD:
+        d = replace(d, start_cold=True)
+    return d
+
+
+# ---------------------------------------------------------------- the decision
+
 def decide(snap: Snapshot, req: Request) -> Decision:
     """Dispatch, queue, spill or shed `req` (see the module docstring for the algorithm)."""
     alone = snap.service.seconds(min(req.rows, snap.max_batch_rows))
     budget = req.deadline_s - snap.now_s
-    can_async = "async" in snap.spill and req.allow_async and snap.async_accepting
-
-    def spill_async_or_shed(reason: str, wait_s: float) -> Decision:
-        if can_async:
-            return Decision(Action.SPILL_ASYNC, reason, est_wait_s=wait_s)
-        return Decision(Action.SHED, reason, est_wait_s=wait_s,
-                        retry_after_s=_retry_after(wait_s), status=503)
-
     if budget <= 0:
         return Decision(Action.SHED, "deadline already passed", retry_after_s=RETRY_AFTER_S[0],
                         status=503)
@@ -240,8 +333,9 @@ def decide(snap: Snapshot, req: Request) -> Decision:
         # and the estimate (fitted on rows, not on input lengths) can be pessimistic.
         return Decision(Action.DISPATCH, "an idle warm container")
     if alone > budget:
-        return spill_async_or_shed(f"service time {alone:.3f}s exceeds the deadline budget "
-                                   f"{budget:.3f}s", alone)
+        ctx = SpillContext(budget, f"service time {alone:.3f}s exceeds the deadline budget "
+                           f"{budget:.3f}s", alone, len(live), 0)
+        return _spill_or_shed(snap, req, ctx, waiting_ok=False, from_zero=False)
 
     if snap.queued == 0:
         free = [c for c in warm if c.free_slots > 0]
@@ -276,13 +370,7 @@ def decide(snap: Snapshot, req: Request) -> Decision:
     why = (f"estimated wait {wait:.3f}s + service {service:.3f}s exceeds the budget "
            f"{budget:.3f}s" if not fits else f"queue full for this priority or tenant "
            f"({queued} queued at this priority or above)")
-    can_start = "cold" in snap.spill and len(live) < snap.max_containers
-    cold_service = snap.service.seconds(_batch_rows(snap, req, ahead_rows, snap.cold_start_s))
-    if can_start and snap.cold_start_s + cold_service <= budget:
-        return Decision(Action.SPILL_COLD, f"{why}; a cold start "
-                        f"({snap.cold_start_s:.2f}s measured) meets the deadline",
-                        est_wait_s=snap.cold_start_s)
-    d = spill_async_or_shed(why, snap.cold_start_s if not live else wait)
-    if can_start and not live:
-        d = replace(d, start_cold=True)
-    return d
+    ctx = SpillContext(budget, why, snap.cold_start_s if not live else wait, len(live),
+                       ahead_rows)
+    from_zero = not live and "cold" in snap.spill and snap.max_containers > 0
+    return _spill_or_shed(snap, req, ctx, waiting_ok=True, from_zero=from_zero)

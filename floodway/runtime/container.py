@@ -4,8 +4,13 @@
          \\________\\_________\\________\\________________-> failed
 
 `ready` has free slots, `busy` has none; `draining` takes no new work and stops once its
-in-flight batches finish. A process that exits unexpectedly makes the container `failed`
-and fails its in-flight batches with Unavailable (the pool decides whether to retry).
+in-flight batches finish. A process that exits unexpectedly (or reports Failed) makes the
+container `failed` and fails its in-flight batches with Unavailable (the pool decides whether
+to retry). `stopped` and `failed` are terminal.
+
+The worker speaks `floodway.runtime.protocol`: a batch's items are answered one event each
+(heard through `submit(..., on_item=)` as they arrive), then BatchDone resolves the batch's
+future to a BatchResult. A line that is not a valid message kills the process (`failed`).
 """
 
 from __future__ import annotations
@@ -13,18 +18,37 @@ from __future__ import annotations
 import asyncio
 import enum
 import itertools
+import logging
 import os
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from floodway.codec import dumps, loads
-from floodway.errors import Unavailable
+from floodway.errors import ProtocolError, Unavailable
+from floodway.runtime.protocol import (
+    FROM_WORKER,
+    Batch,
+    BatchDone,
+    Chunk,
+    Failed,
+    FromWorker,
+    ItemError,
+    ItemEvent,
+    ItemId,
+    ItemResult,
+    Phase,
+    Ping,
+    Pong,
+    Ready,
+    decode_all,
+    encode,
+)
 from floodway.runtime.worker import SPAWN_ENV
 
-READ_LIMIT = 256 * 1024 * 1024   # one reply line can hold a large batch of outputs
+log = logging.getLogger("floodway.container")
+READ_LIMIT = 256 * 1024 * 1024   # one message line can hold a large output
 
 
 class State(enum.StrEnum):
@@ -66,31 +90,46 @@ class BatchResult:
     service_s: float = 0.0
 
 
+@dataclass(slots=True)
+class _Pending:
+    """One batch in flight: when it was sent, its item events so far, who hears of them."""
+
+    sent_s: float
+    on_item: Callable[[ItemEvent], None] | None
+    outputs: dict[ItemId, Any] = field(default_factory=dict)
+    errors: dict[ItemId, str] = field(default_factory=dict)
+
+
 class Container:
-    """One worker process for one endpoint. `slots` bounds its in-flight batches."""
+    """One worker process for one endpoint. `slots` bounds its in-flight batches; `clock`
+    gives monotonic seconds (every time attribute below is on it)."""
 
     _ids = itertools.count(1)
 
     def __init__(self, app_spec: str, endpoint: str, store_root: str, *, slots: int,
-                 env: dict[str, str] | None = None):
+                 env: dict[str, str] | None = None,
+                 clock: Callable[[], float] = time.monotonic):
         self.id = next(self._ids)
         self.app_spec, self.endpoint, self.store_root = app_spec, endpoint, store_root
         self.slots = slots
         self.env = env or {}
+        self.clock = clock
+        now = clock()
         self.state = State.STARTING
-        self.history: list[tuple[float, State]] = [(time.monotonic(), State.STARTING)]
+        self.history: list[tuple[float, State]] = [(now, State.STARTING)]
+        # Batch id -> its future / its rows; both hold exactly the batches in flight.
         self.inflight: dict[int, asyncio.Future] = {}
         self.inflight_rows: dict[int, int] = {}
-        self._sent_s: dict[int, float] = {}
+        self._pending: dict[int, _Pending] = {}
         self._last_answer_s = 0.0
-        # Monotonic times: last completion (stuck detection) and when work last ended (idle).
-        self.last_progress_s = time.monotonic()
-        self.idle_since_s = time.monotonic()
+        # Last completion or item event (stuck detection) and when work last ended (idle).
+        self.last_progress_s = now
+        self.idle_since_s = now
         self.batches_done = 0
         # Liveness of an idle worker: when the outstanding ping was sent (None: none is),
         # and when the last pong came back.
         self.ping_sent_s: float | None = None
-        self.last_pong_s = time.monotonic()
+        self.last_pong_s = now
         # Called after every state or slot change (the batcher waits for free slots).
         self.on_change: Callable[[], None] | None = None
         self.timings_s: dict[str, float] = {}
@@ -98,20 +137,22 @@ class Container:
         self.build: str | None = None   # key of the build it was started on
         self.torch_imported: bool | None = None
         self.error: str | None = None
-        self.proc: asyncio.subprocess.Process | None = None
+        self.proc: Any = None   # asyncio.subprocess.Process, or what `attach` was given
         self._ids_batch = itertools.count(1)
         self._ready = asyncio.Event()
         self._reader: asyncio.Task | None = None
-        self._t_spawn = 0.0
+        self._t_spawn = now
 
     # ------------------------------------------------------------------ state machine
     def _to(self, new: State) -> None:
         if new not in TRANSITIONS[self.state]:
             raise IllegalTransition(f"container {self.id}: {self.state} -> {new}")
         self.state = new
-        self.history.append((time.monotonic(), new))
+        self.history.append((self.clock(), new))
         if new in (State.READY, State.FAILED, State.STOPPED):
             self._ready.set()
+        if new == State.FAILED:   # no answer will come: fail over now, not at the exit
+            self._fail_inflight(self.error or "failed")
         if self.on_change:
             self.on_change()
 
@@ -133,12 +174,18 @@ class Container:
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
+        """Spawn the worker process and start reading its messages."""
         env = {**os.environ, **self.env, SPAWN_ENV: repr(time.time())}
-        self._t_spawn = time.perf_counter()
-        self.proc = await asyncio.create_subprocess_exec(
+        self._t_spawn = self.clock()
+        self.attach(await asyncio.create_subprocess_exec(
             sys.executable, "-m", "floodway.runtime.worker", self.app_spec, self.endpoint,
             self.store_root, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            env=env, limit=READ_LIMIT)
+            env=env, limit=READ_LIMIT))
+
+    def attach(self, proc: Any) -> None:
+        """Drive `proc`, a started worker: anything shaped like asyncio's Process (`stdin`
+        writer, `stdout` reader, `wait()`, `kill()`, `returncode`, `pid`)."""
+        self.proc = proc
         self._reader = asyncio.create_task(self._read())
 
     async def wait_exit(self) -> None:
@@ -154,62 +201,100 @@ class Container:
         assert self.proc and self.proc.stdout
         try:
             while line := await self.proc.stdout.readline():
-                self._handle(loads(line))
-        except (ValueError, asyncio.LimitOverrunError) as e:
-            self.error = f"protocol error: {e}"
-        code = await self.proc.wait()
+                for msg in decode_all(line, FROM_WORKER):
+                    self.handle(msg)
+        except (ProtocolError, ValueError, asyncio.LimitOverrunError) as e:
+            self.kill(f"protocol error: {e}")   # what follows cannot be trusted either
+        self._exited(await self.proc.wait())
+
+    def _exited(self, code: int) -> None:
+        """The process ended with `code`: settle the state and fail what is still in flight."""
         if self.state == State.DRAINING and code == 0:
             self._to(State.STOPPED)   # the exit we asked for by closing stdin
         elif self.state not in (State.STOPPED, State.FAILED):
             self.error = self.error or f"worker process exited with code {code}"
             self._to(State.FAILED)
-        for fut in self.inflight.values():
-            if not fut.done():
-                why = self.error or f"stopped with work in flight (exit code {code})"
-                fut.set_exception(Unavailable(f"container {self.id} of {self.endpoint!r} died: "
-                                              f"{why}"))
+        self._fail_inflight(self.error or f"stopped with work in flight (exit code {code})")
+
+    def _fail_inflight(self, why: str) -> None:
+        error = Unavailable(f"container {self.id} of {self.endpoint!r} died: {why}")
+        futures = list(self.inflight.values())
         self.inflight.clear()
         self.inflight_rows.clear()
-        self._sent_s.clear()
+        self._pending.clear()
+        for fut in futures:
+            if not fut.done():
+                fut.set_exception(error)
 
-    def _handle(self, msg: dict[str, Any]) -> None:
-        kind = msg.get("type")
-        if kind == "phase" and self.state == State.STARTING:
+    # ------------------------------------------------------------------ messages
+    def handle(self, msg: FromWorker) -> None:
+        """Apply one message from the worker (from `protocol.decode_all`)."""
+        self._HANDLERS[type(msg)](self, msg)
+
+    def _on_phase(self, msg: Phase) -> None:
+        if self.state == State.STARTING:
             self._to(State.WARMING)
-        elif kind == "ready":
-            self.timings_s = dict(msg["timings_s"])
-            self.timings_s["total"] = time.perf_counter() - self._t_spawn
-            self.backend, self.torch_imported = msg.get("backend"), msg.get("torch")
-            if self.state == State.STARTING:
-                self._to(State.WARMING)
-            if self.state == State.WARMING:
-                self._to(State.READY)
-        elif kind == "failed":
-            self.error = msg.get("error")
-            if self.state not in (State.STOPPED, State.FAILED):
-                self._to(State.FAILED)
-        elif kind == "pong":
-            self.ping_sent_s, self.last_pong_s = None, time.monotonic()
-        elif kind == "result":
-            fut = self.inflight.pop(msg["id"], None)
-            rows = self.inflight_rows.pop(msg["id"], 0)
-            sent = self._sent_s.pop(msg["id"], None)
-            now = time.monotonic()
-            # A worker runs batches one after another: this one could start once it was
-            # sent and the previous one was answered.
-            service = now - max(sent or now, self._last_answer_s)
-            self._last_answer_s = now
-            self.last_progress_s = now
-            self.batches_done += 1
-            if not self.inflight:
-                self.idle_since_s = now
-            if fut and not fut.done():
-                fut.set_result(BatchResult(dict(map(tuple, msg["outputs"])),
-                                           dict(map(tuple, msg["errors"])),
-                                           rows, float(msg.get("compute_s", 0.0)), service))
-            self._settle()
-            if self.on_change:
-                self.on_change()
+
+    def _on_ready(self, msg: Ready) -> None:
+        self.timings_s = dict(msg.timings_s)
+        self.timings_s["total"] = self.clock() - self._t_spawn
+        self.backend, self.torch_imported = msg.backend, msg.torch
+        if self.state == State.STARTING:
+            self._to(State.WARMING)
+        if self.state == State.WARMING:
+            self._to(State.READY)
+
+    def _on_failed(self, msg: Failed) -> None:
+        self.error = msg.error
+        if self.state not in (State.STOPPED, State.FAILED):
+            self._to(State.FAILED)
+
+    def _on_pong(self, msg: Pong) -> None:
+        self.ping_sent_s, self.last_pong_s = None, self.clock()
+
+    def _on_item(self, msg: ItemEvent) -> None:
+        batch = self._pending.get(msg.batch_id)
+        if batch is None:
+            return   # its batch was failed over already
+        if not isinstance(msg, Chunk):
+            if msg.item_id in batch.outputs or msg.item_id in batch.errors:
+                return   # an item ends once
+            if isinstance(msg, ItemResult):
+                batch.outputs[msg.item_id] = msg.output
+            else:
+                batch.errors[msg.item_id] = msg.message
+        self.last_progress_s = self.clock()
+        if batch.on_item is not None:
+            try:
+                batch.on_item(msg)
+            except Exception:  # noqa: BLE001 - a listener must not stop the reader
+                log.exception("container %s: item listener raised", self.id)
+
+    def _on_done(self, msg: BatchDone) -> None:
+        fut = self.inflight.pop(msg.batch_id, None)
+        rows = self.inflight_rows.pop(msg.batch_id, 0)
+        batch = self._pending.pop(msg.batch_id, None)
+        if batch is None:
+            return   # its batch was failed over already
+        now = self.clock()
+        # A worker runs batches one after another: this one could start once it was
+        # sent and the previous one was answered.
+        service = now - max(batch.sent_s, self._last_answer_s)
+        self._last_answer_s = now
+        self.last_progress_s = now
+        self.batches_done += 1
+        if not self.inflight:
+            self.idle_since_s = now
+        if fut is not None and not fut.done():
+            fut.set_result(BatchResult(batch.outputs, batch.errors, rows, msg.compute_s,
+                                       service))
+        self._settle()
+        if self.on_change:
+            self.on_change()
+
+    _HANDLERS: dict[type, Callable[[Container, Any], None]] = {
+        Phase: _on_phase, Ready: _on_ready, Failed: _on_failed, Pong: _on_pong,
+        ItemResult: _on_item, ItemError: _on_item, Chunk: _on_item, BatchDone: _on_done}
 
     def _settle(self) -> None:
         if self.state == State.BUSY and self.free_slots > 0:
@@ -217,21 +302,27 @@ class Container:
         elif self.state == State.READY and self.free_slots == 0:
             self._to(State.BUSY)
 
-    def submit(self, items: list[tuple[str, Any]]) -> asyncio.Future:
+    # ------------------------------------------------------------------ work
+    def submit(self, items: list[tuple[str, Any]],
+               on_item: Callable[[ItemEvent], None] | None = None) -> asyncio.Future:
         """Send one batch of (item_id, input) pairs; the future resolves to a BatchResult
-        keyed by item id. Raises Unavailable without a free slot (caller checks free_slots)."""
+        keyed by item id once the whole batch is answered, or raises Unavailable when the
+        container dies first. `on_item`, if given, hears each ItemResult / ItemError (and
+        Chunk) as it arrives, before the batch ends. Raises Unavailable without a free
+        slot (caller checks free_slots)."""
         if self.free_slots <= 0 or not self.proc or not self.proc.stdin:
             raise Unavailable(f"container {self.id} has no free slot")
         batch_id = next(self._ids_batch)
         fut = asyncio.get_running_loop().create_future()
         # A caller that timed out no longer awaits this future: mark its error as seen.
         fut.add_done_callback(lambda f: f.cancelled() or f.exception())
+        now = self.clock()
         if not self.inflight:
-            self.last_progress_s = time.monotonic()   # stuck = busy without progress
+            self.last_progress_s = now   # stuck = busy without progress
         self.inflight[batch_id] = fut
         self.inflight_rows[batch_id] = len(items)
-        self._sent_s[batch_id] = time.monotonic()
-        self.proc.stdin.write(dumps({"id": batch_id, "items": items}) + b"\n")
+        self._pending[batch_id] = _Pending(now, on_item)
+        self.proc.stdin.write(encode(Batch(batch_id, tuple(items))))
         self._settle()
         return fut
 
@@ -242,8 +333,8 @@ class Container:
         if self.ping_sent_s is not None or not self.proc or not self.proc.stdin \
                 or self.proc.stdin.is_closing():
             return False
-        self.ping_sent_s = time.monotonic()
-        self.proc.stdin.write(b'{"type":"ping"}\n')
+        self.ping_sent_s = self.clock()
+        self.proc.stdin.write(_PING)
         return True
 
     def kill(self, reason: str) -> None:
@@ -259,7 +350,8 @@ class Container:
         """Drain: take no new work, let in-flight batches finish, then end the process."""
         if self.state in (State.STOPPED, State.FAILED):
             return
-        self._to(State.DRAINING)
+        if self.state != State.DRAINING:   # draining already: killed, or a second stop
+            self._to(State.DRAINING)
         pending = [f for f in self.inflight.values() if not f.done()]
         if pending:
             await asyncio.wait(pending, timeout=grace_s)
@@ -275,3 +367,6 @@ class Container:
             self._to(State.STOPPED)
         if self._reader:
             await self._reader
+
+
+_PING = encode(Ping())

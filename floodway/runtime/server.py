@@ -19,9 +19,9 @@ import uvicorn
 from floodway.build.store import ArtifactStore
 from floodway.errors import FloodwayError
 from floodway.functions.discover import load_app
+from floodway.http.app import make_asgi_app
+from floodway.jobs.local import LocalJobs, default_jobs_path
 from floodway.routers.admission import API_KEYS_ENV, ApiKeys
-from floodway.runtime.http import make_asgi_app
-from floodway.runtime.local_jobs import LocalJobs, default_jobs_path
 from floodway.runtime.pool import Pool
 from floodway.warmers.history import TrafficHistory
 

@@ -2,8 +2,10 @@
 router and the warmers over a trace (see `floodway.sim.engine`).
 
     engine.py   the run: arrivals, decide() or the fast path, bulk segments
-    pool.py     containers, batches, the router's queue, policy ticks, the event heap
-    fastpath.py exact shortcuts: the dispatch test, bulk segments of dispatch-only traffic
+    pool.py     containers, batches, the router's queue, policy ticks, the event heap;
+                carries out `floodway.core.reconcile`'s plans
+    fastpath.py exact shortcuts: the dispatch test, bulk segments of traffic dispatched (or
+                queued and drained into a batch at once)
     kernel.py   the compiled (numba) kernel that replays a bulk segment over arrays
     collect.py  the SimResult of a run, segments' busy intervals spliced in order
     model.py    measured cold-start and service-time models
@@ -13,13 +15,13 @@ router and the warmers over a trace (see `floodway.sim.engine`).
     plot.py     the PNG: arrivals, warm and busy containers over time
 """
 
-from floodway.sim.engine import ACTIONS, DecisionMismatch, SimConfig, simulate
+from floodway.sim.engine import DecisionMismatch, SimConfig, simulate
 from floodway.sim.model import ColdStartModel, ServiceModel
 from floodway.sim.policy import DesiredPolicy, HistogramPolicy, Policy
-from floodway.sim.result import SimResult
+from floodway.sim.result import ACTIONS, CODES, SimResult
 from floodway.sim.trace import Trace, read_trace
 
 __all__ = [
-    "ACTIONS", "ColdStartModel", "DecisionMismatch", "DesiredPolicy", "HistogramPolicy",
+    "ACTIONS", "CODES", "ColdStartModel", "DecisionMismatch", "DesiredPolicy", "HistogramPolicy",
     "Policy", "ServiceModel", "SimConfig", "SimResult", "Trace", "read_trace", "simulate",
 ]

@@ -14,7 +14,8 @@ import math
 
 import numpy as np
 
-from floodway.sim.result import SimResult, coverage_per_minute
+from floodway.routers.decide import Action
+from floodway.sim.result import ACTIONS, CODES, SimResult, coverage_per_minute
 from floodway.sim.trace import MINUTE_S
 
 
@@ -37,10 +38,12 @@ def splice_busy(busy_a: list[float], busy_b: list[float], at: np.ndarray, lens: 
 
 def collect(sim, codes: bytearray, wall_s: float) -> SimResult:
     """The `SimResult` of the finished run `sim` (a `floodway.sim.engine._Sim`), with its
-    per-arrival action `codes` (indices into `engine.ACTIONS`) and its wall time."""
+    per-arrival action `codes` (indices into `ACTIONS`) and its wall time."""
     tr, seg = sim.trace, sim.seg
     dec = np.frombuffer(bytes(codes), dtype=np.uint8)
-    counts = np.bincount(dec, minlength=5) if dec.size else np.zeros(5, dtype=np.int64)
+    n = np.bincount(dec, minlength=len(ACTIONS)) if dec.size else np.zeros(len(ACTIONS),
+                                                                              dtype=np.int64)
+    counts = {a: int(n[CODES[a]]) for a in ACTIONS}
     pieces = np.array(sim.pieces, dtype=np.int64).reshape(-1, 2)
     seg_a = seg_b = np.zeros(0)
     if seg is not None:
@@ -64,8 +67,9 @@ def collect(sim, codes: bytearray, wall_s: float) -> SimResult:
     arrivals = np.zeros(minutes, dtype=np.int64)
     arrivals[:len(tr.counts)] = tr.counts[:minutes]
     return SimResult(
-        requests=tr.requests, dispatched=int(counts[0]), queued=int(counts[1]),
-        spill_cold=int(counts[2]), spill_async=int(counts[3]), shed=int(counts[4]),
+        requests=tr.requests, dispatched=counts[Action.DISPATCH], queued=counts[Action.QUEUE],
+        spill_cold=counts[Action.SPILL_COLD], spill_async=counts[Action.SPILL_ASYNC],
+        shed=counts[Action.SHED],
         expired=sim.expired, cold_requests=sim.cold_requests,
         containers_started=sim.started, p50_s=float(p50), p95_s=float(p95),
         p99_s=float(p99),

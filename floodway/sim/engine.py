@@ -9,7 +9,8 @@ The model (times in seconds on the trace's clock):
 - Containers go starting -> ready (idle or busy) -> stopped. A start takes a cold start drawn
   from `ColdStartModel` with the run's seeded numpy Generator. Starting time is billed.
 - A ready container runs one batch at a time and holds at most
-  ``route.max_inflight_per_container`` batches (its slots; as in `decide`, slots pipeline work,
+  ``pipeline_slots(route.max_inflight_per_container)`` batches (its slots, as the local router
+  keeps them: `floodway.core.snapshot.pipeline_slots`; as in `decide`, slots pipeline work,
   they add no throughput). A request sent to it joins its newest batch that has not started
   yet if the rows fit in ``batching.max_batch_rows``, else opens a new batch. A batch on an
   idle container starts ``batching.wait_ms`` after it opens (the batcher's wait) unless full;
@@ -21,35 +22,44 @@ The model (times in seconds on the trace's clock):
   (arrival + ``route.timeout_s``): dispatch to the warm container `decide` picks (least
   backlog among those with a free slot, first in start order), queue, spill_cold (start a
   container, the request then waits in the queue), spill_async (counted, not simulated
-  further) or shed. The snapshot is the pool as the local runtime reports it: a container's
-  `backlog_s` is the fitted time of its batches in flight, a starting one's `ready_in_s` its
-  remaining start time, `cold_start_s` the slowest measured start, all one tenant.
+  further) or shed. The snapshot is built as the local runtime builds it, with
+  `floodway.core.snapshot.build_snapshot`: each live container's batches in flight (rows) and
+  slots, a starting one's time since its start was asked for (its remaining start is
+  estimated from `cold_start_s`, the slowest measured start, not known), the queue at
+  normal priority (every request is priority 1, served in order) for one tenant, the fitted
+  service time, the batcher's wait, and the arrival rate: the rows of the requests admitted
+  (dispatched, queued or spilled to a cold container) at times ``t >= now - RATE_WINDOW_S``
+  before this one, divided by `RATE_WINDOW_S` (`floodway.core.estimators.ArrivalRate`).
 - Every minute, on the minute, the policy gets the per-minute arrival counts of the minutes
   that have *ended* (no look-ahead) and returns a `WarmTarget`. The pool obeys it with Modal's
-  semantics (`WarmTarget.keep`, as the local pool): ``keep = max(min_containers, containers
-  working + buffer_containers)``; containers are started at once (ahead of demand) while
-  fewer than `keep` are live, at the tick and whenever a container gets busy (the buffer is
-  only nonzero while the policy saw the endpoint active, in the minutes that ended); an idle
-  container is stopped once it has been idle for ``scaledown_window_s`` and more than `keep`
-  are live (the longest idle first); a request that arrives while no warm container can take
-  it waits for a start (a cold start).
+  semantics, as the local pool: `WarmTarget.keep(containers working, cap)` containers are
+  kept, and `floodway.core.reconcile.reconcile` says what to start (at once, ahead of demand,
+  while fewer are live) and stop (idle ones whose ``scaledown_window_s`` has run out while
+  more are live, the longest idle first), at the tick, at an idle container's check when its
+  window runs out, and whenever a container gets busy (the buffer is only nonzero while the
+  policy saw the endpoint active, in the minutes that ended); a request that arrives while no
+  warm container can take it waits for a start (a cold start).
 - At the start of the trace the pool holds the config's ``min_containers``, already warm (as
   a deployed endpoint would); the simulated span is the trace's whole minutes, plus the time
   the last batch needs to end.
 
 Speed (exact: `fast=True`, the default, gives the same `SimResult` as `fast=False`, which
-calls `decide` on every arrival; tests/unit/sim/test_engine.py compares every field):
+calls `decide` on every arrival; tests/unit/sim/test_fastpath.py compares every field):
 
 - The dispatch test (`floodway.sim.fastpath.dispatch_box`): with the router's queue empty,
   `decide` can only dispatch or not by its steps 2 and 4 (budget > 0; an idle warm container;
-  else alone and least backlog + alone within budget x HEADROOM), which the engine evaluates
-  on its own state with the same float expressions; any other case builds the `Snapshot`
-  (about 10 us in CPython) and calls `decide`.
+  else alone, and least backlog + the batch it would ride in (with the arrival rate), within
+  budget x HEADROOM), which the engine evaluates on its own state with the same float
+  expressions; any other case builds the `Snapshot` (tens of us in CPython) and calls
+  `decide`. The arrival rate comes from cumulative admitted rows per arrival (`cum`) and a
+  window pointer that only moves forward; with ``fast=False`` from the runtime's own
+  `ArrivalRate`, so comparing the modes checks one against the other.
 - Bulk segments (`floodway.sim.fastpath.Segments`): from an arrival that finds the queue empty
-  and no batch in flight, up to the next heap event, arrivals that are all dispatched are
-  replayed by a compiled kernel over arrays (`floodway.sim.kernel`, numba) instead of heap
-  events and objects, on any number of warm containers, and backed off to the last instant
-  the pool was idle again if one would not be dispatched. Their latencies are set by the
+  and no batch in flight, up to the next heap event, arrivals that are all dispatched (or
+  queued and drained into a batch at once) are replayed by a compiled kernel over arrays
+  (`floodway.sim.kernel`, numba) instead of heap events and objects, on any number of warm
+  containers, and backed off to the last instant the pool was idle again if one would be
+  neither. Their latencies are set by the
   kernel; their busy intervals are spliced among the event loop's at the end, in the order
   the event loop would have recorded them (`floodway.sim.collect`).
 - The policy sees the minutes that have ended as an O(1) view of the trace's counts
@@ -66,40 +76,43 @@ from __future__ import annotations
 import heapq
 import math
 import time
+from bisect import bisect_left
 from collections import deque
 from dataclasses import dataclass, replace
 
 import numpy as np
 
 from floodway.config import Batching, Route, WarmPool
-from floodway.routers.decide import (
-    Action,
-    ContainerView,
-    Decision,
-    Request,
-    Snapshot,
-    decide,
+from floodway.core.estimators import (
+    RATE_WINDOW_S,
+    ArrivalRate,
+    ColdStartEstimator,
+    ServiceEstimator,
+    measured,
 )
+from floodway.core.snapshot import ContainerLoad, QueueLoad, build_snapshot, pipeline_slots
+from floodway.routers.decide import QUEUE_SHARE, Action, Decision, Request, Snapshot, decide
 from floodway.sim.collect import collect
 from floodway.sim.fastpath import Segments, dispatch_box
 from floodway.sim.kernel import prepare
 from floodway.sim.model import ColdStartModel, ServiceModel
 from floodway.sim.policy import DesiredPolicy, Policy
 from floodway.sim.pool import _CHECK, _TICK, Pool, _Box
-from floodway.sim.result import SimResult
+from floodway.sim.result import ACTIONS, CODES, SimResult
 from floodway.sim.trace import Trace
-from floodway.warmers.target import History, Measured
+from floodway.warmers.target import History, WarmTarget
 
-ACTIONS = (Action.DISPATCH, Action.QUEUE, Action.SPILL_COLD, Action.SPILL_ASYNC, Action.SHED)
-_CODE = {a: i for i, a in enumerate(ACTIONS)}
-assert _CODE[Action.DISPATCH] == 0        # bulk segments leave their arrivals' codes at 0
+DISPATCH_CODE = CODES[Action.DISPATCH]
+assert DISPATCH_CODE == 0                 # the segment kernel writes 0 for a dispatch
+# What the arrival rate counts: requests that reach the batcher (ArrivalRate's docstring).
+ADMITTED = frozenset({Action.DISPATCH, Action.QUEUE, Action.SPILL_COLD})
+_ADMITS = tuple(a in ADMITTED for a in ACTIONS)
 TENANT = "anonymous"
-
+PRIORITY = 1                              # every simulated request: normal priority
 
 
 class DecisionMismatch(AssertionError):
     """The fast path and `decide()` disagreed (raised only with ``check=True``)."""
-
 
 
 @dataclass(frozen=True)
@@ -139,20 +152,20 @@ class _Sim(Pool):
         self.fit = cfg.service.fit
         self.mbr = cfg.batching.max_batch_rows
         self.wait_s = cfg.batching.wait_ms / 1000.0
-        self.slots = cfg.route.max_inflight_per_container
+        self.slots = pipeline_slots(cfg.route.max_inflight_per_container)
         self.cap = cfg.warm.container_cap
         self.cold_est = cfg.cold.estimate_s
-        self.measured = Measured.from_batches(self.cold_est, self.fit.seconds(self.mbr),
-                                              self.mbr)
+        self.measured = measured(ColdStartEstimator(self.cold_est), ServiceEstimator(self.fit),
+                                 self.mbr)
+        self.scaledown_s = float(cfg.warm.scaledown_window_s)
+        self.target = WarmTarget(min(cfg.warm.min_containers, self.cap), 0, self.scaledown_s,
+                                 "the configured floor, before the policy's first tick")
         self.heap: list[tuple] = []
         self.seq = 0
         self.live: list[_Box] = []           # starting + warm, in start order
         self.all: list[_Box] = []
         self.queue: deque[int] = deque()
         self.queued_rows = 0
-        self.floor = cfg.warm.min_containers
-        self.buffer = 0
-        self.scaledown_s = float(cfg.warm.scaledown_window_s)
         self.pstate = None
         self.started = 0
         self.cold_requests = 0
@@ -165,24 +178,44 @@ class _Sim(Pool):
         self.pieces: list[tuple] = []        # (at, count): segments' busy intervals
         self.bulk_runs = 0                   # segments run in bulk, and their arrivals
         self.bulk_requests = 0
+        # The arrival rate: the runtime's estimator in the reference mode, else cumulative
+        # admitted rows (`cum`) and the first arrival of the window (`win_lo`).
+        self.arrivals = None if cfg.fast else ArrivalRate()
+        self.win_lo = 0
+        # (min, buffer, warm, live) -> max_busy: how `keep` answers, remembered.
+        self.busy_limits: dict[tuple[int, int, int, int], int] = {}
+        self.starts_changed()
+
+    def starts_changed(self) -> None:
+        """What segments need of the containers starting: when each was asked for, and
+        whether decide()'s queue has room for one request with nothing queued (its step 5:
+        a share of max_queue, plus the slots of the starting containers)."""
+        self.starting_s = np.array([b.created_s for b in self.live if not b.warm])
+        self.can_queue = math.floor(self.cfg.route.max_queue * QUEUE_SHARE[PRIORITY]) + \
+            self.slots * len(self.starting_s) > 0
 
     # ------------------------------------------------------------ decisions
-    def snapshot(self, now: float) -> Snapshot:
-        views = []
-        for b in self.live:
-            if b.warm:
-                views.append(ContainerView(str(b.id), "busy" if b.batches else "ready",
-                                           max(0, self.slots - len(b.batches)), self.slots,
-                                           b.backlog_s, 0.0))
-            else:
-                views.append(ContainerView(str(b.id), "starting", 0, self.slots, 0.0,
-                                           max(0.0, b.ready_s - now)))
+    def rate(self, i: int, now: float) -> float:
+        """Rows/s admitted in the window before arrival `i` at `now` (`ArrivalRate.rate`)."""
+        if self.arrivals is not None:
+            return self.arrivals.rate(now)
+        lo = self.win_lo = bisect_left(self.times, now - RATE_WINDOW_S, self.win_lo, i)
+        return (self.cum[i] - self.cum[lo]) / RATE_WINDOW_S
+
+    def snapshot(self, now: float, i: int) -> Snapshot:
+        """`decide()`'s view of the pool for arrival `i` at `now` (`build_snapshot`)."""
+        slots = self.slots
+        loads = [ContainerLoad(b.key, b.state, tuple([x.rows for x in b.batches]), slots,
+                               0.0 if b.warm else now - b.created_s) for b in self.live]
         q = len(self.queue)
-        return Snapshot(now_s=now, containers=tuple(views), service=self.fit,
-                        cold_start_s=self.cold_est, max_batch_rows=self.mbr,
-                        max_queue=self.cfg.route.max_queue, max_containers=self.cap,
-                        spill=self.cfg.route.spill, queued=q, queued_rows=self.queued_rows,
-                        tenant_queued={TENANT: q} if q else {})
+        queue = QueueLoad(_at_priority(self.queued_rows), _at_priority(q),
+                          {TENANT: q} if q else {})
+        return build_snapshot(now, self.cfg, loads, queue, service=self.fit,
+                              cold_start_s=self.cold_est, arrival_rows_per_s=self.rate(i, now))
+
+    def decision(self, i: int, now: float, rows: int) -> Decision:
+        return decide(self.snapshot(now, i), Request(rows=rows, deadline_s=self.deadline[i],
+                                                     priority=PRIORITY, tenant=TENANT))
 
     def best_free(self) -> _Box | None:
         """decide()'s choice: least backlog among warm containers with a free slot, the
@@ -210,21 +243,30 @@ class _Sim(Pool):
             self.start_box(now)
 
     # ------------------------------------------------------------ the run
-    def bulk(self, i: int, codes: bytearray) -> int:
+    def max_busy(self, warm: int) -> int:
+        """How many of the `warm` containers may be busy at once: one more would make the
+        warm target keep more containers than are live (a start, `Pool.assign`)."""
+        target, nlive = self.target, len(self.live)
+        key = (target.min_containers, target.buffer_containers, warm, nlive)
+        busy = self.busy_limits.get(key)
+        if busy is None:
+            keep, cap = target.keep, self.cap
+            busy = warm
+            if keep(warm, cap) > nlive:
+                busy = 0
+                while keep(busy + 1, cap) <= nlive:
+                    busy += 1
+            self.busy_limits[key] = busy
+        return busy
+
+    def bulk(self, i: int) -> int:
         """Run the arrivals from i in bulk while each is dispatched, up to the next heap event
         (the caller checked that the queue is empty and no batch is in flight); returns the
         first arrival not run (i if none). See `floodway.sim.fastpath`."""
         boxes = [b for b in self.live if b.warm]
-        if not boxes:
+        max_busy = self.max_busy(len(boxes)) if boxes else 0
+        if not max_busy:                   # the first dispatch starts one: the kernel would stop
             return i
-        # One more busy container than this starts a buffer container (`Pool.assign`): while
-        # the live ones are under the cap, once floor or busy + buffer exceeds them.
-        nlive = len(self.live)
-        max_busy = len(boxes)
-        if self.buffer and nlive < self.cap:
-            max_busy = 0 if self.floor > nlive else min(max_busy, nlive - self.buffer)
-            if max_busy <= 0:           # the first dispatch starts one: the kernel would stop
-                return i
         seg, sd, rng = self.seg, self.scaledown_s, self.rng
         # Before the next event, and before any idle check a segment's end could push.
         bound = min(self.heap[0][0] if self.heap else math.inf, self.times[i] + sd)
@@ -233,8 +275,9 @@ class _Sim(Pool):
             state = rng.bit_generator.state
             pick = rng.integers(len(seg.samples), size=min(seg.n - i, 256) * 2)
             durs = seg.samples_np[pick]
-        k, added, first_e, first_c, idle_at, drawn = seg.run(i, len(boxes), max_busy, bound,
-                                                             durs)
+        k, added, first_e, first_c, idle_at, drawn, self.win_lo = seg.run(
+            i, len(boxes), max_busy, bound, durs, self.win_lo, self.codes, self.can_queue,
+            self.starting_s, self.cold_est)
         if durs is not None:
             rng.bit_generator.state = state
             if drawn:
@@ -252,51 +295,56 @@ class _Sim(Pool):
         for box, at in zip(boxes, idle_at, strict=True):
             if at == at:                   # not nan: it went idle in the segment
                 box.idle_since_s = at
-        # codes[i:k] stay 0: DISPATCH (the run starts with every code 0)
         self.bulk_runs += 1
         self.bulk_requests += k - i
         return k
 
-    def run(self) -> SimResult:
-        wall0 = time.perf_counter()
+    def setup(self) -> None:
+        """The trace as arrays, the initial warm floor, the first tick, and the segments."""
         tr, cfg = self.trace, self.cfg
         n = tr.requests
         # Read one by one as Python numbers through memoryviews: no per-element objects to
         # build and free for a million arrivals, most of which bulk segments take as arrays.
         times_np = np.ascontiguousarray(tr.times_s, dtype=np.float64)
         rows_np = None if tr.rows is None else np.ascontiguousarray(tr.rows, dtype=np.int64)
-        self.times = memoryview(times_np)
+        deadline_np = times_np + cfg.route.timeout_s
+        cum_np = np.zeros(n + 1, dtype=np.int64)
+        self.times, self.deadline, self.cum = (memoryview(times_np), memoryview(deadline_np),
+                                               memoryview(cum_np))
         self.rows = None if rows_np is None else memoryview(rows_np)
-        timeout = cfg.route.timeout_s
-        deadline_np = times_np + timeout
-        self.deadline = memoryview(deadline_np)
         self.lat_end = np.full(n, math.nan)
         self.counts = tr.counts
         self.history = History(tr.start_minute, tr.counts)    # checked once, cut each minute
-        codes = bytearray(n)
-        start_s, end_s = tr.start_s, tr.end_s
+        start_s = tr.start_s
         for _ in range(min(cfg.warm.min_containers, self.cap)):
             self.start_box(start_s, warm_now=True).idle_since_s = start_s
         for b in self.live:
             self.went_idle(b, start_s)
         self.push(start_s, _TICK, None)
-
-        heap, handle = self.heap, self.handle
-        times, rows, deadlines = self.times, self.rows, self.deadline
-        fast, check = cfg.fast, cfg.check
-        if fast and not check and n:
-            self.seg = Segments(times_np, rows_np, deadline_np, self.lat_end, self.fit,
+        if cfg.fast and not cfg.check and n:
+            self.seg = Segments(times_np, rows_np, deadline_np, self.lat_end, cum_np, self.fit,
                                 self.mbr, self.wait_s, self.slots, cfg.service.samples_s)
+
+    def run(self) -> SimResult:
+        wall0 = time.perf_counter()
+        self.setup()
+        n, end_s, fast, check = self.trace.requests, self.trace.end_s, self.cfg.fast, \
+            self.cfg.check
+        codes = bytearray(n)
+        self.codes = np.frombuffer(codes, dtype=np.uint8)      # the same bytes, for segments
+        heap, handle, rate, arrivals = self.heap, self.handle, self.rate, self.arrivals
+        times, rows, deadlines, cum = self.times, self.rows, self.deadline, self.cum
         bulk = self.seg is not None and self.seg.usable
-        queue, live, slots, fit, mbr = self.queue, self.live, self.slots, self.fit, self.mbr
-        dispatch_code = _CODE[Action.DISPATCH]
+        dispatch_code = DISPATCH_CODE
+        queue, live, slots, fit, mbr, bw = (self.queue, self.live, self.slots, self.fit,
+                                            self.mbr, self.wait_s)
         i = 0
         while i < n:
             t = times[i]
             while heap and heap[0][0] <= t:
                 handle(heapq.heappop(heap), end_s)
             if bulk and not queue and not self.working:
-                j = self.bulk(i, codes)
+                j = self.bulk(i)
                 if j > i:
                     i = j
                     continue
@@ -304,23 +352,28 @@ class _Sim(Pool):
             box = None
             tried = fast and not queue
             if tried:
-                box = dispatch_box(live, slots, fit, mbr, t, deadlines[i], r)
+                box = dispatch_box(live, slots, fit, mbr, t, deadlines[i], r, bw, rate, i)
             if check:
-                d = decide(self.snapshot(t), Request(rows=r, deadline_s=deadlines[i],
-                                                     tenant=TENANT))
+                d = self.decision(i, t, r)
                 if tried and ((box is not None) != (d.action == Action.DISPATCH) or
                               (box is not None and box.backlog_s != d.est_wait_s)):
                     raise DecisionMismatch(f"request {i} at {t}: fast path "
                                            f"{'dispatch' if box else 'defer'}, decide {d}")
             if box is not None:
                 self.assign(box, i, r, t)
-                codes[i] = dispatch_code
+                codes[i] = dispatch_code       # (a segment backed off may have left another)
+                cum[i + 1] = cum[i] + r
                 i += 1
                 continue
             if not check:
-                d = decide(self.snapshot(t), Request(rows=r, deadline_s=deadlines[i],
-                                                     tenant=TENANT))
-            codes[i] = _CODE[d.action]
+                d = self.decision(i, t, r)
+            c = codes[i] = CODES[d.action]
+            if _ADMITS[c]:
+                cum[i + 1] = cum[i] + r
+                if arrivals is not None:
+                    arrivals.record(t, r)
+            else:
+                cum[i + 1] = cum[i]
             self.act(d, i, r, t)
             i += 1
         while heap:
@@ -328,4 +381,9 @@ class _Sim(Pool):
         return collect(self, codes, time.perf_counter() - wall0)
 
 
-__all__ = ["ACTIONS", "DecisionMismatch", "SimConfig", "simulate"]
+def _at_priority(n: int) -> tuple[int, int, int]:
+    """`n` at `PRIORITY` in a (low, normal, high) triple."""
+    return (n, 0, 0) if PRIORITY == 0 else (0, n, 0) if PRIORITY == 1 else (0, 0, n)
+
+
+__all__ = ["ACTIONS", "ADMITTED", "CODES", "DecisionMismatch", "SimConfig", "simulate"]

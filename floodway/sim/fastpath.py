@@ -1,42 +1,54 @@
 """Exact shortcuts for `floodway.sim.engine`: a dispatch test equal to `decide`'s, and bulk
-segments of dispatch-only traffic simulated without the event heap.
+segments of traffic that is dispatched (or queued and drained at once) simulated without the
+event heap.
 
 **The dispatch test** (`dispatch_box`). With the router's queue empty, `decide` returns
-dispatch exactly when (its steps 2 and 4, with the snapshot the engine builds: one tenant, no
-arrival rate, no batch wait, so the batch a request rides in holds ``min(rows,
-max_batch_rows)`` rows) ``budget = deadline - now > 0`` and either a warm container with a
-free slot has no backlog (an idle one), or ``alone = fit.seconds(min(rows, max_batch_rows))``
-and the least backlog among warm containers with a free slot both fit ``budget * HEADROOM``
-(``alone <= budget`` and ``backlog + alone <= budget``). The test evaluates the same float
-expressions in the same order, so it agrees with `decide` bit for bit; the engine sends the
-request to the same container either way (least backlog, first in start order on a tie).
+dispatch exactly when (its steps 2 and 4, with the snapshot the engine builds with
+`floodway.core.snapshot.build_snapshot`) ``budget = deadline - now > 0`` and either a warm
+container with a free slot has no backlog (an idle one), or ``alone = fit.seconds(min(rows,
+max_batch_rows))`` fits ``budget * HEADROOM`` and so does the least backlog among warm
+containers with a free slot plus the batch the request would ride in: ``backlog +
+fit.seconds(min(max_batch_rows, rows + ceil(rate * (backlog + batch_wait_s)))) <= budget``,
+`rate` the arrival rate (rows admitted over the last `RATE_WINDOW_S`, as
+`floodway.core.estimators.ArrivalRate`). A container's backlog is the sum of its batches'
+fitted times, oldest first, as the snapshot builder sums them. The test evaluates the same
+float expressions in the same order, so it agrees with `decide` bit for bit; the engine sends
+the request to the same container either way (least backlog, first in start order on a tie).
+The rate is asked for only where it matters (no idle container), as cumulative admitted rows
+(`cum`, one entry per arrival) over a window whose first arrival only moves forward.
 
 **Segments** (`Segments.run`). From an arrival that finds the queue empty and no batch in
 flight, and up to the next heap event (a policy tick, an idle check, a container becoming
 ready: `bound`), the pool changes only through arrivals and batch ends, and while every
-arrival is dispatched the router's queue stays empty. A segment replays exactly that, in a
-compiled kernel over arrays (`floodway.sim.kernel.run_segment`): the warm containers' batches
-(rows, start, end, fitted time), batch ends processed before an arrival at the same instant
-(as the heap does), each arrival decided by the dispatch test on the segment's own backlogs
-(kept with the same float operations as the engine: ``+= est - old``, ``-= est``, 0.0 when
-empty), joined to the newest unstarted batch if its rows fit, else given a new batch (started
-``wait_s`` later on an idle container, or when the batch ahead ends). Batch ends between two
-arrivals are recorded in the heap's order: by time, equal times by push order: by when each
-was last pushed (when an arrival opened it, when it began behind another, or at its old end,
-re-pushed after it grew), at one instant events before arrivals (the heap runs first) and
-arrivals by index. It stops at the first arrival that would not be dispatched (no free slot,
-budget, deadline) or would make one container too many busy for the buffer (it would start
-one), at `bound`, or where that order is not known (equal ends both pushed by
-events at one instant; with sampled batch times, the next batches of two containers beginning
-in one gap, whose times the heap would draw in time order), and backs off to the last *clean
-cut*: an arrival that found every batch ended. Everything before the cut is committed
-(decisions, latencies, busy intervals in the heap's order, each container's idle-since, and its
-first idle check, pushed as `went_idle` would have: the bound is at most ``t_first +
-scaledown_window``, so such a check falls after the segment); everything after it is left to
-the event loop, which redoes it. So a segment never changes the outcome, only the cost: a few
-machine operations per arrival instead of heap events, objects and method calls. The busy
-intervals of all segments go to one pair of arrays (`out_s`, `out_e`: at most one interval
-per arrival), in run order, which `floodway.sim.collect` splices among the event loop's.
+arrival is dispatched, or queued and drained into a batch at once, the router's queue stays
+empty. A segment replays exactly that, in a compiled kernel over arrays
+(`floodway.sim.kernel.run_segment`): the warm containers' batches (rows, start, end, fitted
+time), batch ends processed before an arrival at the same instant (as the heap does), each
+arrival decided by the dispatch test on the segment's own backlogs (summed as the engine and
+the snapshot builder sum them) and the arrival rate (the segment's arrivals are all admitted:
+it adds their rows to `cum` as it goes), joined to the newest unstarted batch if its rows
+fit, else given a new batch (started ``wait_s`` later on an idle container, or when the
+batch ahead ends). An arrival that finds no free slot is queued where `decide` would queue
+it (the earliest container's availability plus its batch within the budget, room in the
+queue) and joins, as the engine's drain does at once, the first container whose newest
+batch has not started and has room. Batch ends between two arrivals are recorded in the
+heap's order: by time, equal times by push order: by when each was last pushed (when an
+arrival opened it, when it began behind another, or at its old end, re-pushed after it
+grew), at one instant events before arrivals (the heap runs first) and arrivals by index.
+It stops at the first arrival that would be neither dispatched nor so queued (budget,
+deadline, backlog, or left in the queue) or would make one container too many busy for the
+buffer (it would start one), at `bound`, or where that order is not known (equal ends both
+pushed by events at one instant; with sampled batch times, the next batches of two
+containers beginning in one gap, whose times the heap would draw in time order), and backs
+off to the last *clean cut*: an arrival that found every batch ended. Everything before the
+cut is committed (decisions, latencies, busy intervals in the heap's order, each container's
+idle-since, and its first idle check, pushed as `went_idle` would have: the bound is at most
+``t_first + scaledown_window``, so such a check falls after the segment); everything after
+it is left to the event loop, which redoes it. So a segment never changes the outcome, only
+the cost: a few machine operations per arrival instead of heap events, objects and method
+calls. The busy intervals of all segments go to one pair of arrays (`out_s`, `out_e`: at
+most one interval per arrival), in run order, which `floodway.sim.collect` splices among the
+event loop's.
 
 With sampled batch times (`ServiceModel.samples_s`) the engine draws a block of samples ahead
 with ``rng.integers(k, size=m)``, which yields the same numbers as m single draws (numpy
@@ -47,17 +59,26 @@ committed part used, so the stream stays the event loop's.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
+
 import numpy as np
 
 from floodway.config import MAX_CONTAINERS_LIMIT
-from floodway.routers.decide import HEADROOM, ServiceTime
+from floodway.core.estimators import RATE_WINDOW_S
+from floodway.routers.decide import HEADROOM, Action, ServiceTime
 from floodway.sim.kernel import REASONS, run_segment
+from floodway.sim.result import CODES
+
+QUEUE_CODE = CODES[Action.QUEUE]
 
 
 def dispatch_box(live: list, slots: int, fit: ServiceTime, mbr: int, now: float,
-                 deadline: float, rows: int):
+                 deadline: float, rows: int, batch_wait_s: float,
+                 rate: Callable[[int, float], float], i: int):
     """The container `decide` dispatches to with an empty queue (see the module docstring),
-    or None where `decide` would not dispatch."""
+    or None where `decide` would not dispatch. `rate(i, now)`: the arrival rate (rows/s) that
+    arrival `i` sees, asked only when no container is idle."""
     budget = deadline - now
     if budget <= 0:
         return None
@@ -79,23 +100,27 @@ def dispatch_box(live: list, slots: int, fit: ServiceTime, mbr: int, now: float,
     alone = fit.seconds(min(rows, mbr))
     if alone > budget:
         return None
-    return best if best_bl + alone <= budget else None
+    arriving = rate(i, now) * (best_bl + batch_wait_s)
+    service = fit.seconds(min(mbr, rows + math.ceil(arriving)))
+    return best if best_bl + service <= budget else None
 
 
 class Segments:
     """Bulk segments over one trace (see the module docstring).
 
     The trace as arrays for the kernel (`times`, `rows`, `deadlines`), its scratch (`opener`,
-    `bend`: per arrival), the run's `lat_end` (per-arrival batch ends, nan until served),
-    which segments fill in, and every segment's busy intervals, ``out_s[:w]`` / ``out_e[:w]``.
+    `bend`: per arrival), the run's `lat_end` (per-arrival batch ends, nan until served) and
+    `cum` (cumulative admitted rows, shape (n + 1,): ``cum[j]`` of the arrivals before j),
+    which segments fill in and the engine too, and every segment's busy intervals,
+    ``out_s[:w]`` / ``out_e[:w]``.
     `usable`: every batch has a positive fitted time (a busy container never ties with an
     idle one on backlog) and every sample is positive. `stops`: how many segments stopped for
     each of `floodway.sim.kernel.REASONS`.
     """
 
     def __init__(self, times: np.ndarray, rows: np.ndarray | None, deadlines: np.ndarray,
-                 lat_end: np.ndarray, fit: ServiceTime, mbr: int, wait_s: float, slots: int,
-                 samples_s: tuple[float, ...]):
+                 lat_end: np.ndarray, cum: np.ndarray, fit: ServiceTime, mbr: int,
+                 wait_s: float, slots: int, samples_s: tuple[float, ...]):
         n = times.size
         # Contiguous and writeable (a read-only array is another type to numba: a second
         # compilation), of the types the kernel is compiled for.
@@ -105,7 +130,7 @@ class Segments:
                                                             min(samples_s) > 0)
         self.n, self.times, self.rows = n, np.require(times, np.float64, "CW"), r
         self.deadlines = np.require(deadlines, np.float64, "CW")
-        self.lat_end = lat_end
+        self.lat_end, self.cum = lat_end, cum
         # Plain floats: the kernel is compiled once for these types.
         self.a, self.b = float(fit.per_row_s), float(fit.per_batch_s)
         self.mbr, self.wait_s, self.slots = int(mbr), float(wait_s), int(slots)
@@ -120,29 +145,39 @@ class Segments:
         self.scratch: list[tuple | None] = [None] * (MAX_CONTAINERS_LIMIT + 1)
         self.stops = [0] * len(REASONS)
 
-    def run(self, i: int, width: int, max_busy: int, bound: float, durs: np.ndarray | None):
+    def run(self, i: int, width: int, max_busy: int, bound: float, durs: np.ndarray | None,
+            lo: int, codes: np.ndarray, can_queue: bool, starting_s: np.ndarray,
+            cold_est: float):
         """Replay arrivals from `i` on `width` idle warm containers before `bound` with the
         kernel, while at most `max_busy` of them are busy at once (one more would start a
-        buffer container); `durs`: the drawn batch times (sampled times), else None. Returns (k,
-        intervals committed, first idle times and their containers in event order (lists),
-        each container's idle-since (nan: not idle in the segment), draws used)."""
+        buffer container); `durs`: the drawn batch times (sampled times), else None; `lo`: an
+        arrival at or before the first of arrival i's rate window; `codes`: the run's
+        decision codes (uint8, written); `can_queue`: the queue has room for a request;
+        `starting_s`: when the containers starting now were asked for; `cold_est`: the
+        cold-start estimate. Returns (k, intervals
+        committed, first idle times and their containers in event order (lists), each
+        container's idle-since (nan: not idle in the segment), draws used, a rate-window
+        pointer valid for arrival k)."""
         out = self.scratch[width]
         if out is None:                 # the kernel's small outputs, reused run after run
             out = self.scratch[width] = (np.empty(width), np.empty(width, dtype=np.int64),
                                          np.empty(width))
         first_e, first_c, idle_at = out
-        k, w, nf, nd, why = run_segment(
+        k, w, nf, nd, why, lo = run_segment(
             self.times, self.rows, self.deadlines, self.a, self.b, self.mbr, self.wait_s,
             self.slots, HEADROOM, width, int(max_busy), i, float(bound),
             self.no_draws if durs is None else durs, durs is not None, self.opener, self.bend,
-            self.lat_end, self.out_s, self.out_e, self.w, first_e, first_c, idle_at)
+            self.lat_end, self.out_s, self.out_e, self.w, first_e, first_c, idle_at, self.cum,
+            int(lo), RATE_WINDOW_S, self.wait_s, codes, QUEUE_CODE, bool(can_queue),
+            starting_s, float(cold_est))
         self.stops[why] += 1
         added, self.w = w - self.w, w
         if k == i:
-            return k, 0, (), (), (), nd
+            return k, 0, (), (), (), nd, lo
         if nf:
-            return k, added, first_e[:nf].tolist(), first_c[:nf].tolist(), idle_at.tolist(), nd
-        return k, added, (), (), idle_at.tolist(), nd
+            return (k, added, first_e[:nf].tolist(), first_c[:nf].tolist(), idle_at.tolist(),
+                    nd, lo)
+        return k, added, (), (), idle_at.tolist(), nd, lo
 
 
 __all__ = ["Segments", "dispatch_box"]

@@ -2,8 +2,8 @@
 
 `run_segment` replays one segment (see `floodway.sim.fastpath`: from an arrival that finds
 the queue empty and no batch in flight, up to `bound`, the next heap event, while every
-arrival is dispatched) arrival by arrival, on any number of warm containers, with the event
-loop's float operations:
+arrival is dispatched, or queued and drained into a batch at once) arrival by arrival, on
+any number of warm containers, with the event loop's float operations:
 
 - Each container's batches in flight are a ring buffer of ``slots`` entries (arrays
   ``[width, slots]``): rows, start, end, fitted time, the arrival that opened it, and the
@@ -11,9 +11,24 @@ loop's float operations:
   longer (fitted times); its event then fires at the old end and is pushed again there, as
   `Pool.on_done` does.
 - Each arrival gets the dispatch test of `decide` (least backlog among containers with a free
-  slot, the first on a tie; an idle one takes it; else alone and backlog + alone within
-  budget x HEADROOM), then joins the newest unstarted batch there if its rows fit, else opens
-  one (started ``wait_s`` later, at once if full, or when the one before it ends).
+  slot, the first on a tie; an idle one takes it; else alone, and backlog + the batch it
+  would ride in, within budget x HEADROOM), then joins the newest unstarted batch there if its
+  rows fit, else opens one (started ``wait_s`` later, at once if full, or when the one before
+  it ends). The batch it would ride in holds its rows plus those arriving while it waits
+  (``min(mbr, rows + ceil(rate * (backlog + batch_wait)))``, `decide`'s `_batch_rows`), at
+  the arrival rate of `floodway.core.estimators.ArrivalRate`: the rows admitted at times
+  ``t >= now - window``, divided by the window. Every arrival the kernel sees is admitted:
+  ``cum[j + 1] = cum[j] + rows[j]`` (cumulative admitted rows, which the engine fills for the
+  arrivals it decides), and the window's first arrival is a pointer that only moves forward.
+- An arrival that finds no free slot is queued by `decide` (its step 5, nothing queued) when
+  the earliest container to be available (`water_fill` of no work: the least backlog, or a
+  starting container's remaining start) plus the batch it would ride in fits the budget, and
+  the queue has room; the engine then drains the queue at once, into the first container
+  whose newest batch has not started and has room for its rows. The kernel does the same
+  (code `qcode`), and stops where the request would stay queued.
+- A container's backlog is the sum of its batches' fitted times, oldest first, from 0.0, as
+  `floodway.core.snapshot.build_snapshot` computes it (not a running total: its float
+  rounding would differ).
 - Before an arrival (or at `bound`), the batches that end by then are popped in the heap's
   order: by end, equal ends by their last push (an event before an arrival at one instant,
   arrivals by index). Two events pushed at one instant have an unknown order: the kernel stops
@@ -42,15 +57,16 @@ there is one compiled version.
 
 from __future__ import annotations
 
+import math
 import time
 
 import numpy as np
 from numba import njit
 
 # Why a segment stopped (counted per run, so tests can see every branch taken).
-BOUND, NO_BUDGET, NO_SLOT, BACKLOG, TIE, SAMPLED_TIE, OUT_OF_DRAWS, BUFFER = range(8)
+BOUND, NO_BUDGET, NO_SLOT, BACKLOG, TIE, SAMPLED_TIE, OUT_OF_DRAWS, BUFFER, QUEUED = range(9)
 REASONS = ("bound", "no budget", "no free slot", "backlog", "unknown order", "sampled tie",
-           "out of draws", "buffer start")
+           "out of draws", "buffer start", "left queued")
 
 
 @njit(cache=True)
@@ -64,16 +80,66 @@ def _before(e0, p0, a0, e1, p1, a1):
 
 
 @njit(cache=True)
+def _backlog(bes, c, h, k, S):
+    """Container c's backlog: the fitted times of its `k` batches from ring slot `h`, summed
+    oldest first from 0.0 (as Python's sum() over them)."""
+    bl = 0.0
+    for _ in range(k):
+        bl += bes[c, h]
+        h = h + 1 if h + 1 < S else 0
+    return bl
+
+
+@njit(cache=True)
+def _rate(times, cum, lo, j, t, window):
+    """(rows/s admitted in the window before arrival j at t, the window's first arrival),
+    moving `lo` forward (`ArrivalRate.rate`: arrivals at ``t' >= t - window``)."""
+    cut = t - window
+    while times[lo] < cut:
+        lo += 1
+    return (cum[j] - cum[lo]) / window, lo
+
+
+@njit(cache=True)
+def _earliest(backlog, width, st_created, cold_est, t):
+    """`water_fill` of no work ahead: the earliest time a live container is available, the
+    warm ones after their backlog, the starting ones after their remaining start as the
+    snapshot builder estimates it (`start_remaining_s` with the cold-start estimate raised to
+    the longest running start)."""
+    soonest = np.inf
+    for c in range(width):
+        if backlog[c] < soonest:
+            soonest = backlog[c]
+    cold = cold_est
+    for s in range(st_created.size):
+        if t - st_created[s] > cold:
+            cold = t - st_created[s]
+    for s in range(st_created.size):
+        el = t - st_created[s]
+        left = cold - el if el < cold else el
+        if left < soonest:
+            soonest = left
+    return soonest
+
+
+@njit(cache=True)
 def run_segment(times, rows, dls, a, b0, mbr, wait, slots, headroom, width, max_busy, i,
                 bound, durs, sampled, opener, bend, lat_end, out_s, out_e, w0, first_e, first_c,
-                idle_at):
+                idle_at, cum, lo, window, bw, codes, qcode, can_queue, st_created, cold_est):
     """Replay arrivals from `i` on `width` idle warm containers before `bound` (see the module
     docstring), while at most `max_busy` containers are busy at once (one more starts a buffer
     container). `durs`: sampled batch times to draw in order (`sampled`), else unused.
     `idle_at` is set to each container's idle-since at the cut (nan: not idle before it).
-    Returns (k, w, nf, nd, why): arrivals i..k-1 committed, their busy intervals in
+    `cum`: cumulative admitted rows (``cum[j]``: of the arrivals before j), written for each
+    arrival replayed; `lo`: an arrival at or before the first in the rate window of arrival
+    `i`; `window`: the rate window (s); `bw`: the batcher's wait (s). `codes`: each arrival's
+    decision code, written (0 dispatch, `qcode` queue); `can_queue`: the queue has room for a
+    request (decide's step 5 with nothing queued); `st_created`: the start times of the
+    containers starting during the segment; `cold_est`: the cold-start estimate (s).
+    Returns (k, w, nf, nd, why, lo): arrivals i..k-1 committed, their busy intervals in
     ``out_s[w0:w]`` / ``out_e[w0:w]``, the first `nf` entries of `first_e` / `first_c` the
-    containers' first idle instants in event order, `nd` draws used, and why it stopped."""
+    containers' first idle instants in event order, `nd` draws used, why it stopped, and a
+    window pointer valid for arrival k."""
     n = times.size
     inf = np.inf
     maxd = durs.size
@@ -102,7 +168,7 @@ def run_segment(times, rows, dls, a, b0, mbr, wait, slots, headroom, width, max_
     w = w0
     busy = 0                        # containers with a batch in flight
     soon = inf                      # no head batch ends before this
-    cut_k, cut_w, cut_nf, cut_nd = i, w0, 0, 0
+    cut_k, cut_w, cut_nf, cut_nd, cut_lo = i, w0, 0, 0, lo
     why = BOUND
     sampled_tie = False
     j = i
@@ -120,13 +186,13 @@ def run_segment(times, rows, dls, a, b0, mbr, wait, slots, headroom, width, max_
                     e = ben[c, h]
                     if (e >= lim) if stop else (e > lim):
                         break
-                    backlog[c] -= bes[c, h]
                     bend[bop[c, h]] = e
                     rend[nr], rpt[nr], rpa[nr], rst[nr], rc[nr] = e, bpt[c, h], bpa[c, h], \
                         bst[c, h], c
                     h = h + 1 if h + 1 < S else 0
                     head[c] = h
                     cnt[c] -= 1
+                    backlog[c] = _backlog(bes, c, h, cnt[c], S)
                     if cnt[c]:
                         bst[c, h] = e
                         bpt[c, h] = e       # pushed as it begins (order among ties: unknown)
@@ -143,7 +209,6 @@ def run_segment(times, rows, dls, a, b0, mbr, wait, slots, headroom, width, max_
                                 ben[c, h] = inf     # out of draws: no cut after this
                         ridle[nr] = False
                     else:
-                        backlog[c] = 0.0    # no drift from float subtraction
                         busy -= 1
                         ridle[nr] = True
                     nr += 1
@@ -184,7 +249,7 @@ def run_segment(times, rows, dls, a, b0, mbr, wait, slots, headroom, width, max_
                         first_c[nf] = c
                         nf += 1
         if busy == 0:
-            cut_k, cut_w, cut_nf, cut_nd = j, w, nf, nd
+            cut_k, cut_w, cut_nf, cut_nd, cut_lo = j, w, nf, nd, lo
             cut_idle[:] = idle_at
             if stop:
                 break
@@ -203,15 +268,49 @@ def run_segment(times, rows, dls, a, b0, mbr, wait, slots, headroom, width, max_
                     idle = True
                 if best < 0 or bl < bbl:
                     best, bbl = c, bl
+        code = 0
         if best < 0:
-            why = NO_SLOT
-            break
-        if not idle:
+            # No free slot: decide's step 5 with nothing queued queues it if the earliest
+            # container to be available, plus the batch it would ride in, fits; the engine
+            # then drains it at once into the first container whose newest batch has not
+            # started and has room. If none has, it stays queued: the kernel stops.
+            if not can_queue:
+                why = NO_SLOT
+                break
+            budget *= headroom
+            if a * min(rr, mbr) + b0 > budget:
+                why = NO_SLOT
+                break
+            soonest = _earliest(backlog, width, st_created, cold_est, t)
+            rate, lo = _rate(times, cum, lo, j, t, window)
+            service = a * min(mbr, rr + math.ceil(rate * (soonest + bw))) + b0
+            if soonest + service > budget:
+                why = NO_SLOT
+                break
+            for c in range(width):
+                tl = head[c] + cnt[c] - 1
+                if tl >= S:
+                    tl -= S
+                if bst[c, tl] > t and brows[c, tl] + rr <= mbr:
+                    best = c
+                    break
+            if best < 0:
+                why = QUEUED
+                break
+            code = qcode
+        elif not idle:
             budget *= headroom
             alone = a * min(rr, mbr) + b0
-            if alone > budget or bbl + alone > budget:
+            if alone > budget:
                 why = BACKLOG
                 break
+            rate, lo = _rate(times, cum, lo, j, t, window)
+            service = a * min(mbr, rr + math.ceil(rate * (bbl + bw))) + b0
+            if bbl + service > budget:
+                why = BACKLOG
+                break
+        codes[j] = code
+        cum[j + 1] = cum[j] + rr
         c = best
         if cnt[c]:
             tl = head[c] + cnt[c] - 1
@@ -220,8 +319,8 @@ def run_segment(times, rows, dls, a, b0, mbr, wait, slots, headroom, width, max_
             if bst[c, tl] > t and brows[c, tl] + rr <= mbr:
                 brows[c, tl] += rr
                 est = a * brows[c, tl] + b0
-                backlog[c] += est - bes[c, tl]
                 bes[c, tl] = est
+                backlog[c] = _backlog(bes, c, head[c], cnt[c], S)
                 if bst[c, tl] < inf and not sampled:
                     if bpa[c, tl] >= 0:     # its event fires at the old end, pushed again
                         bpt[c, tl] = ben[c, tl]
@@ -231,7 +330,6 @@ def run_segment(times, rows, dls, a, b0, mbr, wait, slots, headroom, width, max_
                 j += 1
                 continue
         est = a * rr + b0
-        backlog[c] += est - 0.0
         st = e = pt = inf
         pa = -1
         if not cnt[c]:
@@ -257,12 +355,13 @@ def run_segment(times, rows, dls, a, b0, mbr, wait, slots, headroom, width, max_
         brows[c, tl], bst[c, tl], ben[c, tl], bes[c, tl] = rr, st, e, est
         bop[c, tl], bpt[c, tl], bpa[c, tl] = j, pt, pa
         cnt[c] += 1
+        backlog[c] = _backlog(bes, c, head[c], cnt[c], S)
         opener[j] = j
         j += 1
     for x in range(i, cut_k):       # each committed arrival: its batch's end
         lat_end[x] = bend[opener[x]]
     idle_at[:] = cut_idle
-    return cut_k, cut_w, cut_nf, cut_nd, why
+    return cut_k, cut_w, cut_nf, cut_nd, why, cut_lo
 
 
 _prepared = False
@@ -279,7 +378,9 @@ def prepare() -> float:
     f1, i1 = np.zeros(1), np.ones(1, np.int64)
     run_segment(f1, i1, np.ones(1), 0.001, 0.001, 1, 0.0, 1, 0.85, 1, 1, 0, float(np.inf),
                 np.zeros(0), False, np.empty(1, np.int64), np.empty(1), np.full(1, np.nan),
-                np.empty(1), np.empty(1), 0, np.empty(1), np.empty(1, np.int64), np.empty(1))
+                np.empty(1), np.empty(1), 0, np.empty(1), np.empty(1, np.int64), np.empty(1),
+                np.zeros(2, np.int64), 0, 5.0, 0.0, np.zeros(1, np.uint8), 1, True, np.zeros(0),
+                30.0)
     _prepared = True
     return time.perf_counter() - t0
 

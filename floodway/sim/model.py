@@ -5,11 +5,14 @@ Both come from measurements, not constants baked into the engine:
 - `ColdStartModel`: seconds from asking for a container to its being ready, sampled from a
   list of measured cold starts (e.g. the cold-start benchmark's or ``floodway serve``'s
   recorded starts) with the simulation's seeded numpy Generator. The router's estimate
-  (`estimate_s`, what `decide()` is told) is the slowest sample, as the local pool uses the
-  slowest recorded start (``runtime/pool.py``: ``max(seen)``).
+  (`estimate_s`, what `decide()` is told) is the slowest sample, as the router's estimator
+  uses the slowest recorded start (`floodway.core.estimators.ColdStartEstimator`).
 - `ServiceModel`: seconds one batch of `rows` rows runs, either the router's linear fit
   (`floodway.routers.decide.ServiceTime`) or per-batch samples. `decide()` is always told the
   linear fit (with samples: per_batch_s = their mean), as the router only knows a fit.
+
+Without measurements both default to the priors every runtime starts from
+(`floodway.core.priors`: a 30 s cold start; 20 ms + 5 ms per row per batch).
 """
 
 from __future__ import annotations
@@ -19,13 +22,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from floodway.core.priors import COLD_START_PRIOR_S, SERVICE_PRIOR
 from floodway.routers.decide import ServiceTime
-from floodway.warmers.target import COLD_START_PRIOR_S
 
 
 @dataclass(frozen=True)
 class ColdStartModel:
-    """Measured cold starts in seconds (one or more samples, each >= 0)."""
+    """Measured cold starts in seconds (one or more samples, each >= 0; default the prior).
+    Raises ValueError on no sample or a negative one."""
 
     samples_s: tuple[float, ...] = (COLD_START_PRIOR_S,)
 
@@ -53,9 +57,10 @@ class ColdStartModel:
 @dataclass(frozen=True)
 class ServiceModel:
     """Seconds per batch: `fit.seconds(rows)`, or a random draw of `samples_s` (then
-    independent of the rows) when given."""
+    independent of the rows) when given. Default: the prior, `SERVICE_PRIOR`. Raises
+    ValueError on a negative sample."""
 
-    fit: ServiceTime = ServiceTime(0.0, 0.1)
+    fit: ServiceTime = SERVICE_PRIOR
     samples_s: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:

@@ -2,36 +2,35 @@
 
     policy(now_s, history, measured, state) -> (WarmTarget, state)
 
+Both are warm-pool sources (`floodway.warmers.sources`) composed by the same wrapper as
+`floodway.warmers.desired` (`floodway.warmers.target.compose`: the cap, the buffer while
+active and the scaledown clamping applied once):
+
 - `DesiredPolicy(config)`: floodway's own `floodway.warmers.desired` on the endpoint's
   `WarmPool` (fixed floor, buffer, windows, and the predictive policy when enabled): the code
   that runs in the local runtime and the Modal warmers.
-- `HistogramPolicy(config)`: the hybrid histogram policy of Shahrad et al. 2020 alone (one
-  container warm while it says so, its keep-alive as the scaledown window), without the
-  Little's-law sizing of `floodway.warmers.predictive.predictive`: the baseline the predictive
-  policy is compared against. It calls the same `predictive()` with
-  ``first_container="histogram"`` and keeps only that part.
+- `HistogramPolicy(config)`: the hybrid histogram policy of Shahrad et al. 2020 alone
+  (`floodway.warmers.sources.HistogramFloor`: one container warm while it says so, its
+  keep-alive as the scaledown window) on top of the config's floor, without buffer, windows
+  or the Little's-law sizing of `floodway.warmers.predictive.predictive`: the baseline the
+  predictive policy is compared against.
 
 Both run with ``tick_s`` = 60 s, the period at which the simulator (like the Modal warmer
 cron) runs them: `DesiredPolicy` with `SIM_PARAMS` (floodway's defaults: the break-even
 keep-alive), `HistogramPolicy` with `HISTOGRAM_PARAMS` (the paper's policy and constants).
 `history` holds whole past minutes only (the simulator never shows a policy the future).
+Each builds its sources once, not at every call.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from floodway.config import WarmPool
-from floodway.warmers.predictive import PredictiveParams, SizingState, predictive
-from floodway.warmers.target import (
-    History,
-    Measured,
-    PolicyState,
-    WarmTarget,
-    clamp_scaledown_s,
-    desired,
-)
+from floodway.warmers.predictive import PredictiveParams
+from floodway.warmers.sources import ConfigFloor, HistogramFloor, Source, sources_for
+from floodway.warmers.target import History, Measured, PolicyState, WarmTarget, compose
 
 # The simulator runs a policy once a minute, as the Modal warmer cron does.
 SIM_PARAMS = PredictiveParams(tick_s=60.0)
@@ -50,30 +49,40 @@ class DesiredPolicy:
 
     config: WarmPool
     params: PredictiveParams | None = SIM_PARAMS
+    sources: tuple[Source, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sources", sources_for(self.config, self.params))
 
     def __call__(self, now_s: float, history: History, measured: Measured,
                  state: PolicyState | None) -> tuple[WarmTarget, PolicyState]:
-        return desired(now_s, history, self.config, measured, state, params=self.params)
+        c = self.config
+        return compose(self.sources, now_s, history, measured, state, cap=c.container_cap,
+                       buffer_containers=c.buffer_containers,
+                       scaledown_window_s=c.scaledown_window_s)
 
 
 @dataclass(frozen=True)
 class HistogramPolicy:
     """The hybrid histogram policy alone (see the module docstring); `config` gives the
-    fixed floor, the cap and the scaledown window used before any history exists."""
+    fixed floor, the cap and the scaledown window used before any history exists. No
+    buffer: the paper's policy keeps one container or none."""
 
     config: WarmPool
     params: PredictiveParams = HISTOGRAM_PARAMS
+    sources: tuple[Source, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sources", (ConfigFloor(self.config.min_containers),
+                                             HistogramFloor(self.params)))
 
     def __call__(self, now_s: float, history: History, measured: Measured,
                  state: Any) -> tuple[WarmTarget, None]:
-        pred, _ = predictive(now_s, history.upto(now_s), measured, self.params, SizingState())
-        hist = pred.first
-        floor = min(max(self.config.min_containers, 1 if hist.warm else 0),
-                    self.config.container_cap)
-        scaledown = clamp_scaledown_s(self.config.scaledown_window_s
-                                      if pred.scaledown_window_s is None
-                                      else pred.scaledown_window_s)
-        return WarmTarget(floor, 0, scaledown, f"histogram only: {hist.reason}"), None
+        c = self.config
+        target, _ = compose(self.sources, now_s, history, measured, None,
+                            cap=c.container_cap, buffer_containers=0,
+                            scaledown_window_s=c.scaledown_window_s)
+        return target, None
 
 
 __all__ = ["HISTOGRAM_PARAMS", "SIM_PARAMS", "DesiredPolicy", "HistogramPolicy", "Policy"]

@@ -2,6 +2,12 @@
 warm-pool policy every minute and the events that drive them (`Pool`, the base of
 `floodway.sim.engine`'s simulator; the model is described there).
 
+The pool decides nothing about its size itself: the policy's `WarmTarget` says how many
+containers to keep (`WarmTarget.keep(busy, cap)`) and `floodway.core.reconcile.reconcile`
+which to start and stop, as in the local runtime; the pool carries out the plan (`reconcile`)
+at each policy tick, at each idle check whose container's scaledown window has run out, and
+when a container gets busy while fewer are live than the target keeps (Modal's buffer).
+
 Events are heap entries ``(time, kind, seq, obj, extra)``: at equal times a container that
 becomes ready or frees a slot does so before a policy tick or idle check (`kind`), and events
 of one kind in the order they were pushed (`seq`).
@@ -14,13 +20,13 @@ import math
 import time
 from collections import deque
 
+from floodway.core.reconcile import EPS_S, Box, Do, reconcile
 from floodway.sim.trace import MINUTE_S
-from floodway.warmers.target import History
+from floodway.warmers.target import History, WarmTarget
 
 # Event kinds; at equal times the heap orders by kind: a container that becomes ready or
 # frees a slot does so before a policy tick or idle check at the same instant.
 _READY, _DONE, _TICK, _CHECK = 0, 1, 2, 3
-_EPS_S = 1e-9
 
 
 class _Batch:
@@ -38,11 +44,12 @@ class _Batch:
 class _Box:
     """One simulated container."""
 
-    __slots__ = ("id", "warm", "stopped", "created_s", "ready_s", "stop_s", "batches",
-                 "backlog_s", "idle_since_s", "check_at_s")
+    __slots__ = ("id", "key", "warm", "stopped", "created_s", "ready_s", "stop_s", "batches",
+                 "backlog_s", "idle_since_s", "check_at_s", "seen")
 
     def __init__(self, cid: int, created_s: float, ready_s: float) -> None:
         self.id = cid
+        self.key = str(cid)              # its id in snapshots and reconcile plans
         self.warm = False
         self.stopped = False
         self.created_s = created_s
@@ -52,17 +59,33 @@ class _Box:
         self.backlog_s = 0.0
         self.idle_since_s = ready_s
         self.check_at_s = math.inf
+        self.seen: Box | None = None     # the last `box()`, while still true
 
+    @property
+    def state(self) -> str:
+        """starting | ready | busy, as `floodway.core.reconcile` and the snapshot name them."""
+        return ("busy" if self.batches else "ready") if self.warm else "starting"
+
+    def box(self) -> Box:
+        """This container as `floodway.core.reconcile.reconcile` sees it."""
+        seen = self.seen
+        busy = self.warm and bool(self.batches)
+        state = "busy" if busy else "ready" if self.warm else "starting"
+        if seen is None or seen.state != state or seen.idle_since_s != self.idle_since_s:
+            seen = self.seen = Box(self.key, state, busy, self.idle_since_s)
+        return seen
 
 
 class Pool:
     """Containers, batches, the queue and the policy of one run. The simulator sets the run's
     attributes (`cfg`, `rng`, `policy`, `measured`, `fit`, `mbr`, `wait_s`, `slots`, `cap`,
-    `heap`, `live`, `all`, `queue`, the trace's `times`, `rows`, `deadline`, `counts`,
-    `history`, `lat_end`, and the counters) before the first event."""
+    `target` (the policy's last `WarmTarget`), `scaledown_s`, `heap`, `live`, `all`, `queue`,
+    the trace's `times`, `rows`, `deadline`, `counts`, `history`, `lat_end`, and the counters)
+    before the first event."""
 
     heap: list[tuple]
     queue: deque[int]
+    target: WarmTarget
 
     # ------------------------------------------------------------ events and containers
     def push(self, t: float, kind: int, obj: object, extra: object = None) -> None:
@@ -80,15 +103,16 @@ class Pool:
         else:
             self.started += 1
             self.push(box.ready_s, _READY, box)
+            self.starts_changed()
         return box
+
+    def starts_changed(self) -> None:
+        """The containers starting changed (the engine's segments read them)."""
 
     def stop_box(self, box: _Box, now: float) -> None:
         box.stopped = True
         box.stop_s = now
         self.live.remove(box)
-
-    def keep(self) -> int:
-        return max(self.floor, self.working + self.buffer) if self.buffer else self.floor
 
     def went_idle(self, box: _Box, now: float) -> None:
         box.idle_since_s = now
@@ -115,8 +139,8 @@ class Pool:
         if len(bs) == 1:
             self.working += 1
             # Modal's buffer: idle containers on top of the busy ones, started as one gets busy.
-            while self.buffer and len(self.live) < min(self.keep(), self.cap):
-                self.start_box(now)
+            if len(self.live) < self.target.keep(self.working, self.cap):
+                self.reconcile(now)
             self._begin(box, b, now if b.rows >= self.mbr else now + self.wait_s)
         return True
 
@@ -124,8 +148,9 @@ class Pool:
         b.reqs.append(idx)
         b.rows += rows
         est = self.fit.seconds(b.rows)
-        box.backlog_s += est - b.est_s
         b.est_s = est
+        # As the snapshot builder sums it (a running total would round differently).
+        box.backlog_s = sum(x.est_s for x in box.batches)
         if b.start_s < math.inf and b.dur_s < 0:
             b.end_s = b.start_s + est     # joined before it started: it runs longer
 
@@ -144,9 +169,8 @@ class Pool:
             self.push(b.end_s, _DONE, box, b)
             return
         box.batches.popleft()
-        box.backlog_s -= b.est_s
+        box.backlog_s = sum(x.est_s for x in box.batches) if box.batches else 0.0
         if not box.batches:
-            box.backlog_s = 0.0            # no drift from float subtraction
             self.working -= 1
         self.busy_a.append(b.start_s)
         self.busy_b.append(now)
@@ -191,48 +215,58 @@ class Pool:
         k = int(round(now / MINUTE_S)) - self.trace.start_minute
         hist = History.view_of(self.history, min(max(k, 0), len(self.counts)))
         t0 = time.perf_counter()
-        target, self.pstate = self.policy(now, hist, self.measured, self.pstate)
+        self.target, self.pstate = self.policy(now, hist, self.measured, self.pstate)
         self.policy_s += time.perf_counter() - t0
-        self.floor = min(target.min_containers, self.cap)
-        self.buffer = target.buffer_containers
-        changed = target.scaledown_window_s != self.scaledown_s
-        self.scaledown_s = target.scaledown_window_s
-        self.reconcile(now, changed)
+        window, self.scaledown_s = self.scaledown_s, self.target.scaledown_window_s
+        # As many live as the target keeps and the same window: nothing to start or stop, and
+        # every idle container's check is already due when its window runs out.
+        if len(self.live) != self.target.keep(self.working, self.cap) or \
+                window != self.scaledown_s:
+            self.reconcile(now)
 
-    def reconcile(self, now: float, recheck: bool) -> None:
-        keep = min(self.keep(), self.cap)
-        n = len(self.live)
-        while n < keep:
-            self.start_box(now)
-            n += 1
-        if n <= keep and not recheck:
-            return
-        idle = sorted((b for b in self.live if b.warm and not b.batches),
-                      key=lambda b: b.idle_since_s)
-        for box in idle:
-            due = box.idle_since_s + self.scaledown_s
-            if due <= now + _EPS_S and len(self.live) > keep:
-                self.stop_box(box, now)
-            elif due > now and due < box.check_at_s:
-                box.check_at_s = due
-                self.push(due, _CHECK, box)
+    def reconcile(self, now: float) -> None:
+        """Carry out `floodway.core.reconcile.reconcile` for the live containers now: start
+        and stop what it says, then make sure each idle container whose scaledown window ends
+        later has its idle check by then (the window may have changed)."""
+        live = self.live
+        plan = reconcile(self.target.keep(self.working, self.cap), [b.box() for b in live],
+                         now, self.scaledown_s)
+        if plan.actions:
+            by_id = {b.key: b for b in live}
+            for a in plan.actions:
+                if a.do == Do.START:
+                    self.start_box(now)
+                else:
+                    self.stop_box(by_id[a.container], now)
+        # Idle containers due later (reconcile names the earliest, unless it only started
+        # some): each is checked when its window runs out.
+        if plan.next_check_s < math.inf or plan.starts:
+            for box in live:
+                if box.warm and not box.batches:
+                    due = box.idle_since_s + self.scaledown_s
+                    if now < due < box.check_at_s:
+                        box.check_at_s = due
+                        self.push(due, _CHECK, box)
 
     def on_check(self, box: _Box, now: float) -> None:
-        if now >= box.check_at_s - _EPS_S:
+        """An idle check of `box`: reconcile once its scaledown window has run out, else check
+        again when it does."""
+        if now >= box.check_at_s - EPS_S:
             box.check_at_s = math.inf
         if box.stopped or not box.warm or box.batches:
             return
         due = box.idle_since_s + self.scaledown_s
-        if due > now + _EPS_S:
+        if due > now + EPS_S:
             if due < box.check_at_s:
                 box.check_at_s = due
                 self.push(due, _CHECK, box)
             return
-        if len(self.live) > min(self.keep(), self.cap):
-            self.stop_box(box, now)
+        if len(self.live) > self.target.keep(self.working, self.cap):     # one may stop
+            self.reconcile(now)
 
     def on_ready(self, box: _Box, now: float) -> None:
         box.warm = True
+        self.starts_changed()
         if self.queue:
             self.drain(box, now)
         if not box.batches:

@@ -7,6 +7,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from floodway.routers.decide import Action
+
+# A decision's code in `SimResult.decisions`: its position in `Action` (DISPATCH is 0).
+ACTIONS: tuple[Action, ...] = tuple(Action)
+CODES: dict[Action, int] = {a: i for i, a in enumerate(ACTIONS)}
+
 
 @dataclass(frozen=True, eq=False)
 class SimResult:
@@ -28,7 +34,7 @@ class SimResult:
     seconds the run took; `policy_s`: of which in the warm-pool policy.
     Series (per simulated minute, from `series_start_minute`): `arrivals`, `warm_avg`,
     `busy_avg` (mean containers warm / busy in that minute). `decisions`: per request, the
-    index of its `Action` in `ACTIONS` (uint8).
+    index of its `Action` in `ACTIONS` (its code, `CODES`; uint8).
     """
 
     requests: int
@@ -132,4 +138,4 @@ def _ramp(sorted_x: np.ndarray, edges: np.ndarray) -> np.ndarray:
     return k * edges - csum[k]
 
 
-__all__ = ["SimResult", "coverage_per_minute"]
+__all__ = ["ACTIONS", "CODES", "SimResult", "coverage_per_minute"]

@@ -13,17 +13,15 @@ of the inputs differs. The names mirror Modal's autoscaler (https://modal.com/do
   inputs: a pool keeps max(min_containers, busy + buffer_containers) (Modal's meaning);
 - ``scaledown_window``: seconds an idle container waits before it is stopped (2..3600 on Modal).
 
-Composition (all times in seconds since the epoch, UTC):
+Composition (all times in seconds since the epoch, UTC): the config's sources
+(`floodway.warmers.sources.sources_for`: the config floor, each `Window`, the predictive
+policy) each ask for a floor and maybe a scaledown window; `compose` then applies, once:
 
-1. floor = the config's ``min_containers``;
-2. each `Window` that is open, or opens within ``lead_s`` + the measured cold start, raises
-   the floor to its ``min_containers`` (`floodway.warmers.schedule.window_status`);
-3. with ``predictive=True``, the predictive policy raises the floor to its own
-   (`floodway.warmers.predictive.predictive`: break-even keep-alive / pre-warm for the
-   first container, Little's law with hysteresis beyond it) and sets ``scaledown_window_s``
-   from it; without it, ``scaledown_window_s`` is the config's;
-4. min_containers = max of the above, capped at ``max_containers``;
-5. buffer_containers = the config's while active (an arrival within the last
+1. min_containers = the largest floor asked for (on a tie the later, more specific source
+   explains it: predictive > window > config), capped at ``max_containers``;
+2. scaledown_window_s = the last source's that sets one (the predictive policy), else the
+   config's, clamped to Modal's range;
+3. buffer_containers = the config's while active (an arrival within the last
    ``scaledown_window_s``), else 0, capped so that floor + buffer <= ``max_containers``.
 
 Hysteresis needs memory: it lives in `PolicyState`, an immutable value passed in and returned,
@@ -45,17 +43,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from floodway.config import MODAL_SCALEDOWN_MAX_S, MODAL_SCALEDOWN_MIN_S
+from floodway.core.priors import COLD_START_PRIOR_S, SERVICE_PRIOR_S
+from floodway.warmers.sources import Part, Source, sources_for
 
 if TYPE_CHECKING:
     from floodway.config import WarmPool
-    from floodway.warmers.predictive import PredictiveParams, SizingState
+    from floodway.warmers.params import PredictiveParams
+    from floodway.warmers.predictive import SizingState
 
 MINUTE_S = 60.0
-# Prior for the cold start before anything was measured: the Modal router uses the same 30 s
-# (between a memory-snapshot restore and a full GPU cold start; see deploy/modal_router.py).
-COLD_START_PRIOR_S = 30.0
-# Prior for the seconds one request holds a container slot before any was measured.
-SERVICE_PRIOR_S = 0.1
 
 
 # ---------------------------------------------------------------- inputs
@@ -209,10 +205,11 @@ class Measured:
     """What was measured of an endpoint (defaults are priors until something is measured).
 
     `cold_start_s`: seconds from asking for a container to its first ready answer (default
-    `COLD_START_PRIOR_S` = 30 s, the Modal router's prior). `service_s`: seconds one request
-    holds a container (default 0.1 s). `concurrency`: requests one container serves at once
-    (default 1). For a batching endpoint use `from_batches`. Raises ValueError on a negative
-    time or a concurrency <= 0.
+    `floodway.core.priors.COLD_START_PRIOR_S`). `service_s`: seconds one request holds a
+    container (default `floodway.core.priors.SERVICE_PRIOR_S`, one row of the batch prior).
+    `concurrency`: requests one container serves at once (default 1). For a batching
+    endpoint use `from_batches` (`floodway.core.estimators.measured`). Raises ValueError on
+    a negative time or a concurrency <= 0.
     """
 
     cold_start_s: float = COLD_START_PRIOR_S
@@ -282,12 +279,6 @@ class PolicyState:
         return cls(None if raw is None else SizingState.from_dict(raw))
 
 
-@dataclass(frozen=True)
-class _Part:
-    containers: int
-    why: str
-
-
 # ---------------------------------------------------------------- the policy
 
 def clamp_scaledown_s(seconds: float) -> float:
@@ -302,59 +293,57 @@ def desired(now_s: float, history: History, config: WarmPool, measured: Measured
 
     `history` may extend past `now_s` (a whole trace): only minutes up to the minute of
     `now_s` are used. `config` is assumed valid (the decorator validates it). `params` tunes
-    the predictive policy (default `PredictiveParams()`). Pure: no
-    clock, no I/O. See the module docstring for the composition.
+    the predictive policy (default `PredictiveParams()`). Pure: no clock, no I/O. The
+    config's sources composed by `compose` (see the module docstring).
     """
+    return compose(sources_for(config, params), now_s, history, measured, state,
+                   cap=config.container_cap, buffer_containers=config.buffer_containers,
+                   scaledown_window_s=config.scaledown_window_s)
+
+
+def compose(sources: Sequence[Source], now_s: float, history: History, measured: Measured,
+            state: PolicyState | None = None, *, cap: int, buffer_containers: int,
+            scaledown_window_s: float) -> tuple[WarmTarget, PolicyState]:
+    """One `WarmTarget` from what `sources` ask at `now_s`, with the bounds (`cap`), the
+    buffer (`buffer_containers` while active) and the scaledown clamping applied once (see
+    the module docstring); the policy state after every source ran. `scaledown_window_s`
+    holds where no source sets one. Pure."""
     state = state or PolicyState()
     history = history.upto(now_s)
-    cap = config.container_cap
-    floors = [_Part(config.min_containers, f"config min_containers {config.min_containers}")]
-    if config.windows:
-        # Imported here, and only when needed: they import this module, and an import
-        # statement costs microseconds on a path a simulator runs every simulated minute.
-        from floodway.warmers.schedule import window_status
+    floors: list[Part] = []
+    scaledown_s, scaledown_why = scaledown_window_s, "config"
+    for source in sources:
+        floor, state = source(now_s, history, measured, state)
+        if floor is None:
+            continue
+        floors.append(floor.part)
+        if floor.scaledown_s is not None:
+            scaledown_s, scaledown_why = floor.scaledown_s, floor.scaledown_why
+    scaledown_s = clamp_scaledown_s(scaledown_s)
 
-        for w in config.windows:
-            st = window_status(w, now_s, measured)
-            if st.warm:
-                floors.append(_Part(st.min_containers, st.reason))
-
-    scaledown_s = clamp_scaledown_s(config.scaledown_window_s)
-    scaledown_why = "config"
-    sizing = state.sizing
-    if config.predictive:
-        from floodway.warmers.predictive import PredictiveParams, SizingState, predictive
-
-        pred, sizing = predictive(now_s, history, measured, params or PredictiveParams(),
-                                  sizing or SizingState())
-        floors.append(_Part(pred.min_containers, pred.reason))
-        if pred.scaledown_window_s is not None:
-            scaledown_s = clamp_scaledown_s(pred.scaledown_window_s)
-            scaledown_why = pred.scaledown_reason
-
-    # On a tie the later, more specific source explains the number (predictive > window >
-    # config), so that "0" still says e.g. when the next pre-warm comes.
-    best = max(reversed(floors), key=lambda p: p.containers)
-    floor = min(best.containers, cap)
+    # On a tie the later, more specific source explains the number, so that "0" still says
+    # e.g. when the next pre-warm comes.
+    best = max(reversed(floors), key=lambda p: p.containers) if floors \
+        else Part(0, "no source asks for containers")
+    floor_n = min(best.containers, cap)
     floor_why = best.why
     if best.containers > cap:
         floor_why += f" (capped at max_containers {cap})"
 
     last_s = history.last_arrival_s(now_s)
     active = last_s is not None and now_s - last_s < scaledown_s
-    buffer = min(config.buffer_containers, cap - floor) if active else 0
+    buffer = min(buffer_containers, cap - floor_n) if active else 0
     if active:
         buffer_why = f"active, last arrival {now_s - last_s:.0f} s ago"  # type: ignore[operator]
     else:
         buffer_why = "idle" if last_s is None else \
             f"idle for {now_s - last_s:.0f} s >= scaledown window"
-    reason = (f"min {floor}: {floor_why}; buffer {buffer}: {buffer_why}; "
+    reason = (f"min {floor_n}: {floor_why}; buffer {buffer}: {buffer_why}; "
               f"scaledown {scaledown_s:.0f} s: {scaledown_why}")
-    return (WarmTarget(floor, buffer, scaledown_s, reason),
-            state if sizing is state.sizing else PolicyState(sizing))
+    return WarmTarget(floor_n, buffer, scaledown_s, reason), state
 
 
 __all__ = [
-    "COLD_START_PRIOR_S", "History", "Measured", "PolicyState", "WarmTarget", "clamp_scaledown_s",
-    "desired", "minute_of",
+    "COLD_START_PRIOR_S", "SERVICE_PRIOR_S", "History", "Measured", "PolicyState", "WarmTarget",
+    "clamp_scaledown_s", "compose", "desired", "minute_of",
 ]

@@ -55,11 +55,11 @@ def test_container_that_cannot_load_fails_without_crash_loop(tmp_path, built_sto
         await pool.start()
         await asyncio.sleep(0)   # let the first container start
         for _ in range(200):
-            if pool._failures["embed"] >= 2:
+            if pool.endpoints["embed"].failures >= 2:
                 break
             await asyncio.sleep(0.05)
         detail = pool.readiness()
-        failures = pool._failures["embed"]
+        failures = pool.endpoints["embed"].failures
         await pool.stop()
         return detail, failures
 
@@ -92,7 +92,8 @@ def test_a_container_killed_above_the_floor_does_not_block_new_starts(built_stor
             victim = ready()[-1]
             os.kill(victim.pid, signal.SIGKILL)
             await until(lambda: victim not in pool.containers["embed"], "the killed one gone")
-            return pool._failures["embed"], pool.start_cold("embed"), pool.event_counts["embed"]
+            ep = pool.endpoints["embed"]
+            return ep.failures, pool.start_cold("embed"), ep.events
         finally:
             await pool.stop()
 
@@ -130,20 +131,31 @@ def test_worker_reports_an_import_error_and_exits_cleanly(tmp_path, built_store)
 
 def test_worker_starts_reliably_with_prefetch(built_store):
     """Repeated cold starts all answer (the prefetch threads once raced numpy's import)."""
-    import json
     import os
     import subprocess
     import sys
+
+    from floodway.runtime.protocol import (
+        FROM_WORKER,
+        Batch,
+        BatchDone,
+        ItemResult,
+        Phase,
+        Ready,
+        decode_all,
+        encode,
+    )
 
     env = {**os.environ, "FLOODWAY_NO_MODAL": "1"}
     for _ in range(4):
         proc = subprocess.run(
             [sys.executable, "-m", "floodway.runtime.worker", str(MODAL_APP), "embed",
-             str(built_store)], input='{"id": 1, "items": [["r1:0", "again"]]}\n',
-            capture_output=True, text=True, timeout=60, env=env)
+             str(built_store)], input=encode(Batch(1, (("r1:0", "again"),))),
+            capture_output=True, timeout=60, env=env)
         assert proc.returncode == 0, proc.stderr[-2000:]
-        lines = [json.loads(x) for x in proc.stdout.splitlines()]
-        assert [m["type"] for m in lines] == ["phase", "ready", "result"]
-        assert lines[1]["torch"] is False
-        ((item, vector),) = lines[2]["outputs"]
-        assert item == "r1:0" and len(vector) == 384 and lines[2]["errors"] == []
+        msgs = [m for x in proc.stdout.splitlines() for m in decode_all(x, FROM_WORKER)]
+        assert [type(m) for m in msgs] == [Phase, Ready, ItemResult, BatchDone]
+        assert msgs[1].torch is False
+        item = msgs[2]
+        assert item.batch_id == 1 and item.item_id == "r1:0" and len(item.output) == 384
+        assert (msgs[3].batch_id, msgs[3].rows) == (1, 1)

@@ -1,4 +1,5 @@
-"""The CLI: build is a no-op when nothing changed; bad app specs give clear errors."""
+"""The CLI: build is a no-op when nothing changed; bad app specs give clear errors; simulate
+runs a trace, writes its plot and refuses options that do not apply."""
 
 import os
 import subprocess
@@ -56,3 +57,58 @@ def test_build_on_modal_calls_the_apps_build_functions(monkeypatch):
     assert isinstance(module_app, modal.App) and endpoint == "embed" and force is True
     assert [ep.name for ep in fw_app] == ["embed"]
     assert "embed: built k1 on Modal in 12.5s" in r.output
+
+def test_cli_simulates_a_counts_csv_and_writes_the_plot(tmp_path) -> None:
+    csv = tmp_path / "inv.csv"
+    minutes = [0] * 30
+    minutes[0], minutes[10], minutes[11] = 3, 1, 4
+    csv.write_text("HashFunction,HashApp,HashOwner," + ",".join(
+        f"minute_{i + 1}" for i in range(30)) + "\n" + "abc123,a,o," + ",".join(
+        map(str, minutes)) + "\n")
+    png = tmp_path / "sim.png"
+    r = subprocess.run([sys.executable, "-m", "floodway.cli", "simulate",
+                        str(ROOT / "modal_app.py"), "--trace", str(csv), "--function", "abc",
+                        "--cold-start-s", "20,30", "--service-ms", "40", "--out", str(png)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=120,
+                       env={"FLOODWAY_NO_MODAL": "1", "PATH": "/usr/bin:/bin", "COLUMNS": "120"})
+    assert r.returncode == 0, r.stderr
+    assert "cold-start requests" in r.stdout and "8" in r.stdout
+    assert png.stat().st_size > 10_000 and png.read_bytes()[:4] == b"\x89PNG"
+    per_request = tmp_path / "req.csv"
+    per_request.write_text("TIMESTAMP,ContextTokens\n2023-11-16 18:17:03.9799600,5\n"
+                           "2023-11-16 18:19:04.0319600,3\n")
+    r = subprocess.run([sys.executable, "-m", "floodway.cli", "simulate",
+                        str(ROOT / "modal_app.py"), "--trace", str(per_request)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=120,
+                       env={"FLOODWAY_NO_MODAL": "1", "PATH": "/usr/bin:/bin", "COLUMNS": "120"})
+    assert r.returncode == 0, r.stderr
+    assert "requests" in r.stdout and "2" in r.stdout
+
+
+def test_cli_refuses_options_that_do_not_apply(tmp_path) -> None:
+    counts = tmp_path / "inv.csv"
+    counts.write_text("HashFunction,minute_1,minute_2\nabc,1,2\n")
+    per_request = tmp_path / "req.csv"
+    per_request.write_text("TIMESTAMP\n2023-11-16 18:17:03.9799600\n")
+    cases = [
+        (["--trace", str(per_request), "--function", "3"], "--function ('3') applies to "
+                                                           "per-minute counts only"),
+        (["--trace", str(counts), "--column", "TIMESTAMP"], "applies to per-request traces"),
+        (["--trace", str(counts), "--per-row-ms", "3"], "--per-row-ms applies with a single "
+                                                         "--service-ms"),
+        (["--trace", str(counts), "--service-ms", "10,20", "--per-row-ms", "3"],
+         "not 2 samples"),
+        (["--trace", str(counts), "--cold-start-s", "nan"], "--cold-start-s: give numbers in"),
+        (["--trace", str(counts), "--service-ms", "1e308"], "--service-ms: give numbers in"),
+        (["--trace", str(counts), "--out", str(tmp_path / "p.txt")], "the plot is a PNG"),
+        (["--trace", str(counts), "--out", str(tmp_path)], "is a directory"),
+        (["--trace", str(counts), "--out", str(counts / "p.png")], "cannot write there"),
+    ]
+    for args, needle in cases:
+        r = subprocess.run([sys.executable, "-m", "floodway.cli", "simulate",
+                            str(ROOT / "modal_app.py"), *args], cwd=ROOT, capture_output=True,
+                           text=True, timeout=120, env={"FLOODWAY_NO_MODAL": "1",
+                                                        "PATH": "/usr/bin:/bin",
+                                                        "COLUMNS": "200"})
+        assert r.returncode != 0 and needle in " ".join(r.stderr.split()), (args, r.stderr)
+        assert "Traceback" not in r.stderr

@@ -59,6 +59,15 @@ def test_several_problems_reported_at_once():
     assert "gpu = 'Z80'" in text and "one of T4, L4" in text
 
 
+def test_spill_accepts_the_targets_in_any_order_once_each():
+    for spill in [("async", "cold"), ("cold", "async"), ("async",), (), ["cold"]]:
+        _, ep = define(route=fw.Route(spill=spill))
+        assert ep.route.spill == tuple(spill)
+    for bad in [("cold", "cold"), ("warm",), "cold"]:
+        (msg,) = problems(route=fw.Route(spill=bad))
+        assert "route.spill" in msg and "('cold', 'async')" in msg
+
+
 def test_bool_is_not_an_int():
     (msg,) = problems(warm=fw.WarmPool(buffer_containers=True))
     assert "warm.buffer_containers = True" in msg

@@ -51,3 +51,39 @@ def test_each_prior_is_defined_once():
                 if isinstance(t, ast.Name) and t.id in found:
                     found[t.id].append(_rel(path))
     assert {k: v for k, v in found.items() if v != ["core/priors.py"]} == {}
+
+
+# Package -> what it never imports (ARCHITECTURE.md, "What never imports what"). The pure
+# decisions know nothing of where they run; the HTTP layer knows backends only through its
+# protocols; the simulator drives the pure code without any runtime.
+NEVER = {
+    "routers/decide.py": ("floodway.runtime", "floodway.http", "floodway.deploy", "floodway.sim",
+                          "floodway.jobs", "modal", "starlette", "torch"),
+    "warmers": ("floodway.runtime", "floodway.http", "floodway.deploy", "floodway.sim",
+                "floodway.jobs", "modal", "starlette", "torch"),
+    "core": ("floodway.runtime", "floodway.http", "floodway.deploy", "floodway.sim",
+             "floodway.jobs", "modal", "starlette", "torch"),
+    "http": ("floodway.runtime", "floodway.deploy", "floodway.sim", "modal", "torch"),
+    "sim": ("floodway.runtime", "floodway.http", "floodway.deploy", "floodway.jobs", "modal",
+            "starlette", "torch"),
+    "runtime/worker.py": ("torch", "floodway.http", "floodway.deploy", "floodway.sim"),
+}
+
+
+def _imports(path: Path) -> set[str]:
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out.add(node.module)
+    return out
+
+
+@pytest.mark.parametrize("scope", sorted(NEVER))
+def test_import_boundaries(scope: str):
+    paths = [p for p in MODULES if _rel(p) == scope or _rel(p).startswith(scope + "/")]
+    assert paths, f"no module under {scope}"
+    bad = {f"{_rel(p)} imports {m}" for p in paths for m in _imports(p)
+           for banned in NEVER[scope] if m == banned or m.startswith(banned + ".")}
+    assert not bad, sorted(bad)

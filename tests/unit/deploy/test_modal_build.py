@@ -27,7 +27,7 @@ from floodway.deploy import NO_MODAL_ENV
 from floodway.deploy import modal_objects as mo
 from floodway.errors import BuildError, FloodwayError
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 # Any builder version renders the same commands for the pip/run steps used here.
 IMAGE_BUILDER_VERSION = "2025.06"
 # .local() warns that the Volume is not mounted here; the store comes from FLOODWAY_STORE instead.

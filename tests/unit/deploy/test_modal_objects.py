@@ -33,7 +33,7 @@ import floodway as fw
 from floodway.deploy.modal_objects import class_name
 from floodway.errors import FloodwayError
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")
@@ -218,7 +218,7 @@ class NotInImage(importlib.abc.MetaPathFinder):
             raise ImportError(f"{{name}} is not installed in the serving image")
 sys.meta_path.insert(0, NotInImage())
 import modal_app
-import floodway.runtime.http, floodway.runtime.worker, floodway.codec, floodway.build.loader
+import floodway.http.app, floodway.runtime.worker, floodway.codec, floodway.build.loader
 import floodway.deploy.modal_router, floodway.deploy.modal_warmers, floodway.deploy.modal_jobs
 print("ok")
 """

@@ -13,20 +13,21 @@ import modal
 import pytest
 
 import floodway as fw
+from floodway.core.priors import COLD_START_PRIOR_S
 from floodway.deploy.modal_kv import MemoryKV
 from floodway.deploy.modal_router import (
     BOOT_S,
-    COLD_START_PRIOR_S,
     ITEM_ERROR,
     ModalBackend,
     ModalJobs,
     record_cold_start,
     router_api_keys,
     run_job_rows,
+    runner_loads,
 )
 from floodway.errors import EndpointError, FloodwayError, Unavailable
+from floodway.http.app import make_asgi_app
 from floodway.routers.admission import ApiKeys, key_id
-from floodway.runtime.http import make_asgi_app
 
 app = fw.App("t")
 
@@ -195,11 +196,14 @@ def test_enqueue_counts_a_request_before_it_yields_and_releases_it_unawaited(fak
         for _ in range(100):                             # never awaited: the calls end
             await asyncio.sleep(0)
         left = backend.snapshot("upper").tenant_queued
-        pending.close()                                  # the unawaited coroutine
-        return seen, left, backend.readiness()["modal"]["upper"]["inflight_rows"]
+        return seen, left, backend.readiness()["modal"]["upper"]["inflight_rows"], pending
 
-    seen, left, rows = asyncio.run(go())
+    seen, left, rows, pending = asyncio.run(go())
     assert seen == {"t1": 1} and left == {} and rows == 0
+    # The Pending protocol: Modal cannot hand calls under way to a job.
+    assert pending.dispatched() is False
+    with pytest.raises(NotImplementedError):
+        pending.adopt()
 
 
 def test_snapshot_reflects_stats_and_inflight(fake):
@@ -234,9 +238,14 @@ def test_snapshot_reflects_stats_and_inflight(fake):
     assert [c.state for c in idle.containers] == ["ready", "ready"]
     assert all(c.free_slots == 2 and c.backlog_s == 0 for c in idle.containers)
     assert (idle.queued_rows, idle.queued) == (3, 3)
+    # Modal's queue is served in arrival order: all of it is ahead of every priority.
+    assert (idle.queued_rows_by_priority, idle.queued_by_priority) == ((0, 0, 3), (0, 0, 3))
+    assert idle.arrival_rows_per_s == 0.0 and idle.batch_wait_s == 0.005
     # 6 rows in flight over 2 runners: 3 rows each, one batch of 4 -> one slot busy.
     assert all(c.free_slots == 1 and c.slots == 2 and c.backlog_s > 0 for c in busy.containers)
     assert busy.tenant_queued == {"t1": 1}
+    # The rows admitted count in the arrival rate (ArrivalRate's 5 s window).
+    assert busy.arrival_rows_per_s == pytest.approx(6 / 5)
     assert out == list("abcdef")
     assert after.tenant_queued == {} and backend._eps["upper"].inflight_rows == 0
     assert after.service != before.service          # fitted from the measured request
@@ -322,6 +331,38 @@ def test_start_cold_counts_until_max_containers(fake):
     clock.t += COLD_START_PRIOR_S                           # its cold start has passed
     assert not [c for c in backend.snapshot("upper").containers if c.state == "starting"]
     assert fake.count("predict.remote.aio") == 0            # no Modal call: the autoscaler
+
+
+def test_runner_loads_spread_rows_evenly_in_batches():
+    loads = runner_loads(3, 10, 4, 2)
+    assert [c.batch_rows for c in loads] == [(4,), (3,), (3,)]
+    assert [c.state for c in loads] == ["ready"] * 3
+    deep = runner_loads(2, 17, 4, 2)          # 9 + 8 rows: three and two batches
+    assert [c.batch_rows for c in deep] == [(4, 4, 1), (4, 4)]
+    assert [c.state for c in deep] == ["busy", "busy"]
+    assert runner_loads(0, 5, 4, 2) == []
+
+
+def test_snapshot_slots_are_the_pipeline_depth():
+    wide = fw.App("wide")
+
+    @wide.endpoint(model=fw.HFModel("org/m", revision="b" * 40),
+                   route=fw.Route(max_inflight_per_container=8),
+                   warm=fw.WarmPool(min_containers=2))
+    def up(model, texts: list[str]) -> list[str]:
+        return texts
+
+    backend = ModalBackend(wide, {"up": FakeModal().cls()}, stats=MemoryKV())
+    snap = backend.snapshot("up")
+    assert [(c.slots, c.free_slots) for c in snap.containers] == [(2, 2), (2, 2)]
+
+
+def test_batch_listeners_are_accepted_and_never_called(fake):
+    calls = []
+    backend = _backend(fake)
+    backend.add_batch_listener(lambda *a: calls.append(a))
+    assert asyncio.run(backend.run("upper", ["a", "b"], timeout_s=5)) == ["A", "B"]
+    assert calls == []
 
 
 # ---------------------------------------------------------------- sync dispatch
@@ -534,3 +575,18 @@ def test_router_needs_keys_unless_public():
         router_api_keys({})
     assert not router_api_keys({"FLOODWAY_PUBLIC_ROUTER": "1"})
     assert len(router_api_keys({"FLOODWAY_API_KEYS": f"{KEY_A},{KEY_B}"})) == 2
+
+
+def test_modal_backend_and_pending_implement_the_http_protocols():
+    import inspect
+
+    from floodway.deploy.modal_router import ModalPending
+    from floodway.http.protocols import Backend, Pending
+
+    for proto, impl in ((Backend, ModalBackend), (Pending, ModalPending)):
+        for name, member in vars(proto).items():
+            if name.startswith("_") and name != "__await__" or not callable(member):
+                continue
+            want = inspect.signature(member).parameters
+            got = inspect.signature(getattr(impl, name)).parameters
+            assert list(got) == list(want), (impl.__name__, name)

@@ -19,6 +19,7 @@ from croniter import croniter
 from modal._utils.async_utils import synchronizer
 
 import floodway as fw
+from floodway.core.priors import COLD_START_PRIOR_S, SERVICE_PRIOR
 from floodway.deploy import modal_router, modal_warmers
 from floodway.deploy.modal_kv import MemoryKV
 from floodway.deploy.modal_warmers import (
@@ -33,8 +34,8 @@ from floodway.deploy.modal_warmers import (
     scan_traffic,
     warmer_plan,
 )
+from floodway.http.app import make_asgi_app
 from floodway.routers.admission import ApiKeys
-from floodway.runtime.http import make_asgi_app
 from floodway.warmers.target import minute_of
 from tests.conftest import MODAL_APP
 from tests.unit.deploy.test_modal_router import (
@@ -256,8 +257,9 @@ def test_predictive_tick_sets_a_floor_and_keeps_its_state(deployed, on_modal):
     stores, autoscale, clock = on_modal
     now = _utc(2025, 1, 6, 12)
     m = minute_of(now)
-    # 30 busy minutes at 1200 arrivals a minute: 20/s x 0.1 s at 1 per container -> 2.
-    stores.traffic.data.update(_minutes({m - i: 1200 for i in range(30)}))
+    # 30 busy minutes at 12000 arrivals a minute: 200/s x the prior's 0.18 s per batch of
+    # 32 rows (one row per request: 32 per container at once) -> 2.
+    stores.traffic.data.update(_minutes({m - i: 12000 for i in range(30)}))
     stores.traffic.data[("arrivals", "warmers", "pred", "gone")] = {m - 3000: 5}
     stores.traffic.data[("arrivals", "other-app", "pred", "r9")] = {m - 3000: 5}
     tick = _impl(getattr(deployed, TICK_NAME))._raw_f
@@ -312,19 +314,25 @@ def test_little_sizing_uses_the_routers_measured_batch_time(tmp_path):
     app = _app(tmp_path)
     now = _utc(2025, 1, 6, 12)
     m = minute_of(now)
-    traffic = _minutes({m - i: 1200 for i in range(30)})     # 20 requests/s
+    traffic = _minutes({m - i: 3600 for i in range(30)})     # 60 requests/s
     prior = run_warmer(app, ["pred"], autoscale=Recorder(), now_s=now,
                        stores=_stores(traffic=dict(traffic)))
     # A router measured 0.2 s per batch of 8 rows, 1 row per request: 40 requests/s per
-    # container, so 20/s needs one (the prior, 0.1 s at one slot, asked for two).
+    # container, so 60/s needs two (the prior, 0.18 s per batch of 32, serves 178/s: one).
     stats = {"service:pred": {"batch_s": 0.2, "batch_rows": 8, "rows_per_request": 1.0}}
     measured = run_warmer(app, ["pred"], autoscale=Recorder(), now_s=now,
                           stores=_stores(traffic=dict(traffic), stats=stats))
-    assert prior[0].settings["min_containers"] == 2
-    assert measured[0].settings["min_containers"] == 1
+    assert prior[0].settings["min_containers"] == 1
+    assert measured[0].settings["min_containers"] == 2
     ep = app.endpoints["pred"]
     got = modal_warmers.measured_of(ep, MemoryStore(stats))
     assert (got.service_s, got.concurrency) == (0.2, 8.0)
+    # Without a measurement: the priors of floodway.core, as the local pool sizes.
+    none = modal_warmers.measured_of(ep, MemoryStore())
+    assert (none.cold_start_s, none.service_s, none.concurrency) == (
+        COLD_START_PRIOR_S, SERVICE_PRIOR.seconds(32), 32.0)
+    cold = modal_warmers.measured_of(ep, MemoryStore({"cold:pred": [{"init_s": 7.0}]}))
+    assert cold.cold_start_s == modal_warmers.BOOT_S + 7.0
 
 
 def test_the_router_publishes_its_batch_time_for_the_warmers():

@@ -271,15 +271,14 @@ def test_serve_allows_non_loopback_with_keys(monkeypatch, tmp_path):
 
 def test_make_asgi_app_keeps_the_keys():
     from floodway import App
-    from floodway.runtime.http import make_asgi_app
+    from floodway.http.app import make_asgi_app
+    from floodway.http.clock import ManualClock
+    from tests.app.scripted import ScriptedBackend
 
-    class NoBackend:
-        def readiness(self):
-            return {"ready": False}
-
-    assert make_asgi_app(App("t"), NoBackend(), api_keys=ApiKeys([KEY])).state.api_keys.keys \
-        == {KEY}
-    assert not make_asgi_app(App("t"), NoBackend()).state.api_keys
+    app = App("t")
+    backend = ScriptedBackend(app, ManualClock())
+    assert make_asgi_app(app, backend, api_keys=ApiKeys([KEY])).state.api_keys.keys == {KEY}
+    assert not make_asgi_app(app, backend).state.api_keys
 
 
 def test_cli_serve_has_api_key_option():

@@ -1,4 +1,5 @@
-"""The dynamic batcher against fake containers (asyncio only, no processes)."""
+"""The dynamic batcher against fake containers (asyncio only, no processes), on a fake clock:
+time moves only when a test advances it, and the loop runs at `asyncio.sleep(0)` yields."""
 
 from __future__ import annotations
 
@@ -7,8 +8,11 @@ from dataclasses import dataclass
 
 import pytest
 
+from floodway.core.snapshot import QueueLoad
 from floodway.errors import EndpointError, Unavailable
 from floodway.routers.batcher import Batcher
+
+T0 = 1000.0
 
 
 @dataclass
@@ -46,42 +50,75 @@ class FakeSlot:
         return fut
 
 
-def make(slots: list[FakeSlot], rows: int = 4, wait_ms: float = 20) -> Batcher:
+class FakeClock:
+    """Seconds that move only on `advance`, which also wakes the batcher (as a timer would)."""
+
+    def __init__(self, t: float = T0):
+        self.t = t
+        self.batcher: Batcher | None = None
+
+    def __call__(self) -> float:
+        return self.t
+
+    async def advance(self, dt: float) -> None:
+        self.t += dt
+        if self.batcher:
+            self.batcher.notify()
+        await settle()
+
+
+async def settle(rounds: int = 20) -> None:
+    """Let every task run until it waits on something (no wall-clock time passes)."""
+    for _ in range(rounds):
+        await asyncio.sleep(0)
+
+
+def make(slots: list[FakeSlot], rows: int = 4, wait_ms: float = 20,
+         clock: FakeClock | None = None) -> Batcher:
     def pick(idle_only=False):
         free = [s for s in slots if s.free > 0 and not (idle_only and s.free < s.slots)]
         return free[0] if free else None
-    return Batcher("ep", max_batch_rows=rows, wait_ms=wait_ms, pick=pick)
+    clock = clock or FakeClock()
+    b = Batcher("ep", max_batch_rows=rows, wait_ms=wait_ms, pick=pick, clock=clock)
+    clock.batcher = b
+    return b
 
 
 def run(coro):
+    # The timeout only guards against a hung test; nothing waits on it.
     return asyncio.run(asyncio.wait_for(coro, 10))
 
 
 def test_batches_by_rows_across_requests_and_maps_by_id():
     async def go():
-        slot = FakeSlot("a")
-        b = make([slot], rows=4)
+        slot, clock = FakeSlot("a"), FakeClock()
+        b = make([slot], rows=4, clock=clock)
         b.start()
-        deadline = asyncio.get_running_loop().time() + 5
-        reqs = [b.submit(f"r{i}", [f"x{i}", f"y{i}"], deadline_s=deadline) for i in range(3)]
+        reqs = [b.submit(f"r{i}", [f"x{i}", f"y{i}"], deadline_s=T0 + 5) for i in range(3)]
+        await settle()
+        first = [len(x) for x in slot.batches]      # a full batch goes at once
+        await clock.advance(0.02)                   # the rest after wait_ms
         outs = [await asyncio.gather(*fs) for fs in reqs]
         await b.stop()
-        return outs, slot.batches
+        return outs, first, slot.batches
 
-    outs, batches = run(go())
+    outs, first, batches = run(go())
     assert outs == [["X0", "Y0"], ["X1", "Y1"], ["X2", "Y2"]]
+    assert first == [4]
     assert [len(x) for x in batches] == [4, 2]   # rows, not requests; a request split
 
 
 def test_on_send_sees_each_batch_as_it_goes_to_a_container():
     async def go():
-        slot = FakeSlot("a")
-        b = make([slot], rows=4)
+        slot, clock = FakeSlot("a"), FakeClock()
+        b = make([slot], rows=4, clock=clock)
         seen = []
         b.on_send = lambda s: seen.append((s.id, len(s.batches)))   # after submit
         b.start()
-        deadline = asyncio.get_running_loop().time() + 5
-        await asyncio.gather(*b.submit("r", list("abcdef"), deadline_s=deadline))
+        fs = b.submit("r", list("abcdef"), deadline_s=T0 + 5)
+        await settle()
+        await clock.advance(0.02)
+        await asyncio.gather(*fs)
         await b.stop()
         return seen
 
@@ -90,10 +127,12 @@ def test_on_send_sees_each_batch_as_it_goes_to_a_container():
 
 def test_a_bad_item_fails_alone():
     async def go():
-        b = make([FakeSlot("a")])
+        clock = FakeClock()
+        b = make([FakeSlot("a")], clock=clock)
         b.start()
-        deadline = asyncio.get_running_loop().time() + 5
-        fs = b.submit("r", ["a", "bad", "c"], deadline_s=deadline)
+        fs = b.submit("r", ["a", "bad", "c"], deadline_s=T0 + 5)
+        await settle()
+        await clock.advance(0.02)
         res = await asyncio.gather(*fs, return_exceptions=True)
         await b.stop()
         return res
@@ -103,37 +142,56 @@ def test_a_bad_item_fails_alone():
     assert isinstance(bad, EndpointError) and "ValueError: bad" in str(bad)
 
 
-def test_waits_at_most_wait_ms_for_more_rows():
+def test_waits_wait_ms_for_more_rows_then_sends_a_part_filled_batch():
     async def go():
-        b = make([FakeSlot("a")], rows=32, wait_ms=30)
+        slot, clock = FakeSlot("a"), FakeClock()
+        b = make([slot], rows=32, wait_ms=30, clock=clock)
         b.start()
-        loop = asyncio.get_running_loop()
-        t = loop.time()
-        (f,) = b.submit("r", ["a"], deadline_s=t + 5)
-        await f
-        took = loop.time() - t
+        (f,) = b.submit("r", ["a"], deadline_s=T0 + 5)
+        await settle()
+        at_once = len(slot.batches)
+        await clock.advance(0.029)
+        before = len(slot.batches)                   # still within wait_ms
+        await clock.advance(0.001)
+        out = await f
         await b.stop()
-        return took
+        return at_once, before, out, slot.batches
 
-    took = run(go())
-    assert 0.025 <= took < 0.5
+    at_once, before, out, batches = run(go())
+    assert (at_once, before) == (0, 0)
+    assert out == "A" and batches == [[("r:0", "a")]]
+
+
+def test_a_full_batch_does_not_wait():
+    async def go():
+        slot = FakeSlot("a")
+        b = make([slot], rows=2, wait_ms=1000)
+        b.start()
+        fs = b.submit("r", ["a", "b"], deadline_s=T0 + 5)
+        await settle()                                # no clock advance at all
+        out = [f.result() for f in fs if f.done()]
+        await b.stop()
+        return out
+
+    assert run(go()) == ["A", "B"]
 
 
 def test_expired_and_withdrawn_items_never_reach_a_container():
     async def go():
-        slot = FakeSlot("a", auto=False)
-        b = make([slot], rows=2, wait_ms=0)
+        slot, clock = FakeSlot("a", auto=False), FakeClock()
+        b = make([slot], rows=2, wait_ms=0, clock=clock)
         b.start()
-        loop = asyncio.get_running_loop()
-        first = b.submit("busy", ["a"], deadline_s=loop.time() + 5)
-        await asyncio.sleep(0.01)                       # the only slot is now taken
-        short = b.submit("short", ["b"], deadline_s=loop.time() + 0.05)
-        gone = b.submit("gone", ["c"], deadline_s=loop.time() + 5)
+        first = b.submit("busy", ["a"], deadline_s=T0 + 5)
+        await settle()                                  # the only slot is now taken
+        short = b.submit("short", ["b"], deadline_s=T0 + 0.05)
+        gone = b.submit("gone", ["c"], deadline_s=T0 + 5)
         assert b.queued == 2 and b.queued_rows == 2
         gone[0].cancel()                                # the client hung up
         await asyncio.sleep(0)                          # done callbacks run on the loop
         assert b.queued == 1 and b.tenant_queued() == {"anonymous": 1}
-        await asyncio.sleep(0.1)
+        await clock.advance(0.04)
+        assert not short[0].done()                      # its deadline has not passed
+        await clock.advance(0.06)
         slot.pending[0].set_result(Result({"busy:0": "A"}, {}, 1))
         with pytest.raises(TimeoutError):
             await short[0]
@@ -152,8 +210,8 @@ def test_batch_lost_with_its_container_is_retried_once_elsewhere():
         healthy.dead = True                             # not ready yet
         b = make([dying, healthy], rows=4, wait_ms=0)
         b.start()
-        fs = b.submit("r", ["a", "b"], deadline_s=asyncio.get_running_loop().time() + 5)
-        await asyncio.sleep(0.01)
+        fs = b.submit("r", ["a", "b"], deadline_s=T0 + 5)
+        await settle()
         dying.dead, healthy.dead = True, False
         dying.pending[0].set_exception(Unavailable("container died"))
         b.notify()
@@ -170,10 +228,10 @@ def test_second_loss_fails_with_unavailable():
         slot = FakeSlot("a", auto=False)
         b = make([slot], rows=4, wait_ms=0)
         b.start()
-        (f,) = b.submit("r", ["a"], deadline_s=asyncio.get_running_loop().time() + 5)
+        (f,) = b.submit("r", ["a"], deadline_s=T0 + 5)
         for _ in range(2):
-            while not slot.pending or slot.pending[-1].done():
-                await asyncio.sleep(0.005)
+            await settle()
+            assert slot.pending and not slot.pending[-1].done()
             slot.pending[-1].set_exception(Unavailable("died again"))
         with pytest.raises(Unavailable):
             await f
@@ -183,22 +241,26 @@ def test_second_loss_fails_with_unavailable():
     assert run(go()) == 2
 
 
+async def answer_next(slot: FakeSlot) -> None:
+    """Answer the batch the slot holds (one item), once the batcher has sent it."""
+    await settle()
+    assert slot.pending and not slot.pending[-1].done()
+    (item_id, value), = slot.batches[-1]
+    slot.pending[-1].set_result(Result({item_id: value}, {}, 1))
+
+
 def test_high_priority_goes_first():
     async def go():
         slot = FakeSlot("a", auto=False)
         b = make([slot], rows=1, wait_ms=0)
         b.start()
-        t = asyncio.get_running_loop().time() + 5
-        b.submit("blocker", ["z"], deadline_s=t)
-        await asyncio.sleep(0.01)
-        b.submit("low", ["l"], deadline_s=t, priority=0)
-        b.submit("normal", ["n"], deadline_s=t, priority=1)
-        b.submit("high", ["h"], deadline_s=t, priority=2)
+        b.submit("blocker", ["z"], deadline_s=T0 + 5)
+        await settle()
+        b.submit("low", ["l"], deadline_s=T0 + 5, priority=0)
+        b.submit("normal", ["n"], deadline_s=T0 + 5, priority=1)
+        b.submit("high", ["h"], deadline_s=T0 + 5, priority=2)
         for _ in range(4):
-            while not slot.pending or slot.pending[-1].done():
-                await asyncio.sleep(0.005)
-            (item_id, value), = slot.batches[-1]
-            slot.pending[-1].set_result(Result({item_id: value}, {}, 1))
+            await answer_next(slot)
         await b.stop()
         return [batch[0][1] for batch in slot.batches]
 
@@ -210,17 +272,16 @@ def test_low_priority_only_batches_wait_for_an_idle_container():
         slot = FakeSlot("a", slots=2, auto=False)
         b = make([slot], rows=1, wait_ms=0)
         b.start()
-        t = asyncio.get_running_loop().time() + 5
-        b.submit("sync", ["s"], deadline_s=t)
-        await asyncio.sleep(0.01)
-        (job,) = b.submit("job", ["j"], deadline_s=t, priority=0)
-        await asyncio.sleep(0.05)
+        b.submit("sync", ["s"], deadline_s=T0 + 5)
+        await settle()
+        (job,) = b.submit("job", ["j"], deadline_s=T0 + 5, priority=0)
+        await settle()
         held = len(slot.batches)              # a slot is free, but the container is busy
-        assert b.rows_by_priority == [1, 0, 0] and b.arrival_rows_per_s(t - 5) > 0
+        assert b.rows_by_priority == [1, 0, 0]
         slot.pending[0].set_result(Result({"sync:0": "S"}, {}, 1))
         b.notify()
-        while len(slot.batches) < 2:
-            await asyncio.sleep(0.005)
+        await settle()
+        assert len(slot.batches) == 2
         slot.pending[1].set_result(Result({"job:0": "J"}, {}, 1))
         out = await job
         await b.stop()
@@ -234,12 +295,13 @@ def test_sync_batches_are_not_topped_up_with_low_priority_rows():
     """A job's rows never ride in a client's batch: they would make it slower than the batch
     decide() estimated (lower-priority work does not count as ahead of a request)."""
     async def go():
-        slot = FakeSlot("a")
-        b = make([slot], rows=4, wait_ms=30)
-        t = asyncio.get_running_loop().time() + 5
-        jobs = b.submit("job", ["j1", "j2", "j3"], deadline_s=t, priority=0)
-        sync = b.submit("sync", ["s"], deadline_s=t)
+        slot, clock = FakeSlot("a"), FakeClock()
+        b = make([slot], rows=4, wait_ms=30, clock=clock)
+        jobs = b.submit("job", ["j1", "j2", "j3"], deadline_s=T0 + 5, priority=0)
+        sync = b.submit("sync", ["s"], deadline_s=T0 + 5)
         b.start()
+        await settle()
+        await clock.advance(0.03)
         out = await asyncio.gather(*sync, *jobs)
         await b.stop()
         return out, [[v for _, v in batch] for batch in slot.batches]
@@ -256,8 +318,8 @@ def test_waiting_counts_a_requests_inputs_until_they_leave_for_a_container():
         b.start()
         first = b.submit("r1", ["a", "b"], deadline_s=1e9)      # fills the one slot
         second = b.submit("r2", ["c", "d", "e"], deadline_s=1e9)
-        while not slot.batches:
-            await asyncio.sleep(0.001)
+        await settle()
+        assert slot.batches
         seen = (b.waiting("r1"), b.waiting("r2"))
         for f in second:
             f.cancel()                                           # withdrawn: nothing waits
@@ -269,3 +331,30 @@ def test_waiting_counts_a_requests_inputs_until_they_leave_for_a_container():
         return seen
 
     assert run(go()) == (0, 3, 0)
+
+
+def test_arrival_rate_and_queue_load_on_the_batchers_clock():
+    async def go():
+        slot, clock = FakeSlot("a", auto=False), FakeClock()
+        b = make([slot], rows=1, wait_ms=0, clock=clock)
+        b.submit("a", ["x", "y"], deadline_s=T0 + 60, tenant="t1")
+        await clock.advance(3.0)
+        b.submit("b", ["z"], deadline_s=T0 + 60, priority=2, tenant="t2")
+        seen = [b.arrival_rows_per_s(clock())]          # 3 rows in the last 5 s
+        await clock.advance(2.5)
+        seen.append(b.arrival_rows_per_s(clock()))      # the first request left the window
+        await clock.advance(3.0)
+        seen.append(b.arrival_rows_per_s(clock()))
+        return seen, b.load()
+
+    rates, load = run(go())
+    assert rates == pytest.approx([3 / 5, 1 / 5, 0.0])
+    assert load == QueueLoad((0, 2, 1), (0, 1, 1), {"t1": 1, "t2": 1})
+
+
+def test_default_clock_is_the_event_loop():
+    async def go():
+        b = Batcher("ep", max_batch_rows=1, wait_ms=0, pick=lambda idle: None)
+        return b.now() - asyncio.get_running_loop().time()
+
+    assert abs(run(go())) < 1.0

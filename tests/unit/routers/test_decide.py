@@ -163,3 +163,40 @@ def test_queued_low_priority_requests_take_no_queue_room_from_normal_ones():
              queued_by_priority=(10, 0, 0), queued_rows_by_priority=(10, 0, 0))
     assert decide(s, req(priority=1)).action == Action.QUEUE
     assert decide(s, req(priority=0)).action == Action.SHED
+
+
+def test_spill_targets_are_tried_in_route_order():
+    full = warm("a", free=0, backlog_s=5.0)
+    # Both a cold start and a job would do: the first target listed takes the request.
+    assert decide(snap(full, spill=("cold", "async")), req()).action == Action.SPILL_COLD
+    d = decide(snap(full, spill=("async", "cold")), req())
+    assert d.action == Action.SPILL_ASYNC and not d.start_cold
+    # A target that cannot take it passes it on to the next one, whatever the order.
+    assert decide(snap(full, spill=("async", "cold")),
+                  req(allow_async=False)).action == Action.SPILL_COLD
+    assert decide(snap(full, spill=("async", "cold"), async_accepting=False),
+                  req()).action == Action.SPILL_COLD
+    assert decide(snap(full, cold_start_s=3.0, spill=("cold", "async")),
+                  req()).action == Action.SPILL_ASYNC
+
+
+def test_async_first_still_scales_from_zero():
+    d = decide(snap(cold_start_s=0.5, spill=("async", "cold")), req())
+    assert d.action == Action.SPILL_ASYNC and d.start_cold
+    d = decide(snap(cold_start_s=0.5, spill=("async",)), req())
+    assert d.action == Action.SPILL_ASYNC and not d.start_cold   # no cold starts allowed
+
+
+def test_a_request_too_long_for_its_budget_only_tries_targets_that_do_not_wait():
+    s = snap(warm("a", backlog_s=0.01), cold_start_s=0.0)
+    r = req(rows=32, budget_s=0.02)                                # 0.042 s alone
+    assert decide(replace(s, spill=("cold",)), r).action == Action.SHED
+    assert decide(replace(s, spill=("cold", "async")), r).action == Action.SPILL_ASYNC
+
+
+def test_the_config_accepts_exactly_the_spill_table():
+    from floodway.config import SPILL_TARGETS
+    from floodway.routers.decide import SPILLS
+
+    assert SPILL_TARGETS == tuple(SPILLS) == ("cold", "async")
+    assert {t.action for t in SPILLS.values()} == {Action.SPILL_COLD, Action.SPILL_ASYNC}

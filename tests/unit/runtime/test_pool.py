@@ -1,6 +1,306 @@
-"""The local pool's estimates for decide(): how soon a starting container is ready."""
+"""The local pool carrying out reconcile, health and rollout, on fake containers and a fake
+clock (no processes, no waiting on the real clock)."""
 
-from floodway.runtime.pool import start_remaining_s
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+import floodway as fw
+from floodway.core.estimators import start_remaining_s
+from floodway.errors import Unavailable
+from floodway.runtime import health
+from floodway.runtime.container import State
+from floodway.runtime.pool import BUILD_CHECK_S, Pool
+from tests.unit.runtime.fakes import T0, FakeContainer, StepClock, app_with, settle
+
+
+def make_pool(app: fw.App, tmp_path, *, containers: int | None = None,
+              builds: dict[str, str | None] | None = None) -> tuple[Pool, StepClock]:
+    clock = StepClock()
+    pool = Pool(app, "app.py", str(tmp_path), containers=containers, clock=clock,
+                make_container=lambda ep: FakeContainer(ep, clock), tick_s=None)
+    pool.machine_cap = 8          # whatever this machine's cores
+    if builds is not None:
+        pool._build_of = lambda ep: builds.get(ep)
+    return pool, clock
+
+
+def run(coro):
+    # The timeout only guards against a hung test; nothing waits on it.
+    return asyncio.run(asyncio.wait_for(coro, 10))
+
+
+def starting(pool: Pool, name: str = "embed") -> list[FakeContainer]:
+    return [c for c in pool.containers[name] if c.state == State.STARTING]
+
+
+def test_start_brings_up_the_floor_and_a_tick_adds_nothing_more(tmp_path):
+    async def go():
+        pool, clock = make_pool(app_with(warm=fw.WarmPool(min_containers=2)), tmp_path)
+        await pool.start()
+        first = len(pool.containers["embed"])
+        pool.tick(clock.advance(1.0))          # both still starting: live == floor
+        second = len(pool.containers["embed"])
+        ready = pool.readiness()["ready"]
+        for c in pool.containers["embed"]:
+            c.become_ready(2.5)
+        await settle()
+        detail = pool.readiness()
+        await pool.stop()
+        return first, second, ready, detail, pool
+
+    first, second, ready, detail, pool = run(go())
+    assert (first, second, ready) == (2, 2, False)
+    assert detail["ready"] is True and detail["container_events"]["embed"] == {"start": 2}
+    assert detail["warm_targets"]["embed"]["min_containers"] == 2
+    assert pool.cold_start_s("embed") == 2.5 and pool.measured("embed").cold_start_s == 2.5
+
+
+def test_idle_containers_past_the_scaledown_window_are_drained_longest_idle_first(tmp_path):
+    async def go():
+        warm = fw.WarmPool(min_containers=1, scaledown_window_s=30)
+        pool, clock = make_pool(app_with(warm=warm), tmp_path)
+        await pool.start()
+        assert pool.start_cold("embed")         # a second one, above the floor
+        a, b = pool.containers["embed"]
+        b.become_ready()
+        clock.advance(5.0)
+        a.become_ready()                         # b has been idle longer
+        await settle()
+        pool.tick(T0 + 29.0)
+        before = [str(c.state) for c in (a, b)]
+        pool.tick(clock.advance(30.0))
+        await settle()
+        after = [str(c.state) for c in (a, b)]
+        pool.tick(clock.advance(60.0))           # at the floor: the last one stays
+        await settle()
+        events, final = dict(pool.event_counts["embed"]), a.state
+        await pool.stop()
+        return before, after, final, events
+
+    before, after, a_state, events = run(go())
+    assert before == ["ready", "ready"]
+    assert after == ["ready", "stopped"]
+    assert a_state == State.READY and events == {"start": 2, "scale_down": 1}
+
+
+def test_failing_starts_back_off_and_block_other_starts(tmp_path):
+    async def go():
+        pool, clock = make_pool(app_with(warm=fw.WarmPool(min_containers=1)), tmp_path)
+        await pool.start()
+        (c,) = pool.containers["embed"]
+        c.fail_start()
+        await settle()
+        ep = pool.endpoints["embed"]
+        seen = (ep.failures, ep.replacing, ep.may_start, pool.start_cold("embed"),
+                pool.snapshot("embed").max_containers)
+        pool.tick(clock.advance(1.0))            # waiting out the backoff: no start
+        seen += (len(pool.containers["embed"]),)
+        await pool.stop()
+        return seen
+
+    failures, replacing, may_start, cold, cap, n = run(go())
+    assert (failures, replacing, may_start, cold) == (1, 1, False, False)
+    assert cap == 0 and n == 0                  # no cold spills onto a failing build
+
+
+def test_a_failed_start_is_replaced_after_its_backoff_and_a_ready_one_resets_it(tmp_path):
+    async def go():
+        pool, clock = make_pool(app_with(warm=fw.WarmPool(min_containers=1)), tmp_path)
+        await pool.start()
+        pool.containers["embed"][0].fail_start()
+        await settle()
+        clock.advance(health.BACKOFF_S[0] - 0.01)
+        await settle()
+        waiting = len(pool.containers["embed"])
+        clock.advance(0.01)
+        await settle()
+        (replacement,) = pool.containers["embed"]
+        failures = pool.endpoints["embed"].failures
+        replacement.fail_start()                  # the second failure waits longer
+        await settle()
+        clock.advance(health.BACKOFF_S[1] - 0.01)
+        await settle()
+        waiting += len(pool.containers["embed"])
+        clock.advance(0.01)
+        await settle()
+        (third,) = pool.containers["embed"]
+        third.become_ready()
+        await settle()
+        out = (waiting, failures, pool.endpoints["embed"].failures,
+               dict(pool.event_counts["embed"]))
+        await pool.stop()
+        return out
+
+    assert run(go()) == (0, 1, 0, {"start": 3, "failed": 2})
+
+
+def test_a_batch_sent_to_a_container_starts_the_buffer_at_once(tmp_path):
+    async def go():
+        warm = fw.WarmPool(min_containers=1, buffer_containers=1, max_containers=3)
+        pool, clock = make_pool(app_with(warm=warm), tmp_path)
+        await pool.start()
+        (c,) = pool.containers["embed"]
+        c.become_ready()
+        pool.record_arrival("embed")             # the endpoint is active: a buffer is due
+        pool.tick(clock.advance(0.5))
+        floor = pool.endpoints["embed"].floor    # max(min 1, busy 0 + buffer 1)
+        pending = pool.enqueue("embed", ["a"], timeout_s=5)
+        clock.advance(0.01)                      # past the batch wait
+        pool.endpoints["embed"].batcher.notify()
+        await settle()
+        n = len(pool.containers["embed"])        # busy 1 + buffer 1, before any tick
+        (batch_id,) = c.inflight
+        c.answer(batch_id, {f"{c.items[0][0]}": "A"})
+        out = await pending
+        await pool.stop()
+        return floor, n, out
+
+    assert run(go()) == (1, 2, ["A"])
+
+
+def test_pinned_pool_never_adds_a_buffer(tmp_path):
+    async def go():
+        warm = fw.WarmPool(min_containers=1, buffer_containers=1, max_containers=3)
+        pool, clock = make_pool(app_with(warm=warm), tmp_path, containers=1)
+        await pool.start()
+        (c,) = pool.containers["embed"]
+        c.become_ready()
+        pool.record_arrival("embed")
+        pool.tick(clock.advance(0.5))
+        pool.enqueue("embed", ["a"], timeout_s=5)
+        clock.advance(0.01)
+        pool.endpoints["embed"].batcher.notify()
+        await settle()
+        n = len(pool.containers["embed"])
+        await pool.stop()
+        return n, pool.readiness()["warm_targets"]["embed"]["reason"]
+
+    assert run(go()) == (1, "pinned to 1 (--containers)")
+
+
+def test_a_stuck_container_is_killed_and_replaced_in_the_same_tick(tmp_path):
+    async def go():
+        app = app_with(warm=fw.WarmPool(min_containers=1), route=fw.Route(stuck_after_s=5))
+        pool, clock = make_pool(app, tmp_path)
+        await pool.start()
+        (c,) = pool.containers["embed"]
+        c.become_ready()
+        c.submit([("r1:0", "a")])
+        pool.tick(clock.advance(5.0))            # not past stuck_after_s yet
+        alive = c.state
+        pool.tick(clock.advance(0.5))
+        await settle()
+        out = alive, c.state, c.error, dict(pool.event_counts["embed"]), \
+            len(pool.containers["embed"])
+        await pool.stop()
+        return out
+
+    alive, state, error, events, n = run(go())
+    assert alive == State.READY and state == State.FAILED and error.startswith("stuck: 1 ")
+    assert events == {"start": 2, "stuck": 1, "failed": 1} and n == 1
+
+
+def test_a_silent_idle_container_is_pinged_then_killed(tmp_path):
+    async def go():
+        pool, clock = make_pool(app_with(warm=fw.WarmPool(min_containers=1)), tmp_path)
+        await pool.start()
+        (c,) = pool.containers["embed"]
+        c.become_ready()
+        c.silent = True
+        pool.tick(clock.advance(health.PING_EVERY_S))
+        pinged = c.pings
+        pool.tick(clock.advance(health.PING_TIMEOUT_S))   # not past the timeout yet
+        alive = c.state
+        pool.tick(clock.advance(0.5))
+        out = pinged, alive, c.state, pool.event_counts["embed"]["stuck"]
+        await pool.stop()
+        return out
+
+    assert run(go()) == (1, State.READY, State.FAILED, 1)
+
+
+def test_a_new_build_warms_new_containers_before_draining_the_old(tmp_path):
+    async def go():
+        builds = {"embed": "b1"}
+        pool, clock = make_pool(app_with(warm=fw.WarmPool(min_containers=2)), tmp_path,
+                                builds=builds)
+        await pool.start()
+        old = list(pool.containers["embed"])
+        for c in old:
+            c.become_ready()
+        pool.tick(clock.advance(1.0))
+        builds["embed"] = "b2"
+        pool.tick(clock.advance(BUILD_CHECK_S))
+        new = [c for c in pool.containers["embed"] if c.build == "b2"]
+        pool.tick(clock.advance(0.5))            # the new ones count while starting
+        steps = [len(new), len(pool.containers["embed"])]
+        new[0].become_ready()
+        pool.tick(clock.advance(0.5))
+        await settle()
+        steps.append([str(c.state) for c in old])
+        new[1].become_ready()
+        pool.tick(clock.advance(0.5))
+        await settle()
+        steps.append([str(c.state) for c in old])
+        events = dict(pool.event_counts["embed"])
+        await pool.stop()
+        return steps, events
+
+    steps, events = run(go())
+    assert steps == [2, 4, ["ready", "ready"], ["stopped", "stopped"]]
+    assert events == {"start": 4, "rolled": 2}
+
+
+def test_enqueue_before_start_is_unavailable_and_run_returns_outputs(tmp_path):
+    async def go():
+        pool, clock = make_pool(app_with(batching=fw.Batching(max_batch_rows=4, wait_ms=0)),
+                                tmp_path, containers=1)
+        with pytest.raises(Unavailable):
+            pool.enqueue("embed", ["a"], timeout_s=1)
+        await pool.start()
+        (c,) = pool.containers["embed"]
+        c.become_ready()
+        seen: list[tuple[str, int, float]] = []
+        pool.add_batch_listener(lambda *a: seen.append(a))
+        work = asyncio.ensure_future(pool.run("embed", ["a", "b"], timeout_s=5))
+        await settle()
+        (batch_id,) = c.inflight
+        c.answer(batch_id, {i: v.upper() for i, v in c.items})
+        out = await work
+        fit = pool.endpoints["embed"].service.samples
+        await pool.stop()
+        return out, seen, list(fit)
+
+    out, seen, fit = run(go())
+    assert out == ["A", "B"] and seen == [("embed", 2, 0.01)]
+    assert fit == [(2, 0.02)]                    # the router-side service time is fitted
+
+
+def test_pending_tells_when_its_inputs_left_the_queue(tmp_path):
+    async def go():
+        pool, clock = make_pool(app_with(batching=fw.Batching(max_batch_rows=4, wait_ms=0)),
+                                tmp_path, containers=1)
+        await pool.start()
+        pending = pool.enqueue("embed", ["a"], timeout_s=5, tenant="t1")
+        queued = pool.snapshot("embed")
+        before = pending.dispatched()
+        (c,) = pool.containers["embed"]
+        c.become_ready()
+        await settle()
+        after = pending.dispatched()
+        adopted = pending.adopt()
+        (batch_id,) = c.inflight
+        c.answer(batch_id, {i: v.upper() for i, v in c.items})
+        out = await adopted
+        await pool.stop()
+        return queued, before, after, out
+
+    queued, before, after, out = run(go())
+    assert queued.queued == 1 and queued.tenant_queued == {"t1": 1}
+    assert (before, after, out) == (False, True, ["A"])
 
 
 def test_a_start_within_the_measured_cold_start_has_the_rest_to_go():

@@ -29,7 +29,7 @@ from floodway.warmers.predictive import (
 from floodway.warmers.target import History, Measured
 
 M = 60.0
-TRACE = Path(__file__).parents[2].parent / "shared" / "traces" / "azure_functions_2019_200_inv.csv"
+TRACE = Path(__file__).parents[3].parent / "shared" / "traces" / "azure_functions_2019_200_inv.csv"
 
 
 def periodic(period_min: int, length_min: int) -> History:

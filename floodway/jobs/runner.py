@@ -19,12 +19,16 @@ milliseconds at most, an fsync for writes) and the loop thread already does the 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from floodway.errors import EndpointError, RequestError, Unavailable
-from floodway.routers.jobs import Job, JobStore
+from floodway.http.clock import within
+from floodway.http.protocols import SYSTEM_CLOCK, Clock
+from floodway.jobs.job import Job
+from floodway.jobs.store import JobStore
 
 log = logging.getLogger("floodway.jobs")
 
@@ -34,21 +38,23 @@ MAX_BACKOFF_S = 30.0
 class JobRunner:
     """Claims up to `concurrency` jobs at a time as `owner` (unique per runner: a router
     instance) with leases of `lease_s` seconds; polls every `poll_s` seconds when idle, or
-    sooner after `wake()`. `endpoints`: only these (None: all)."""
+    sooner after `wake()`. `endpoints`: only these (None: all). `clock`: what its polls,
+    lease renewals, back-offs and grace period wait on (the store keeps its own clock for
+    the times it records)."""
 
     def __init__(self, store: JobStore, run: Callable[[Job], Awaitable[list[Any]]], *,
                  owner: str, lease_s: float = 30.0, concurrency: int = 4, poll_s: float = 0.2,
-                 endpoints: Iterable[str] | None = None):
+                 endpoints: Iterable[str] | None = None, clock: Clock = SYSTEM_CLOCK):
         if lease_s <= 0 or concurrency < 1 or poll_s <= 0:
             raise ValueError("lease_s and poll_s must be > 0, concurrency >= 1")
-        self.store, self.run, self.owner = store, run, owner
+        self.store, self.run, self.owner, self.clock = store, run, owner, clock
         self.lease_s, self.concurrency, self.poll_s = lease_s, concurrency, poll_s
         self.endpoints = None if endpoints is None else list(endpoints)
         self._inflight: dict[asyncio.Task, str] = {}   # task -> job id
         self._wake = asyncio.Event()
         self._loop_task: asyncio.Task | None = None
         self._stopping = False
-        self._paused_until = 0.0   # loop time; set by an Unavailable
+        self._paused_until = float("-inf")   # clock.monotonic(); set by an Unavailable
 
     @property
     def inflight(self) -> int:
@@ -75,7 +81,8 @@ class JobRunner:
             await self._loop_task
             self._loop_task = None
         if self._inflight:
-            await asyncio.wait(list(self._inflight), timeout=grace_s)
+            with contextlib.suppress(TimeoutError):
+                await within(self.clock, asyncio.wait(list(self._inflight)), grace_s)
         left = dict(self._inflight)
         for task in left:
             task.cancel()
@@ -91,7 +98,7 @@ class JobRunner:
             # Cleared before claiming: a wake() during the claim is not lost.
             self._wake.clear()
             free = self.concurrency - len(self._inflight)
-            if free > 0 and loop.time() >= self._paused_until:
+            if free > 0 and self.clock.monotonic() >= self._paused_until:
                 try:
                     jobs = self.store.claim(self.owner, lease_s=self.lease_s,
                                             endpoints=self.endpoints, limit=free)
@@ -103,14 +110,12 @@ class JobRunner:
                     self._inflight[task] = job.id
                 if jobs and len(jobs) == free:
                     continue
-            try:
-                await asyncio.wait_for(self._wake.wait(), self.poll_s)
-            except TimeoutError:
-                pass
+            with contextlib.suppress(TimeoutError):
+                await within(self.clock, self._wake.wait(), self.poll_s)
 
     async def _renew(self, job_id: str) -> None:
         while True:
-            await asyncio.sleep(self.lease_s / 3)
+            await self.clock.sleep(self.lease_s / 3)
             try:
                 if not self.store.renew(job_id, self.owner, self.lease_s):
                     # Taken over or finished elsewhere; our result may still win (first
@@ -139,7 +144,7 @@ class JobRunner:
             raise   # abandoned: the lease expires, or stop() releases it
         except Unavailable as e:
             delay_s = min(max(e.retry_after_s, 0.0), MAX_BACKOFF_S)
-            self._paused_until = asyncio.get_running_loop().time() + delay_s
+            self._paused_until = self.clock.monotonic() + delay_s
             # No capacity is not a failed attempt: back to the queue, attempts unchanged.
             if not self.store.release(job.id, self.owner, delay_s=delay_s):
                 log.info("job %s: no longer ours; not released: %s", job.id, e)

@@ -1,8 +1,5 @@
-"""The durable async job queue: one SQLite file, one explicit state machine per job.
-
-    queued -> running -> succeeded -> expired
-       ^       |    \\-> failed -------^
-       '-------'   fail(retry=True) or release; an expired lease: running -> running
+"""The durable async job queue: one SQLite file, one explicit state machine per job
+(`floodway.jobs.job`: every write is checked against its transition table).
 
 A job is committed (WAL) before `submit` returns, so a `202` means the job survives a kill -9
 of the router right after it. `sync="NORMAL"` (the default) is enough for that: a committed
@@ -37,111 +34,31 @@ transaction on one connection guarded by a lock; several processes may share the
 
 from __future__ import annotations
 
-import enum
-import hashlib
 import json
 import os
-import re
 import sqlite3
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from dataclasses import replace
 from typing import Any
 
 from floodway.codec import dumps, loads
 from floodway.errors import FloodwayError, RequestError
+from floodway.jobs.job import (
+    ID_RE,
+    PRIORITIES,
+    Job,
+    JobState,
+    body_sha256,
+    check_key,
+    check_transition,
+)
 
 SCHEMA_VERSION = 1
 BUSY_TIMEOUT_MS = 5000
-# Lower rank is claimed first; anything else is refused at submit.
-PRIORITIES: dict[str, int] = {"high": 0, "normal": 1, "low": 2}
-MAX_KEY_LEN = 255   # as Stripe's API
-_ID_RE = re.compile(r"[0-9a-f]{32}")
-_KEY_RE = re.compile(rf"[\x21-\x7e]{{1,{MAX_KEY_LEN}}}")   # visible ASCII: a header value
-
-
-class JobState(enum.StrEnum):
-    QUEUED = "queued"
-    RUNNING = "running"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    EXPIRED = "expired"
-
-
-TRANSITIONS: dict[JobState, frozenset[JobState]] = {
-    # queued -> failed: claimed with its attempts already used up (max_attempts lowered).
-    # queued -> succeeded: a stale owner delivers after its job was re-queued (first wins).
-    JobState.QUEUED: frozenset({JobState.RUNNING, JobState.FAILED, JobState.SUCCEEDED}),
-    # running -> running: re-claimed by another owner after its lease expired.
-    JobState.RUNNING: frozenset({JobState.RUNNING, JobState.QUEUED, JobState.SUCCEEDED,
-                                 JobState.FAILED}),
-    JobState.SUCCEEDED: frozenset({JobState.EXPIRED}),
-    JobState.FAILED: frozenset({JobState.EXPIRED}),
-    JobState.EXPIRED: frozenset(),
-}
-
-
-class IllegalTransition(RuntimeError):
-    pass
-
-
-def check_transition(old: JobState, new: JobState) -> None:
-    """Raise IllegalTransition unless TRANSITIONS allows `old` -> `new`."""
-    if new not in TRANSITIONS[old]:
-        raise IllegalTransition(f"job: {old} -> {new}")
-
-
-def _iso(t: float | None) -> str | None:
-    if t is None:
-        return None
-    return datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-@dataclass(frozen=True)
-class Job:
-    """One job as stored. Times are epoch seconds; `finished_s`/`expires_s` are None until
-    the job succeeded or failed. `error` holds the last error while a job is retried.
-    `outputs`: the outputs once succeeded; for a job failed on some items only, its partial
-    result ``{"outputs", "item_errors"}``."""
-
-    id: str
-    endpoint: str
-    tenant: str | None
-    priority: str
-    state: JobState
-    inputs: list[Any]
-    outputs: list[Any] | dict[str, Any] | None
-    error: str | None
-    attempts: int
-    created_s: float
-    updated_s: float
-    finished_s: float | None
-    expires_s: float | None
-
-    @property
-    def done(self) -> bool:
-        return self.state in (JobState.SUCCEEDED, JobState.FAILED, JobState.EXPIRED)
-
-    def to_wire(self) -> dict[str, Any]:
-        """The ``GET /v1/jobs/<id>`` answer. Inputs are never echoed; times are RFC 3339 UTC
-        strings (``finished_at`` null until done); ``outputs`` when succeeded, ``error``
-        when failed (with ``outputs``, null per failed item, and ``item_errors`` when only
-        some items failed, as a sync 500)."""
-        out: dict[str, Any] = {"id": self.id, "endpoint": self.endpoint,
-                               "status": str(self.state), "attempts": self.attempts,
-                               "created_at": _iso(self.created_s),
-                               "finished_at": _iso(self.finished_s)}
-        if self.state == JobState.SUCCEEDED:
-            out["outputs"] = self.outputs
-        elif self.state == JobState.FAILED:
-            out["error"] = self.error
-            if isinstance(self.outputs, dict):   # only some items failed (see `fail`)
-                out.update(self.outputs)
-        return out
 
 
 _SCHEMA = """
@@ -170,11 +87,6 @@ CREATE INDEX IF NOT EXISTS jobs_claim ON jobs (state, rank, created_s);
 CREATE INDEX IF NOT EXISTS jobs_lease ON jobs (state, lease_until_s);
 CREATE INDEX IF NOT EXISTS jobs_expiry ON jobs (expires_s) WHERE expires_s IS NOT NULL;
 """
-
-
-def _body_sha256(endpoint: str, inputs: list[Any]) -> str:
-    blob = json.dumps([endpoint, inputs], sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(blob.encode()).hexdigest()
 
 
 def _scope(tenant: str | None, endpoint: str, key: str | None) -> str | None:
@@ -266,8 +178,8 @@ class JobStore:
             raise RequestError(f"priority must be one of {sorted(PRIORITIES)}, got {priority!r}",
                                status=422, field="priority")
         if idempotency_key is not None:
-            self._check_key(idempotency_key)
-        body_sha = _body_sha256(endpoint, inputs)
+            check_key(idempotency_key)
+        body_sha = body_sha256(endpoint, inputs)
         scope = _scope(tenant, endpoint, idempotency_key)
         inputs_json = dumps(inputs).decode()
         with self._write() as db:
@@ -296,10 +208,10 @@ class JobStore:
         """The live job this tenant stored under `idempotency_key` on `endpoint`, or None.
         Raises RequestError 409 when the key names a job of other inputs, 400 for a
         malformed key (as `submit`)."""
-        self._check_key(idempotency_key)
+        check_key(idempotency_key)
         scope = _scope(tenant, endpoint, idempotency_key)
         with self._write() as db:
-            row = self._keyed(db, scope, _body_sha256(endpoint, inputs), idempotency_key,
+            row = self._keyed(db, scope, body_sha256(endpoint, inputs), idempotency_key,
                               self.clock())
             return None if row is None else self._job(row)
 
@@ -316,12 +228,6 @@ class JobStore:
                                "request (other inputs); use a new key for a new request",
                                status=409, field="Idempotency-Key")
         return row
-
-    @staticmethod
-    def _check_key(key: str) -> None:
-        if not _KEY_RE.fullmatch(key):
-            raise RequestError(f"an idempotency key is 1 to {MAX_KEY_LEN} visible ASCII "
-                               "characters", status=400, field="Idempotency-Key")
 
     def claim(self, owner: str, *, lease_s: float, endpoints: Iterable[str] | None = None,
               limit: int = 1) -> list[Job]:
@@ -434,7 +340,7 @@ class JobStore:
     def get(self, job_id: str) -> Job | None:
         """The job, or None for an unknown, malformed or purged id. An expired job not yet
         purged comes back as a tombstone: state expired, no inputs, outputs or error."""
-        if not isinstance(job_id, str) or not _ID_RE.fullmatch(job_id):
+        if not isinstance(job_id, str) or not ID_RE.fullmatch(job_id):
             return None
         with self._lock:
             row = self._db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()

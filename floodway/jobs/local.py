@@ -23,10 +23,12 @@ from typing import Any
 
 from floodway.errors import EndpointError, Unavailable
 from floodway.functions.app import App
+from floodway.http.protocols import SYSTEM_CLOCK, Backend, Clock
+from floodway.jobs.job import Job, JobState
+from floodway.jobs.runner import JobRunner
+from floodway.jobs.store import JobStore
 from floodway.routers.admission import Priority
 from floodway.routers.decide import Action, Request, decide
-from floodway.routers.job_runner import JobRunner
-from floodway.routers.jobs import Job, JobState, JobStore
 
 JOBS_DB_ENV = "FLOODWAY_JOBS_DB"
 # A job has no client waiting: it may wait long for capacity, but not forever per attempt.
@@ -44,16 +46,18 @@ def default_jobs_path(store_root: str | Path, app_name: str) -> Path:
 
 
 class LocalJobs:
-    """The `Jobs` of `floodway.runtime.http` for the local runtime."""
+    """The `floodway.http.protocols.Jobs` of the local runtime: jobs in the SQLite file at
+    `path`, run on `backend`. `clock`: the store's times (`wall`) and the runner's waits."""
 
-    def __init__(self, app: App, backend: Any, path: str | Path, *, ttl_s: float = 86400.0,
-                 concurrency: int = 32, lease_s: float = 10.0):
+    def __init__(self, app: App, backend: Backend, path: str | Path, *,
+                 ttl_s: float = 86400.0, concurrency: int = 32, lease_s: float = 10.0,
+                 clock: Clock = SYSTEM_CLOCK):
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         self.app, self.backend = app, backend
-        self.store = JobStore(path, ttl_s=ttl_s)
+        self.store = JobStore(path, ttl_s=ttl_s, clock=clock.wall)
         self.runner = JobRunner(self.store, self._run, owner=f"router-{os.getpid()}-"
                                 f"{uuid.uuid4().hex[:8]}", lease_s=lease_s,
-                                concurrency=concurrency)
+                                concurrency=concurrency, clock=clock)
 
     async def submit(self, endpoint: str, inputs: list[Any], *, tenant: str,
                      priority: Priority, idempotency_key: str | None
@@ -78,8 +82,9 @@ class LocalJobs:
                                       idempotency_key=idempotency_key)
         return None if job is None else job.to_wire()
 
-    def get(self, job_id: str, tenant: str) -> dict[str, Any] | None:
-        """The job's wire form, or None when unknown or another tenant's."""
+    async def get(self, job_id: str, tenant: str) -> dict[str, Any] | None:
+        """The job's wire form, or None when unknown or another tenant's. One indexed
+        read: run inline, a thread hop would cost about as much."""
         job = self.store.get(job_id)
         if job is None or (job.state != JobState.EXPIRED and job.tenant != tenant):
             return None
@@ -105,7 +110,7 @@ class LocalJobs:
         if d.action not in (Action.DISPATCH, Action.QUEUE):
             raise Unavailable(f"waiting for idle capacity ({d.action}: {d.reason})",
                               retry_after_s=max(IDLE_RETRY_S, d.est_wait_s, d.retry_after_s))
-        return _outputs(await self.backend.run(
+        return _outputs(await self.backend.enqueue(
             job.endpoint, job.inputs, timeout_s=JOB_TIMEOUT_S, priority=int(Priority.LOW),
             tenant=job.tenant or "anonymous"))
 

@@ -1,9 +1,7 @@
-"""The durable job queue and its runner: real SQLite files, an injected clock, no sleeps for
-correctness."""
+"""The durable job store: real SQLite files and an injected clock."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import sqlite3
@@ -14,58 +12,29 @@ from pathlib import Path
 
 import pytest
 
-from floodway.errors import EndpointError, RequestError, Unavailable
-from floodway.routers.job_runner import JobRunner
-from floodway.routers.jobs import (
-    TRANSITIONS,
-    IllegalTransition,
-    Job,
-    JobState,
-    JobStore,
-    check_transition,
-)
+from floodway.errors import RequestError
+from floodway.http.clock import ManualClock
+from floodway.jobs.job import JobState
+from floodway.jobs.store import JobStore
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 T0 = 1_700_000_000.0
 
 
-class Clock:
-    def __init__(self, t: float = T0):
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
-
-    def advance(self, dt: float) -> None:
-        self.t += dt
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock(wall_s=T0)
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def store(tmp_path: Path, clock: Clock):
-    s = JobStore(tmp_path / "jobs.db", ttl_s=100.0, max_attempts=3, clock=clock)
+def store(tmp_path: Path, clock: ManualClock):
+    s = JobStore(tmp_path / "jobs.db", ttl_s=100.0, max_attempts=3, clock=clock.wall)
     yield s
     s.close()
 
 
-# ---------------------------------------------------------------------- state machine
-def test_transitions_table():
-    check_transition(JobState.QUEUED, JobState.RUNNING)
-    check_transition(JobState.RUNNING, JobState.RUNNING)    # lease taken over
-    check_transition(JobState.SUCCEEDED, JobState.EXPIRED)
-    for old, new in [(JobState.SUCCEEDED, JobState.RUNNING), (JobState.FAILED, JobState.QUEUED),
-                     (JobState.EXPIRED, JobState.QUEUED), (JobState.QUEUED, JobState.EXPIRED)]:
-        with pytest.raises(IllegalTransition):
-            check_transition(old, new)
-    assert TRANSITIONS[JobState.EXPIRED] == frozenset()
-
-
 # ---------------------------------------------------------------------- durability
-def test_submit_get_roundtrip_and_wire(store: JobStore, clock: Clock):
+def test_submit_get_roundtrip_and_wire(store: JobStore, clock: ManualClock):
     job, created = store.submit("embed", ["a", {"b": [1, 2.5]}], tenant="t1")
     assert created and len(job.id) == 32 and job.state == JobState.QUEUED
     got = store.get(job.id)
@@ -79,12 +48,12 @@ def test_submit_get_roundtrip_and_wire(store: JobStore, clock: Clock):
     assert store.get("../../etc") is None and store.get("0" * 32) is None
 
 
-def test_reopen_same_file_and_wal(tmp_path: Path, clock: Clock):
+def test_reopen_same_file_and_wal(tmp_path: Path, clock: ManualClock):
     path = tmp_path / "jobs.db"
-    s1 = JobStore(path, clock=clock)
+    s1 = JobStore(path, clock=clock.wall)
     job, _ = s1.submit("embed", [1, 2, 3], priority="high")
     s1.close()
-    s2 = JobStore(path, clock=clock)
+    s2 = JobStore(path, clock=clock.wall)
     assert s2.get(job.id) == job
     s2.close()
     with sqlite3.connect(path) as db:
@@ -95,12 +64,12 @@ def test_reopen_same_file_and_wal(tmp_path: Path, clock: Clock):
 def test_submitted_job_survives_kill_9(tmp_path: Path):
     path = tmp_path / "jobs.db"
     child = textwrap.dedent(f"""
-        import sys, time
-        from floodway.routers.jobs import JobStore
+        import signal
+        from floodway.jobs.store import JobStore
         store = JobStore({str(path)!r})
         job, _ = store.submit("embed", ["survive me"])
         print(job.id, flush=True)   # the moment a 202 would be sent
-        time.sleep(60)
+        signal.pause()   # until killed
     """)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen([sys.executable, "-c", child], stdout=subprocess.PIPE, env=env,
@@ -137,7 +106,7 @@ def test_idempotency_key(store: JobStore):
 
 
 def test_idempotency_returns_job_in_any_state_then_expires_with_it(store: JobStore,
-                                                                   clock: Clock):
+                                                                   clock: ManualClock):
     a, _ = store.submit("embed", ["x"], idempotency_key="k")
     [claimed] = store.claim("w1", lease_s=10)
     assert store.complete(claimed.id, "w1", [[0.1]])
@@ -159,7 +128,7 @@ def test_bad_priority_and_key(store: JobStore):
 
 
 # ---------------------------------------------------------------------- claims and leases
-def test_claim_order_priority_then_age(store: JobStore, clock: Clock):
+def test_claim_order_priority_then_age(store: JobStore, clock: ManualClock):
     ids = {}
     for name, prio in [("n1", "normal"), ("l1", "low"), ("h1", "high"), ("n2", "normal"),
                        ("h2", "high")]:
@@ -179,7 +148,7 @@ def test_claim_filters_endpoints(store: JobStore):
     assert store.claim("w", lease_s=5, endpoints=[]) == []
 
 
-def test_lease_expiry_reclaim_and_complete_once(store: JobStore, clock: Clock):
+def test_lease_expiry_reclaim_and_complete_once(store: JobStore, clock: ManualClock):
     job, _ = store.submit("embed", ["x"])
     [a] = store.claim("w1", lease_s=10)
     assert store.claim("w2", lease_s=10) == []          # leased
@@ -196,11 +165,12 @@ def test_lease_expiry_reclaim_and_complete_once(store: JobStore, clock: Clock):
     assert not store.complete(job.id, "w1", ["stale"])  # late result changes nothing
     done = store.get(job.id)
     assert done.state == JobState.SUCCEEDED and done.outputs == ["second"]
-    assert done.error is None and done.finished_s == clock.t and done.expires_s == clock.t + 100
+    assert done.error is None and done.finished_s == clock.wall()
+    assert done.expires_s == clock.wall() + 100
     assert done.to_wire()["outputs"] == ["second"] and "error" not in done.to_wire()
 
 
-def test_stale_owner_completing_first_wins(store: JobStore, clock: Clock):
+def test_stale_owner_completing_first_wins(store: JobStore, clock: ManualClock):
     job, _ = store.submit("embed", ["x"])
     store.claim("w1", lease_s=10)
     clock.advance(11)
@@ -217,7 +187,7 @@ def test_complete_needs_a_claim(store: JobStore):
     assert store.get(job.id).state == JobState.QUEUED
 
 
-def test_max_attempts_gives_up(store: JobStore, clock: Clock):
+def test_max_attempts_gives_up(store: JobStore, clock: ManualClock):
     job, _ = store.submit("embed", ["x"])
     for _ in range(3):
         [j] = store.claim("w", lease_s=10)
@@ -229,7 +199,7 @@ def test_max_attempts_gives_up(store: JobStore, clock: Clock):
     assert failed.to_wire()["error"] == failed.error and "outputs" not in failed.to_wire()
 
 
-def test_fail_retry_and_fail_for_good(store: JobStore, clock: Clock):
+def test_fail_retry_and_fail_for_good(store: JobStore, clock: ManualClock):
     job, _ = store.submit("embed", ["x"])
     store.claim("w", lease_s=10)
     assert store.fail(job.id, "w", "no capacity", retry=True, delay_s=5)
@@ -259,7 +229,7 @@ def test_release_does_not_count_an_attempt(store: JobStore):
 
 
 # ---------------------------------------------------------------------- expiry
-def test_ttl_expiry_and_purge(store: JobStore, clock: Clock):
+def test_ttl_expiry_and_purge(store: JobStore, clock: ManualClock):
     done, _ = store.submit("embed", ["done"])
     store.claim("w", lease_s=1000)
     store.complete(done.id, "w", ["out"])
@@ -280,7 +250,7 @@ def test_ttl_expiry_and_purge(store: JobStore, clock: Clock):
     assert store.purge() == 0 and store.get(queued.id).state == JobState.QUEUED
 
 
-def test_lazy_purge_on_submit(store: JobStore, clock: Clock):
+def test_lazy_purge_on_submit(store: JobStore, clock: ManualClock):
     job, _ = store.submit("embed", ["x"])
     store.claim("w", lease_s=10)
     store.complete(job.id, "w", [1])
@@ -302,133 +272,12 @@ def test_counts(store: JobStore):
                               "expired": 0}
 
 
-# ---------------------------------------------------------------------- runner
-def _until(cond, timeout_s: float = 5.0):
-    async def wait() -> None:
-        async with asyncio.timeout(timeout_s):
-            while not cond():
-                await asyncio.sleep(0.005)
-    return wait()
-
-
-def test_runner_completes_jobs(store: JobStore):
-    seen: list[str] = []
-
-    async def run(job: Job) -> list:
-        seen.append(job.id)
-        await asyncio.sleep(0)
-        return [x * 2 for x in job.inputs]
-
-    async def go() -> None:
-        runner = JobRunner(store, run, owner="r1", concurrency=2, poll_s=10)
-        runner.start()
-        ids = [store.submit("embed", [i, i + 1])[0].id for i in range(5)]
-        runner.wake()   # no waiting for the (long) poll
-        await _until(lambda: store.counts()["succeeded"] == 5)
-        await runner.stop()
-        assert sorted(seen) == sorted(ids)
-        assert [store.get(i).outputs for i in ids] == [[2 * i, 2 * i + 2] for i in range(5)]
-
-    asyncio.run(go())
-
-
-def test_runner_retries_unavailable_and_fails_endpoint_errors(store: JobStore):
-    calls: dict[str, int] = {}
-
-    async def run(job: Job) -> list:
-        calls[job.inputs[0]] = calls.get(job.inputs[0], 0) + 1
-        if job.inputs[0] == "busy" and calls["busy"] == 1:
-            raise Unavailable("no container free", retry_after_s=0.0)
-        if job.inputs[0] == "broken":
-            raise EndpointError("endpoint 'embed' raised ValueError: bad shape")
-        if job.inputs[0] == "flaky" and calls["flaky"] == 1:
-            raise ConnectionError("reset")
-        if job.inputs[0] == "not-a-list":
-            return "oops"   # type: ignore[return-value]
-        return ["ok"]
-
-    async def go() -> None:
-        runner = JobRunner(store, run, owner="r1", poll_s=0.01)
-        busy, _ = store.submit("embed", ["busy"])
-        broken, _ = store.submit("embed", ["broken"])
-        flaky, _ = store.submit("embed", ["flaky"])
-        bad, _ = store.submit("embed", ["not-a-list"])
-        runner.start()
-        await _until(lambda: store.counts()["succeeded"] + store.counts()["failed"] == 4)
-        await runner.stop()
-        b = store.get(busy.id)
-        # No capacity is not a failed attempt: run twice, one attempt counted.
-        assert b.state == JobState.SUCCEEDED and b.attempts == 1 and calls["busy"] == 2
-        f = store.get(flaky.id)
-        assert f.state == JobState.SUCCEEDED and f.attempts == 2
-        e = store.get(broken.id)
-        assert e.state == JobState.FAILED and e.attempts == 1 and calls["broken"] == 1
-        assert e.error == "endpoint 'embed' raised ValueError: bad shape"
-        assert "expected a list" in store.get(bad.id).error
-
-    asyncio.run(go())
-
-
-def test_runner_dying_mid_job_lease_expires_second_runner_completes(store: JobStore,
-                                                                    clock: Clock):
-    async def go() -> None:
-        running = asyncio.Event()
-
-        async def hang(job: Job) -> list:
-            running.set()
-            await asyncio.Event().wait()   # never finishes
-            return []
-
-        async def ok(job: Job) -> list:
-            return ["done by r2"]
-
-        job, _ = store.submit("embed", ["x"])
-        r1 = JobRunner(store, hang, owner="r1", lease_s=30, poll_s=0.01)
-        r1.start()
-        await asyncio.wait_for(running.wait(), 5)
-        await r1.stop(grace_s=0, release=False)   # dies: nothing reported to the store
-        assert store.get(job.id).state == JobState.RUNNING
-        r2 = JobRunner(store, ok, owner="r2", lease_s=30, poll_s=0.01)
-        r2.start()
-        await asyncio.sleep(0.05)
-        assert store.get(job.id).state == JobState.RUNNING   # r1's lease still holds
-        clock.advance(31)
-        r2.wake()
-        await _until(lambda: store.get(job.id).state == JobState.SUCCEEDED)
-        await r2.stop()
-        done = store.get(job.id)
-        assert done.outputs == ["done by r2"] and done.attempts == 2
-
-    asyncio.run(go())
-
-
-def test_runner_stop_releases_in_flight_jobs(store: JobStore):
-    async def go() -> None:
-        gate = asyncio.Event()
-
-        async def hang(job: Job) -> list:
-            gate.set()
-            await asyncio.Event().wait()
-            return []
-
-        job, _ = store.submit("embed", ["x"])
-        runner = JobRunner(store, hang, owner="r1", poll_s=0.01)
-        runner.start()
-        await asyncio.wait_for(gate.wait(), 5)
-        await runner.stop(grace_s=0)
-        assert runner.inflight == 0
-        back = store.get(job.id)
-        assert back.state == JobState.QUEUED and back.attempts == 0
-
-    asyncio.run(go())
-
-
 def test_a_job_submitted_with_an_owner_starts_running_under_its_lease(store: JobStore,
-                                                                       clock: Clock):
+                                                                       clock: ManualClock):
     job, created = store.submit("embed", ["x"], tenant="t", owner="router-a", lease_s=10)
     assert created and job.state == JobState.RUNNING and job.attempts == 1
     assert store.claim("router-b", lease_s=10) == []        # leased: nobody else takes it
-    clock.t += 11                                            # the owner died: lease expired
+    clock.advance(11)                                            # the owner died: lease expired
     (again,) = store.claim("router-b", lease_s=10)
     assert again.id == job.id and again.attempts == 2
     assert store.complete(job.id, "router-a", ["late but first"])   # first result wins

@@ -1,0 +1,117 @@
+"""Admission over HTTP: what a request must pass before any work, in order.
+
+    unknown endpoint                      404 not_found
+    Authorization (bearer API key)        401 unauthorized          (`tenant_of`)
+    X-Priority, X-Deadline-Ms             400 invalid_request       (`parse_priority`, ...)
+    the tenant's token bucket             429 rate_limited + Retry-After (`TenantLimiter`)
+    the body: size, arrival, payload      413 too_large, 408 request_timeout, 400/422
+
+The body is read last, and never buffered beyond the route's limit: a refused request costs
+no upload. Every refusal is raised (`floodway.http.errors` answers it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.requests import Request
+
+from floodway.errors import RequestError
+from floodway.functions.app import App
+from floodway.functions.endpoint import Endpoint
+from floodway.http.clock import within
+from floodway.http.errors import Overloaded
+from floodway.http.metrics import Metrics
+from floodway.http.protocols import Clock
+from floodway.routers.admission import (
+    ApiKeys,
+    Priority,
+    TenantLimiter,
+    parse_deadline,
+    parse_priority,
+    tenant_of,
+)
+from floodway.routers.schema import parse_predict
+
+# A client that trickles its body must not hold a connection for ever.
+BODY_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """A request that passed admission: who sent it, how urgent, its deadline in seconds
+    from arrival, and its validated inputs."""
+
+    tenant: str
+    priority: Priority
+    budget_s: float
+    inputs: list[Any]
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request body, refused with 413 as soon as it is known to exceed `limit` bytes:
+    from Content-Length before reading anything, else while streaming (never buffered whole)."""
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise RequestError(f"request body is {int(declared)} bytes; the limit is {limit}",
+                           status=413)
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise RequestError(f"request body exceeds the limit of {limit} bytes", status=413)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+class Admission:
+    """Admission for every endpoint of `app`: `keys` (empty: no authentication), one
+    token-bucket limiter per route, `clock` for the buckets and the body's arrival.
+    `on_arrival(endpoint, unix_s)` is called once per admitted request (the warm policies'
+    traffic history); it runs on the event loop, so it must be cheap and not raise."""
+
+    def __init__(self, app: App, keys: ApiKeys, *, metrics: Metrics, clock: Clock,
+                 on_arrival: Callable[[str, float], None] | None = None):
+        self.app, self.keys, self.metrics, self.clock = app, keys, metrics, clock
+        self.on_arrival = on_arrival
+        self.limiters = {ep.name: TenantLimiter.for_route(ep.route) for ep in app}
+
+    def endpoint(self, name: str) -> Endpoint:
+        """The endpoint `name`; RequestError 404 naming the known ones otherwise."""
+        if name not in self.app.endpoints:
+            known = ", ".join(sorted(self.app.endpoints)) or "(none)"
+            raise RequestError(f"no endpoint {name!r}; endpoints: {known}", status=404)
+        return self.app.endpoints[name]
+
+    def tenant(self, request: Request) -> str:
+        """The request's tenant (`tenant_of`); raises Unauthorized (401)."""
+        return tenant_of(request.headers.get("authorization"), self.keys)
+
+    async def admit(self, request: Request, name: str) -> Admitted:
+        """Everything above, in order; raises the first refusal."""
+        ep = self.endpoint(name)
+        tenant = self.tenant(request)
+        priority = parse_priority(request.headers.get("x-priority"))
+        budget_s = parse_deadline(request.headers.get("x-deadline-ms"),
+                                  default_s=ep.route.timeout_s)
+        wait_s = self.limiters[name].check(tenant, self.clock.monotonic())
+        if wait_s > 0:
+            self.metrics.shed(name, 429)
+            raise Overloaded(f"tenant over its rate of {ep.route.tenant_rate_per_s:g} "
+                             f"requests/s for endpoint {name!r}", retry_after_s=wait_s,
+                             status=429, kind="rate_limited")
+        try:
+            body = await within(self.clock, read_body(request, ep.route.max_body_bytes),
+                                BODY_TIMEOUT_S)
+        except TimeoutError:
+            raise RequestError(f"the request body did not arrive within {BODY_TIMEOUT_S:g} s",
+                               status=408) from None
+        inputs = parse_predict(body, ep.input_type, max_inputs=ep.route.max_inputs)
+        if self.on_arrival is not None:
+            self.on_arrival(name, self.clock.wall())   # admitted user traffic only
+        return Admitted(tenant, priority, budget_s, inputs)
+
+
+__all__ = ["BODY_TIMEOUT_S", "Admission", "Admitted", "read_body"]

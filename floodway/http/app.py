@@ -1,0 +1,73 @@
+"""The router's ASGI app (Starlette), shared by the local runtime and the Modal router.
+
+    POST /v1/<endpoint>       {"inputs": [...]} -> 200 {"outputs": [...]}, one per input;
+                              `Prefer: respond-async` -> 202 + Location, as /jobs below
+    POST /v1/<endpoint>/jobs  -> 202 {"id", "status", ...} + Location: /v1/jobs/<id>
+                              (200 with the same job for a repeated Idempotency-Key)
+    GET  /v1/jobs/<id>        -> status and, once done, outputs or error; 404 / 410 expired
+    GET  /healthz         200 while the process is up
+    GET  /readyz          200 once a container of every endpoint is warm, else 503; with detail
+    GET  /metrics         Prometheus metrics (`floodway.http.metrics`)
+
+The pieces: `admit` (auth, headers, tenant rate, body), `handlers` (one method per route),
+`handoff` (a sync request near its deadline becomes a job), `errors` (exception -> error
+answer), `middleware` (metrics and Server-Timing per API route), `responses`. Where the
+work runs is a `Backend`, the job queue a `Jobs` (`floodway.http.protocols`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.routing import Route
+
+from floodway.functions.app import App
+from floodway.http.admit import Admission
+from floodway.http.errors import EXCEPTION_HANDLERS
+from floodway.http.handlers import Handlers
+from floodway.http.handoff import DeadlineHandoff
+from floodway.http.metrics import Metrics
+from floodway.http.middleware import Observe
+from floodway.http.protocols import SYSTEM_CLOCK, Backend, Clock, Jobs
+from floodway.routers.admission import ApiKeys
+
+
+def make_asgi_app(app: App, backend: Backend, *, lifespan: Any = None,
+                  api_keys: ApiKeys | None = None, jobs: Jobs | None = None,
+                  on_arrival: Callable[[str, float], None] | None = None,
+                  clock: Clock = SYSTEM_CLOCK) -> Starlette:
+    """The router ASGI app for every endpoint of `app`, running work on `backend`.
+
+    `lifespan` (a Starlette lifespan context) starts and stops the backend with the server.
+    `api_keys` (empty: no authentication) are required as bearer tokens; `jobs` (None: no
+    async jobs, and "async" spills are not offered) backs the job routes. `on_arrival(endpoint,
+    unix_s)` is called once per user request (``POST /v1/<endpoint>`` and its ``/jobs``) that
+    passed admission, before the decision: the warm policies' traffic history. Probes and
+    other routes never call it. It runs on the event loop, so it must be cheap and not raise.
+    `clock`: token buckets, arrivals, the hand-off and body timeouts, Server-Timing.
+    The keys are kept as ``state.api_keys``.
+    """
+    keys = api_keys or ApiKeys()
+    metrics = Metrics(backend.readiness, jobs.counts if jobs is not None else None)
+    backend.add_batch_listener(metrics.batch)
+    admission = Admission(app, keys, metrics=metrics, clock=clock, on_arrival=on_arrival)
+    h = Handlers(app, backend, jobs, admission=admission, metrics=metrics,
+                 handoff=DeadlineHandoff(clock))
+    observed = [Middleware(Observe, metrics=metrics, endpoints=frozenset(app.endpoints),
+                           clock=clock)]
+    asgi = Starlette(exception_handlers=EXCEPTION_HANDLERS, lifespan=lifespan, routes=[
+        Route("/v1/jobs/{job_id}", h.get_job, methods=["GET"], middleware=observed),
+        Route("/v1/{endpoint}/jobs", h.create_job, methods=["POST"], middleware=observed),
+        Route("/v1/{endpoint}", h.predict, methods=["POST"], middleware=observed),
+        Route("/healthz", h.healthz, methods=["GET"]),
+        Route("/readyz", h.readyz, methods=["GET"]),
+        Route("/metrics", h.metrics_page, methods=["GET"]),
+    ])
+    asgi.state.api_keys = keys
+    return asgi
+
+
+__all__ = ["make_asgi_app"]

@@ -1,0 +1,63 @@
+"""The router's successful answers, and the per-input results they are made of.
+
+    outputs(endpoint, inputs, results) -> list      raises EndpointError / Unavailable
+    job_answer(request, wire, created)  -> 202 (new job) or 200 (existing) + Location
+    prefers(request)                    -> the request's `Prefer` tokens (RFC 7240)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse as StarletteJSONResponse
+
+from floodway.codec import dumps
+from floodway.errors import EndpointError, Unavailable
+
+
+class JSONResponse(StarletteJSONResponse):
+    """Rendered with `floodway.codec.dumps` (orjson): outputs are long lists of floats."""
+
+    def render(self, content: Any) -> bytes:
+        return dumps(content)
+
+
+def prefers(request: Request) -> set[str]:
+    """The request's `Prefer` tokens (RFC 7240), lower-case."""
+    return {t.strip().lower() for t in request.headers.get("prefer", "").split(",")}
+
+
+def outputs(endpoint: str, inputs: list[Any], results: list[Any]) -> list[Any]:
+    """`results` (one per input: its output or the exception that failed it alone) as the
+    outputs of a 200. A bad item fails alone: raises EndpointError (500) naming the failed
+    items, with the other outputs (`outputs`, None per failed item; `item_errors`), or
+    Unavailable (503) when every failed item found no capacity. Raises EndpointError when
+    the count of results does not match the inputs."""
+    if len(results) != len(inputs):
+        raise EndpointError(f"endpoint {endpoint!r} returned {len(results)} outputs for "
+                            f"{len(inputs)} inputs")
+    failed = [(i, r) for i, r in enumerate(results) if isinstance(r, BaseException)]
+    if not failed:
+        return results
+    if all(isinstance(r, Unavailable) for _, r in failed):
+        raise failed[0][1]
+    first_i, first = failed[0]
+    raise EndpointError(
+        f"{len(failed)} of {len(inputs)} inputs failed; first: inputs[{first_i}]: {first}",
+        outputs=[None if isinstance(r, BaseException) else r for r in results],
+        item_errors=[{"index": i, "message": str(r)} for i, r in failed])
+
+
+def job_answer(request: Request, wire: dict[str, Any], created: bool) -> JSONResponse:
+    """202 + Location for a new job, 200 for one that already existed (Idempotency-Key);
+    ``Preference-Applied: respond-async`` only when the client asked for it (RFC 7240)."""
+    location = f"/v1/jobs/{wire['id']}"
+    headers = {"Location": location}
+    if "respond-async" in prefers(request):
+        headers["Preference-Applied"] = "respond-async"
+    return JSONResponse({**wire, "location": location}, status_code=202 if created else 200,
+                        headers=headers)
+
+
+__all__ = ["JSONResponse", "job_answer", "outputs", "prefers"]

@@ -1,0 +1,116 @@
+"""Container health: which containers are stuck or silent, and how a dead one is replaced.
+
+    check(container, now_s, stuck_after_s) -> Check(verdict, reason)
+    after_exit(started, failures, live, floor) -> Exit(failures, replace_in_s)
+
+Pure functions of a container's facts and a clock (seconds on the runtime's monotonic
+clock); the pool carries out what they say (ping, kill, replace).
+
+- stuck: work in flight and no completion for `Route.stuck_after_s` -> kill (its batches
+  fail over: the batcher retries each once elsewhere).
+- silent: an idle ready container is pinged every `PING_EVERY_S`; one that has not answered
+  within ``min(stuck_after_s, PING_TIMEOUT_S)`` (a hung or stopped process) -> kill, before a
+  request finds it. An idle worker's reply needs no model work, so that is long enough.
+- dead: a container whose process exited is replaced while the pool is under its floor,
+  after `BACKOFF_S` seconds that grow with the failed starts in a row, so that a broken
+  build cannot crash-loop the machine. Only a failed *start* counts: one that served and
+  then died (killed, crashed) says nothing about the next start.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+PING_EVERY_S = 2.0
+PING_TIMEOUT_S = 10.0
+# Seconds before replacing a container, by failed starts in a row (the last repeats).
+BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
+WARM = frozenset({"ready", "busy"})
+
+
+class Verdict(enum.StrEnum):
+    OK = "ok"
+    PING = "ping"      # send a liveness ping now
+    KILL = "kill"      # declare it broken: stop routing to it, kill the process
+
+
+@dataclass(frozen=True)
+class Liveness:
+    """What health needs of one container (times on the runtime's monotonic clock).
+
+    `inflight`: batches sent and not answered; `last_progress_s`: its last completion (or
+    when work was first sent to it idle); `ping_sent_s`: the outstanding ping (None: none);
+    `last_pong_s`: when the last ping was answered."""
+
+    id: str
+    state: str
+    inflight: int
+    last_progress_s: float
+    ping_sent_s: float | None
+    last_pong_s: float
+
+
+@dataclass(frozen=True)
+class Check:
+    container: str
+    verdict: Verdict
+    reason: str = ""
+
+
+def check(c: Liveness, now_s: float, stuck_after_s: float) -> Check:
+    """The verdict on one container at `now_s` (see the module docstring)."""
+    if c.inflight and c.state in WARM:
+        quiet_s = now_s - c.last_progress_s
+        if quiet_s > stuck_after_s:
+            return Check(c.id, Verdict.KILL,
+                         f"stuck: {c.inflight} batches in flight and no completion for "
+                         f"{quiet_s:.1f}s (stuck_after_s={stuck_after_s:g})")
+        return Check(c.id, Verdict.OK)
+    if c.inflight or c.state != "ready":
+        return Check(c.id, Verdict.OK)
+    if c.ping_sent_s is None:
+        due = now_s - c.last_pong_s >= PING_EVERY_S
+        return Check(c.id, Verdict.PING if due else Verdict.OK)
+    waited_s = now_s - c.ping_sent_s
+    if waited_s > min(stuck_after_s, PING_TIMEOUT_S):
+        return Check(c.id, Verdict.KILL, f"unresponsive: no answer to a liveness ping for "
+                                         f"{waited_s:.1f}s while idle")
+    return Check(c.id, Verdict.OK)
+
+
+def checks(containers: Iterable[Liveness], now_s: float, stuck_after_s: float
+           ) -> tuple[Check, ...]:
+    """The verdicts that ask for something (ping or kill), in the containers' order."""
+    found = (check(c, now_s, stuck_after_s) for c in containers)
+    return tuple(v for v in found if v.verdict != Verdict.OK)
+
+
+@dataclass(frozen=True)
+class Exit:
+    """After a container's process exited: failed starts in a row now, and seconds until a
+    replacement starts (None: not replaced, the pool is at or above its floor without it)."""
+
+    failures: int
+    replace_in_s: float | None
+
+
+def backoff_s(failed_starts: int) -> float:
+    """Seconds to wait before the next start after `failed_starts` failed starts in a row."""
+    return BACKOFF_S[min(max(0, failed_starts), len(BACKOFF_S) - 1)]
+
+
+def after_exit(started: bool, failures: int, live: int, floor: int) -> Exit:
+    """A container exited without being asked to: `started` tells whether it ever became
+    ready, `failures` the failed starts in a row before it, `live` the live containers left
+    and `floor` how many the warm target keeps. Re-check ``live < floor`` when the delay
+    has passed: the pool may have filled up meanwhile."""
+    failures_now = failures if started else failures + 1
+    if live >= floor:
+        return Exit(failures_now, None)
+    return Exit(failures_now, backoff_s(0 if started else failures))
+
+
+__all__ = ["BACKOFF_S", "PING_EVERY_S", "PING_TIMEOUT_S", "Check", "Exit", "Liveness",
+           "Verdict", "after_exit", "backoff_s", "check", "checks"]

@@ -1,0 +1,274 @@
+"""The messages between the router and a container's worker process.
+
+Newline-delimited JSON (`floodway.codec`): a line holds one message, an object tagged by
+``"type"``, or (`encode_all`) a JSON array of the messages known at the same moment. Each
+message is a frozen dataclass; `encode`/`encode_all` and `decode`/`decode_all` are the only
+way to or from bytes.
+
+    router -> worker
+      Batch       {"type": "batch", "id": 3, "items": [["r1:0", "text"], ...]}
+      Ping        {"type": "ping"}
+    worker -> router
+      Phase       {"type": "phase", "phase": "warming"}
+      Ready       {"type": "ready", "timings_s": {"imports": 0.4, ...},
+                   "backend": "onnxruntime-cpu", "torch": false, "pid": 4242}
+      Failed      {"type": "failed", "error": "ImportError: ..."}     (then the worker exits 1)
+      Pong        {"type": "pong"}
+      ItemResult  {"type": "item", "batch_id": 3, "item_id": "r1:0", "output": [0.1, ...]}
+      ItemError   {"type": "item_error", "batch_id": 3, "item_id": "r1:0", "message": "..."}
+      Chunk       {"type": "chunk", "batch_id": 3, "item_id": "r1:0", "seq": 0, "data": ...}
+      BatchDone   {"type": "done", "batch_id": 3, "compute_s": 0.012, "rows": 32}
+
+Order within a batch: every item gets exactly one ItemResult or ItemError (after its Chunks, if
+it streams; chunks of an item carry seq 0, 1, 2, ...), and the batch's BatchDone comes last.
+Results travel with their item ids, so the router maps them back by id, never by position.
+
+Cost: a batch that runs whole goes out as one line (its item events and BatchDone). For 32
+items of 384 floats that is 0.6% more bytes than one untyped result message per batch, and
+the router reads and decodes it in ~10% more time (~0.46 vs ~0.42 ms, the floats dominate;
+the rest is building and checking 33 messages); one line per item would cost ~20% more.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from floodway.codec import dumps, loads
+from floodway.errors import ProtocolError
+
+ItemId = str | int
+_NUMBER = (int, float)
+_OUTPUT = object   # any JSON value
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """Run `items` ((item_id, input) pairs) as one batch; `id` is unique per container."""
+
+    TYPE: ClassVar[str] = "batch"
+    id: int
+    items: tuple[tuple[ItemId, Any], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Ping:
+    """Answer Pong at once (between batches): a liveness check of an idle worker."""
+
+    TYPE: ClassVar[str] = "ping"
+
+
+@dataclass(frozen=True, slots=True)
+class Phase:
+    """The worker entered a cold-start phase (``"warming"``: artifacts loaded, warm-up runs)."""
+
+    TYPE: ClassVar[str] = "phase"
+    phase: str
+
+
+@dataclass(frozen=True, slots=True)
+class Ready:
+    """Warm-up done; `timings_s` maps each cold-start phase to its seconds."""
+
+    TYPE: ClassVar[str] = "ready"
+    timings_s: dict[str, float]
+    backend: str
+    torch: bool
+    pid: int
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    """The worker could not start (or read a malformed line); it exits with code 1."""
+
+    TYPE: ClassVar[str] = "failed"
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
+class Pong:
+    TYPE: ClassVar[str] = "pong"
+
+
+@dataclass(frozen=True, slots=True)
+class ItemResult:
+    """One item's output (any JSON value)."""
+
+    TYPE: ClassVar[str] = "item"
+    batch_id: int
+    item_id: ItemId
+    output: Any
+
+
+@dataclass(frozen=True, slots=True)
+class ItemError:
+    """One item failed alone; `message` is ``"ExceptionType: text"``."""
+
+    TYPE: ClassVar[str] = "item_error"
+    batch_id: int
+    item_id: ItemId
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """Part `seq` (0, 1, ...) of a streaming item's output; its ItemResult or ItemError
+    still ends the item."""
+
+    TYPE: ClassVar[str] = "chunk"
+    batch_id: int
+    item_id: ItemId
+    seq: int
+    data: Any
+
+
+@dataclass(frozen=True, slots=True)
+class BatchDone:
+    """The batch is answered: `rows` items, `compute_s` seconds inside the endpoint function."""
+
+    TYPE: ClassVar[str] = "done"
+    batch_id: int
+    compute_s: float
+    rows: int
+
+
+ToWorker = Batch | Ping
+FromWorker = Phase | Ready | Failed | Pong | ItemResult | ItemError | Chunk | BatchDone
+ItemEvent = ItemResult | ItemError | Chunk
+Message = ToWorker | FromWorker
+
+TO_WORKER: tuple[type, ...] = (Batch, Ping)
+FROM_WORKER: tuple[type, ...] = (Phase, Ready, Failed, Pong, ItemResult, ItemError, Chunk,
+                                 BatchDone)
+
+# Per message type: each field with the JSON types it may hold (bool is no int here).
+_SCHEMA: dict[type, tuple[tuple[str, type | tuple[type, ...]], ...]] = {
+    Batch: (("id", int), ("items", list)),
+    Ping: (),
+    Phase: (("phase", str),),
+    Ready: (("timings_s", dict), ("backend", str), ("torch", bool), ("pid", int)),
+    Failed: (("error", str),),
+    Pong: (),
+    ItemResult: (("batch_id", int), ("item_id", (str, int)), ("output", _OUTPUT)),
+    ItemError: (("batch_id", int), ("item_id", (str, int)), ("message", str)),
+    Chunk: (("batch_id", int), ("item_id", (str, int)), ("seq", int), ("data", _OUTPUT)),
+    BatchDone: (("batch_id", int), ("compute_s", _NUMBER), ("rows", int)),
+}
+_BY_TAG: dict[str, type] = {cls.TYPE: cls for cls in _SCHEMA}
+_NAMES: dict[type, tuple[str, ...]] = {cls: tuple(n for n, _ in f) for cls, f in _SCHEMA.items()}
+# What decode checks, per class: the exact key set (with "type") and the typed fields.
+_KEYS: dict[type, frozenset[str]] = {cls: frozenset(("type", *n)) for cls, n in _NAMES.items()}
+_TYPED: dict[type, tuple[tuple[str, type | tuple[type, ...]], ...]] = {
+    cls: tuple((n, k) for n, k in f if k is not _OUTPUT) for cls, f in _SCHEMA.items()}
+
+
+def _as_object(msg: Message) -> dict[str, Any]:
+    names = _NAMES.get(type(msg))
+    if names is None:
+        raise TypeError(f"not a protocol message: {type(msg).__name__}")
+    obj = {"type": msg.TYPE}
+    for name in names:
+        obj[name] = getattr(msg, name)
+    return obj
+
+
+def encode(msg: Message) -> bytes:
+    """One message as a JSON line (ending in a newline). Raises TypeError for an object that
+    is not a message, or a field that JSON cannot hold."""
+    return dumps(_as_object(msg)) + b"\n"
+
+
+def encode_all(msgs: Sequence[Message]) -> bytes:
+    """Messages known at the same moment as one line: the message itself when there is one,
+    else a JSON array of them, in order (one read and one parse on the other side). Raises
+    TypeError as `encode`, ValueError for no messages."""
+    if not msgs:
+        raise ValueError("no messages to encode")
+    if len(msgs) == 1:
+        return encode(msgs[0])
+    return dumps([_as_object(m) for m in msgs]) + b"\n"
+
+
+_ANY: tuple[type, ...] = (*TO_WORKER, *FROM_WORKER)
+
+
+def decode(line: bytes | str, expect: tuple[type, ...] = _ANY) -> Message:
+    """One JSON line holding one message -> the message, which must be one of `expect`
+    (TO_WORKER on the worker's side). Raises ProtocolError naming what is wrong."""
+    obj = _parse(line)
+    if not isinstance(obj, dict):
+        raise ProtocolError(f"not a JSON object: {_clip(line)}")
+    return _message(obj, expect, line)
+
+
+def decode_all(line: bytes | str, expect: tuple[type, ...] = _ANY) -> list[Message]:
+    """One JSON line from `encode` or `encode_all` -> its messages, in order, each one of
+    `expect` (FROM_WORKER on the router's side). Raises ProtocolError naming what is wrong."""
+    obj = _parse(line)
+    if isinstance(obj, dict):
+        return [_message(obj, expect, line)]
+    if not isinstance(obj, list) or not obj:
+        raise ProtocolError(f"not a JSON object or a non-empty array of them: {_clip(line)}")
+    for o in obj:
+        if not isinstance(o, dict):
+            raise ProtocolError(f"an array element is not a JSON object: {_clip(line)}")
+    return [_message(o, expect, line) for o in obj]
+
+
+def _parse(line: bytes | str) -> Any:
+    try:
+        return loads(line)
+    except ValueError as e:
+        raise ProtocolError(f"not a JSON line ({e}): {_clip(line)}") from None
+
+
+def _message(obj: dict[str, Any], expect: tuple[type, ...], line: bytes | str) -> Message:
+    """The message `obj` holds (consumed), checked against its schema."""
+    tag = obj.get("type")
+    cls = _BY_TAG.get(tag) if isinstance(tag, str) else None
+    if cls is None:
+        raise ProtocolError(f"unknown message type {tag!r} (known: {', '.join(_BY_TAG)}): "
+                            f"{_clip(line)}")
+    if cls not in expect:
+        raise ProtocolError(f"a {tag!r} message is not expected here")
+    if obj.keys() != _KEYS[cls]:
+        missing = sorted(_KEYS[cls] - obj.keys())
+        extra = sorted(obj.keys() - _KEYS[cls])
+        raise ProtocolError(f"{tag!r} message: missing fields {missing}, unexpected {extra}")
+    for name, kinds in _TYPED[cls]:
+        value = obj[name]
+        if not isinstance(value, kinds) or (value.__class__ is bool and kinds is not bool):
+            raise ProtocolError(f"{tag!r} message: field {name!r} = {_clip(repr(value))} is "
+                                f"not {_kind_names(kinds)}")
+    del obj["type"]
+    if cls is Batch:
+        obj["items"] = _items(obj["items"])
+    elif cls is BatchDone:
+        obj["compute_s"] = float(obj["compute_s"])
+    return cls(**obj)
+
+
+def _items(raw: list) -> tuple[tuple[ItemId, Any], ...]:
+    for pair in raw:
+        if not (isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], str | int)
+                and not isinstance(pair[0], bool)):
+            raise ProtocolError(f"'batch' message: an item is not an [item_id, input] pair: "
+                                f"{_clip(repr(pair))}")
+    return tuple((i, x) for i, x in raw)
+
+
+def _kind_names(kinds: type | tuple[type, ...]) -> str:
+    kinds = kinds if isinstance(kinds, tuple) else (kinds,)
+    return " or ".join(k.__name__ for k in kinds)
+
+
+def _clip(text: bytes | str, limit: int = 200) -> str:
+    text = text.decode(errors="replace") if isinstance(text, bytes) else text
+    text = text.rstrip("\n")
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+__all__ = ["FROM_WORKER", "TO_WORKER", "Batch", "BatchDone", "Chunk", "Failed", "FromWorker",
+           "ItemError", "ItemEvent", "ItemId", "ItemResult", "Message", "Phase", "Ping", "Pong",
+           "Ready", "ToWorker", "decode", "decode_all", "encode", "encode_all"]

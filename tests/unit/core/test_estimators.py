@@ -1,0 +1,82 @@
+"""The shared estimators: priors until measured, then the measurements."""
+
+from __future__ import annotations
+
+import pytest
+
+from floodway.core.estimators import (
+    RATE_WINDOW_S,
+    ArrivalRate,
+    ColdStartEstimator,
+    ServiceEstimator,
+    measured,
+    start_remaining_s,
+)
+from floodway.core.priors import COLD_START_PRIOR_S, SERVICE_PRIOR, SERVICE_PRIOR_S
+from floodway.routers.decide import ServiceTime
+from floodway.warmers.target import Measured
+
+
+def test_service_starts_from_the_prior_and_follows_measurements():
+    est = ServiceEstimator()
+    assert est.fit == SERVICE_PRIOR
+    for rows in (1, 8, 32):
+        est.record(rows, 0.01 + 0.002 * rows)
+    assert est.fit.per_row_s == pytest.approx(0.002)
+    assert est.fit.per_batch_s == pytest.approx(0.01)
+
+
+def test_service_keeps_only_the_latest_samples():
+    est = ServiceEstimator(samples=4)
+    est.extend([(1, 1.0)] * 4)
+    est.extend([(2, 0.02), (4, 0.04), (8, 0.08), (16, 0.16)])
+    assert est.fit.seconds(10) == pytest.approx(0.1)
+
+
+def test_cold_start_is_the_prior_until_measured_then_boot_plus_the_slowest():
+    est = ColdStartEstimator(boot_s=5.0)
+    assert est.estimate_s() == COLD_START_PRIOR_S
+    est.record(2.0)
+    est.record(3.5)
+    est.record(1.0)
+    assert est.estimate_s() == 8.5
+    est.replace([0.5])
+    assert est.estimate_s() == 5.5
+
+
+def test_cold_start_forgets_old_starts():
+    est = ColdStartEstimator(samples=2)
+    for s in (9.0, 1.0, 2.0):
+        est.record(s)
+    assert est.estimate_s() == 2.0
+
+
+def test_a_start_overrunning_the_estimate_is_not_about_to_finish():
+    assert start_remaining_s(2.0, 0.5) == 1.5
+    assert start_remaining_s(0.7, 1.0) == 1.0
+    assert start_remaining_s(0.7, 0.7) > 0
+    assert ColdStartEstimator(prior_s=2.0).remaining_s(0.5) == 1.5
+
+
+def test_arrival_rate_counts_rows_within_the_window():
+    rate = ArrivalRate()
+    assert rate.rate(0.0) == 0.0
+    rate.record(0.0, 10)
+    rate.record(1.0, 5)
+    assert rate.rate(1.0) == pytest.approx(15 / RATE_WINDOW_S)
+    # Exactly window_s old still counts; older does not.
+    assert rate.rate(RATE_WINDOW_S) == pytest.approx(15 / RATE_WINDOW_S)
+    assert rate.rate(RATE_WINDOW_S + 0.5) == pytest.approx(5 / RATE_WINDOW_S)
+    assert rate.rate(100.0) == 0.0
+
+
+def test_measured_reads_a_full_batch_at_its_concurrency():
+    svc = ServiceEstimator(prior=ServiceTime(0.01, 0.02))
+    m = measured(ColdStartEstimator(prior_s=3.0), svc, 32)
+    assert m == Measured.from_batches(3.0, 0.01 * 32 + 0.02, 32)
+    assert m.concurrency == 32
+
+
+def test_the_warm_policies_default_to_the_same_priors():
+    assert Measured().cold_start_s == COLD_START_PRIOR_S
+    assert Measured().service_s == SERVICE_PRIOR_S == SERVICE_PRIOR.seconds(1)

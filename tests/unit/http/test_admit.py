@@ -1,0 +1,109 @@
+"""Admission over HTTP on its own: the order of the checks, the body read last (and only
+then), its arrival timed on the injected clock."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from starlette.requests import Request
+
+import floodway as fw
+from floodway.errors import RequestError, Unauthorized
+from floodway.http.admit import BODY_TIMEOUT_S, Admission
+from floodway.http.clock import ManualClock
+from floodway.http.errors import Overloaded
+from floodway.http.metrics import Metrics
+from floodway.routers.admission import ApiKeys, Priority, key_id
+from tests.app.scripted import settle
+
+app = fw.App("a")
+
+
+@app.endpoint(model=fw.HFModel("org/m", revision="b" * 40),
+              route=fw.Route(timeout_s=2.0, tenant_rate_per_s=1, tenant_burst=1))
+def upper(model, texts: list[str]) -> list[str]:
+    return texts
+
+
+def request(body: bytes | None, **headers: str) -> tuple[Request, list[int]]:
+    """A request whose body is `body` (None: it never arrives), and how often its body was
+    asked for."""
+    asked: list[int] = []
+
+    async def receive():
+        asked.append(1)
+        if body is None:
+            await asyncio.Event().wait()
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    raw = [(k.replace("_", "-").lower().encode(), v.encode()) for k, v in headers.items()]
+    return Request({"type": "http", "method": "POST", "path": "/v1/upper", "headers": raw},
+                   receive), asked
+
+
+def admission(clock, keys=(), arrivals=None):
+    return Admission(app, ApiKeys(list(keys)), metrics=Metrics(lambda: {}), clock=clock,
+                     on_arrival=None if arrivals is None else
+                     lambda e, t: arrivals.append((e, t)))
+
+
+def test_an_admitted_request_and_its_arrival():
+    clock, arrivals = ManualClock(), []
+    r, _ = request(b'{"inputs": ["a"]}', x_priority="high", x_deadline_ms="250",
+                   authorization="Bearer k1")
+    a = asyncio.run(admission(clock, ["k1"], arrivals).admit(r, "upper"))
+    assert (a.tenant, a.priority, a.budget_s, a.inputs) == (key_id("k1"), Priority.HIGH, 0.25,
+                                                            ["a"])
+    assert arrivals == [("upper", clock.wall())]
+
+
+@pytest.mark.parametrize(("name", "headers", "raised"), [
+    ("nope", {}, RequestError),
+    ("upper", {"authorization": "Bearer wrong"}, Unauthorized),
+    ("upper", {"x_priority": "urgent"}, RequestError),
+    ("upper", {"x_deadline_ms": "1.5"}, RequestError),
+])
+def test_refusals_come_before_the_body_is_read(name, headers, raised):
+    r, asked = request(b'{"inputs": ["a"]}', **headers)
+    with pytest.raises(raised):
+        asyncio.run(admission(ManualClock(), ["k1"] if "authorization" in headers else ())
+                    .admit(r, name))
+    assert asked == []
+
+
+def test_over_its_rate_a_tenant_is_refused_before_its_body():
+    arrivals: list = []
+    adm = admission(ManualClock(), arrivals=arrivals)
+
+    async def go():
+        first, _ = request(b'{"inputs": ["a"]}')
+        await adm.admit(first, "upper")
+        second, asked = request(b'{"inputs": ["a"]}')
+        with pytest.raises(Overloaded) as e:
+            await adm.admit(second, "upper")
+        return e.value, asked
+
+    refused, asked = asyncio.run(go())
+    assert (refused.status, refused.kind, refused.retry_after_s) == (429, "rate_limited", 1.0)
+    assert asked == [] and len(arrivals) == 1
+
+
+def test_a_body_that_never_arrives_is_a_408_on_the_clock():
+    clock = ManualClock()
+
+    async def go():
+        r, asked = request(None)
+        admitting = asyncio.ensure_future(admission(clock).admit(r, "upper"))
+        await settle()
+        clock.advance(BODY_TIMEOUT_S - 0.1)
+        await settle()
+        early = admitting.done()
+        clock.advance(0.2)
+        with pytest.raises(RequestError) as e:
+            await admitting
+        return early, e.value, asked
+
+    early, error, asked = asyncio.run(go())
+    assert not early and asked
+    assert error.status == 408 and "did not arrive within 30 s" in str(error)

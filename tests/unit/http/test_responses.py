@@ -1,0 +1,53 @@
+"""Per-input results -> outputs, and the job answers."""
+
+from __future__ import annotations
+
+import pytest
+from starlette.requests import Request
+
+from floodway.errors import EndpointError, Unavailable
+from floodway.http.responses import job_answer, outputs, prefers
+
+
+def test_all_outputs_pass_through():
+    assert outputs("e", ["a", "b"], ["A", "B"]) == ["A", "B"]
+
+
+def test_a_bad_item_fails_alone_with_the_others_kept():
+    with pytest.raises(EndpointError) as e:
+        outputs("e", ["a", "b", "c"], ["A", ValueError("bad"), Unavailable("busy")])
+    assert str(e.value) == "2 of 3 inputs failed; first: inputs[1]: bad"
+    assert e.value.outputs == ["A", None, None]
+    assert e.value.item_errors == [{"index": 1, "message": "bad"},
+                                   {"index": 2, "message": "busy"}]
+
+
+def test_only_capacity_failures_are_unavailable():
+    busy = Unavailable("busy", retry_after_s=2.0)
+    with pytest.raises(Unavailable) as e:
+        outputs("e", ["a", "b"], ["A", busy])
+    assert e.value is busy
+
+
+def test_a_wrong_count_is_an_endpoint_error():
+    with pytest.raises(EndpointError, match="returned 1 outputs for 2 inputs"):
+        outputs("e", ["a", "b"], ["A"])
+
+
+def _request(prefer: str | None = None) -> Request:
+    headers = [] if prefer is None else [(b"prefer", prefer.encode())]
+    return Request({"type": "http", "method": "POST", "path": "/", "headers": headers})
+
+
+def test_job_answers():
+    new = job_answer(_request(), {"id": "j1", "status": "queued"}, True)
+    assert new.status_code == 202 and new.headers["location"] == "/v1/jobs/j1"
+    assert "preference-applied" not in new.headers
+    asked = job_answer(_request("respond-async"), {"id": "j1"}, False)
+    assert asked.status_code == 200 and asked.headers["preference-applied"] == "respond-async"
+    assert b'"location":"/v1/jobs/j1"' in asked.body
+
+
+def test_prefer_tokens():
+    assert prefers(_request(" Respond-Async , wait=10")) == {"respond-async", "wait=10"}
+    assert "respond-async" not in prefers(_request())

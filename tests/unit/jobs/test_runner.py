@@ -1,0 +1,143 @@
+"""The job runner: claims, leases, retries and stops, over a real SQLite store. One manual
+clock drives the store's times and the runner's polls and leases: nothing sleeps."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from floodway.errors import EndpointError, Unavailable
+from floodway.http.clock import ManualClock
+from floodway.jobs.job import Job, JobState
+from floodway.jobs.runner import JobRunner
+from floodway.jobs.store import JobStore
+from tests.app.scripted import settle, until
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def store(tmp_path: Path, clock: ManualClock):
+    s = JobStore(tmp_path / "jobs.db", ttl_s=100.0, max_attempts=3, clock=clock.wall)
+    yield s
+    s.close()
+
+
+def test_runner_completes_jobs(store: JobStore, clock: ManualClock):
+    seen: list[str] = []
+
+    async def run(job: Job) -> list:
+        seen.append(job.id)
+        await asyncio.sleep(0)
+        return [x * 2 for x in job.inputs]
+
+    async def go() -> None:
+        runner = JobRunner(store, run, owner="r1", concurrency=2, poll_s=10, clock=clock)
+        runner.start()
+        ids = [store.submit("embed", [i, i + 1])[0].id for i in range(5)]
+        runner.wake()   # no waiting for the (long) poll
+        await until(lambda: store.counts()["succeeded"] == 5)
+        await runner.stop()
+        assert sorted(seen) == sorted(ids)
+        assert [store.get(i).outputs for i in ids] == [[2 * i, 2 * i + 2] for i in range(5)]
+
+    asyncio.run(go())
+
+
+def test_runner_retries_unavailable_and_fails_endpoint_errors(store: JobStore,
+                                                             clock: ManualClock):
+    calls: dict[str, int] = {}
+
+    async def run(job: Job) -> list:
+        calls[job.inputs[0]] = calls.get(job.inputs[0], 0) + 1
+        if job.inputs[0] == "busy" and calls["busy"] == 1:
+            raise Unavailable("no container free", retry_after_s=0.0)
+        if job.inputs[0] == "broken":
+            raise EndpointError("endpoint 'embed' raised ValueError: bad shape")
+        if job.inputs[0] == "flaky" and calls["flaky"] == 1:
+            raise ConnectionError("reset")
+        if job.inputs[0] == "not-a-list":
+            return "oops"   # type: ignore[return-value]
+        return ["ok"]
+
+    async def go() -> None:
+        runner = JobRunner(store, run, owner="r1", poll_s=0.01, clock=clock)
+        busy, _ = store.submit("embed", ["busy"])
+        broken, _ = store.submit("embed", ["broken"])
+        flaky, _ = store.submit("embed", ["flaky"])
+        bad, _ = store.submit("embed", ["not-a-list"])
+        runner.start()
+        await until(lambda: store.counts()["succeeded"] + store.counts()["failed"] == 4)
+        await runner.stop()
+        b = store.get(busy.id)
+        # No capacity is not a failed attempt: run twice, one attempt counted.
+        assert b.state == JobState.SUCCEEDED and b.attempts == 1 and calls["busy"] == 2
+        f = store.get(flaky.id)
+        assert f.state == JobState.SUCCEEDED and f.attempts == 2
+        e = store.get(broken.id)
+        assert e.state == JobState.FAILED and e.attempts == 1 and calls["broken"] == 1
+        assert e.error == "endpoint 'embed' raised ValueError: bad shape"
+        assert "expected a list" in store.get(bad.id).error
+
+    asyncio.run(go())
+
+
+def test_runner_dying_mid_job_lease_expires_second_runner_completes(store: JobStore,
+                                                                    clock: ManualClock):
+    async def go() -> None:
+        running = asyncio.Event()
+
+        async def hang(job: Job) -> list:
+            running.set()
+            await asyncio.Event().wait()   # never finishes
+            return []
+
+        async def ok(job: Job) -> list:
+            return ["done by r2"]
+
+        job, _ = store.submit("embed", ["x"])
+        r1 = JobRunner(store, hang, owner="r1", lease_s=30, poll_s=0.01, clock=clock)
+        r1.start()
+        await asyncio.wait_for(running.wait(), 5)
+        await r1.stop(grace_s=0, release=False)   # dies: nothing reported to the store
+        assert store.get(job.id).state == JobState.RUNNING
+        r2 = JobRunner(store, ok, owner="r2", lease_s=30, poll_s=0.01, clock=clock)
+        r2.start()
+        await settle()
+        assert store.get(job.id).state == JobState.RUNNING   # r1's lease still holds
+        clock.advance(31)
+        r2.wake()
+        await until(lambda: store.get(job.id).state == JobState.SUCCEEDED)
+        await r2.stop()
+        done = store.get(job.id)
+        assert done.outputs == ["done by r2"] and done.attempts == 2
+
+    asyncio.run(go())
+
+
+def test_runner_stop_releases_in_flight_jobs(store: JobStore, clock: ManualClock):
+    async def go() -> None:
+        gate = asyncio.Event()
+
+        async def hang(job: Job) -> list:
+            gate.set()
+            await asyncio.Event().wait()
+            return []
+
+        job, _ = store.submit("embed", ["x"])
+        runner = JobRunner(store, hang, owner="r1", poll_s=0.01, clock=clock)
+        runner.start()
+        await asyncio.wait_for(gate.wait(), 5)
+        await runner.stop(grace_s=0)
+        assert runner.inflight == 0
+        back = store.get(job.id)
+        assert back.state == JobState.QUEUED and back.attempts == 0
+
+    asyncio.run(go())
+
+

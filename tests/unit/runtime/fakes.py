@@ -1,0 +1,148 @@
+"""Fakes for the local pool's unit tests: a container that plays a worker process's states
+without a process, on a `ManualClock` (time moves only when a test advances it)."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from typing import Any
+
+import floodway as fw
+from floodway.http.clock import ManualClock
+from floodway.runtime.container import BatchResult, State
+
+T0 = 1000.0          # monotonic seconds at the start of a test
+
+
+class StepClock(ManualClock):
+    """A `ManualClock` from `T0` whose `advance` returns the new monotonic time (what a
+    test passes to `Pool.tick`)."""
+
+    def __init__(self) -> None:
+        super().__init__(monotonic_s=T0)
+
+    def advance(self, seconds: float) -> float:
+        super().advance(seconds)
+        return self.monotonic()
+
+
+async def settle(rounds: int = 20) -> None:
+    """Let every task run until it waits on something (no wall-clock time passes)."""
+    for _ in range(rounds):
+        await asyncio.sleep(0)
+
+
+class FakeContainer:
+    """A container without a process: the test makes it ready, fail, answer or hang."""
+
+    _ids = itertools.count(1)
+
+    def __init__(self, endpoint: str, clock: ManualClock, slots: int = 8):
+        self.id = next(self._ids)
+        self.endpoint, self.clock, self.slots = endpoint, clock, slots
+        self.state = State.STARTING
+        now = clock.monotonic()
+        self.history: list[tuple[float, State]] = [(now, State.STARTING)]
+        self.inflight: dict[int, asyncio.Future] = {}
+        self.inflight_rows: dict[int, int] = {}
+        self.last_progress_s = self.idle_since_s = self.last_pong_s = now
+        self.ping_sent_s: float | None = None
+        self.timings_s: dict[str, float] = {}
+        self.build: str | None = None
+        self.error: str | None = None
+        self.on_change = None
+        self.pings = 0
+        self.silent = False     # True: pings go unanswered (a hung process)
+        self._batch_ids = itertools.count(1)
+        self._ready = asyncio.Event()
+        self._exited = asyncio.Event()
+
+    # --------------------------------------------------------------- driven by the test
+    def _to(self, state: State) -> None:
+        self.state = state
+        self.history.append((self.clock.monotonic(), state))
+        if self.on_change:
+            self.on_change()
+
+    def become_ready(self, cold_start_s: float = 1.5) -> None:
+        self.timings_s = {"total": cold_start_s}
+        self.idle_since_s = self.last_pong_s = self.clock.monotonic()
+        self._to(State.READY)
+        self._ready.set()
+
+    def fail_start(self, why: str = "cannot load") -> None:
+        self.error = why
+        self._to(State.FAILED)
+        self._ready.set()
+        self._exited.set()
+
+    def answer(self, batch_id: int, outputs: dict[str, Any]) -> None:
+        fut = self.inflight.pop(batch_id)
+        rows = self.inflight_rows.pop(batch_id)
+        self.last_progress_s = self.clock.monotonic()
+        if not self.inflight:
+            self.idle_since_s = self.clock.monotonic()
+        fut.set_result(BatchResult(outputs, {}, rows, 0.01, 0.02))
+        if self.on_change:
+            self.on_change()
+
+    # --------------------------------------------------------------- the Container surface
+    @property
+    def free_slots(self) -> int:
+        if self.state not in (State.READY, State.BUSY):
+            return 0
+        return self.slots - len(self.inflight)
+
+    async def start(self) -> None:
+        pass
+
+    async def wait_ready(self, timeout_s: float | None = None) -> bool:
+        await self._ready.wait()
+        return self.state in (State.READY, State.BUSY)
+
+    async def wait_exit(self) -> None:
+        await self._exited.wait()
+
+    def submit(self, items: list[tuple[str, Any]]) -> asyncio.Future:
+        batch_id = next(self._batch_ids)
+        fut = asyncio.get_running_loop().create_future()
+        if not self.inflight:
+            self.last_progress_s = self.clock.monotonic()
+        self.inflight[batch_id] = fut
+        self.inflight_rows[batch_id] = len(items)
+        self.items = list(items)
+        return fut
+
+    def ping(self) -> bool:
+        self.pings += 1
+        if self.silent:
+            self.ping_sent_s = self.clock.monotonic()
+        else:
+            self.last_pong_s = self.clock.monotonic()
+        return True
+
+    def kill(self, reason: str) -> None:
+        self.error = reason
+        self._to(State.FAILED)
+        self._ready.set()
+        self._exited.set()
+
+    async def stop(self, grace_s: float = 10.0) -> None:
+        if self.state in (State.STOPPED, State.FAILED):
+            return
+        self._to(State.DRAINING)
+        self._to(State.STOPPED)
+        self._ready.set()
+        self._exited.set()
+
+    def describe(self) -> dict[str, Any]:
+        return {"id": self.id, "state": str(self.state), "inflight": len(self.inflight),
+                "build": self.build, "cold_start_s": self.timings_s, "error": self.error}
+
+
+def app_with(name: str = "embed", **kw: Any) -> fw.App:
+    """An app of one endpoint with the given decorator options."""
+    app = fw.App("t")
+    kw.setdefault("model", fw.HFModel("org/model", revision="a" * 40))
+    app.endpoint(name=name, **kw)(lambda model, texts: [t.upper() for t in texts])
+    return app
