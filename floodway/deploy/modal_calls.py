@@ -19,6 +19,8 @@ from typing import Any
 import modal
 
 from floodway.errors import EndpointError, Unavailable
+from floodway.http.clock import within
+from floodway.http.protocols import Clock
 
 # A per-row output of the GPU class that stands for "this item raised" (a bad item fails
 # alone; raising would fail every row of its Modal batch): {ITEM_ERROR: "Type: message"}.
@@ -46,13 +48,14 @@ def row_result(endpoint: str, call: asyncio.Future) -> Any:
 
 class ModalPending:
     """The work of one request on Modal (`floodway.http.protocols.Pending`): its calls,
-    already sent at `started_s` (on `clock`, monotonic seconds). Await it for one entry per
-    row, in order; TimeoutError after `timeout_s`, with the calls still running cancelled
-    (also when the await is cancelled). `on_answered(rows, seconds)` is told the round trip
-    of a request answered in time (the service-time fit)."""
+    already sent at `started_s` (``clock.monotonic()`` seconds). Await it for one entry per
+    row, in order; TimeoutError once `timeout_s` seconds of `clock` have passed, with the
+    calls still running cancelled (also when the await is cancelled). `on_answered(rows,
+    seconds)` is told the round trip of a request answered in time (the service-time
+    fit)."""
 
     def __init__(self, endpoint: str, calls: list[asyncio.Future], timeout_s: float,
-                 started_s: float, clock: Callable[[], float],
+                 started_s: float, clock: Clock,
                  on_answered: Callable[[int, float], None]):
         self.endpoint, self.calls, self.timeout_s = endpoint, calls, timeout_s
         self.started_s, self._clock, self._on_answered = started_s, clock, on_answered
@@ -71,20 +74,19 @@ class ModalPending:
 
     async def _results(self) -> list[Any]:
         calls = self.calls
-        pending: set = set()
         try:
             if calls:
-                _, pending = await asyncio.wait(calls, timeout=self.timeout_s)
-        finally:
-            for c in calls:
-                c.cancel()              # no-op for the finished ones
-        if pending:
+                await within(self._clock, asyncio.wait(calls), self.timeout_s)
+        except TimeoutError:
             for c in calls:             # mark finished failures as seen (no asyncio warning)
                 if c.done() and not c.cancelled():
                     c.exception()
             raise TimeoutError(f"endpoint {self.endpoint!r} did not answer within "
-                               f"{self.timeout_s:g} s")
-        self._on_answered(len(calls), self._clock() - self.started_s)
+                               f"{self.timeout_s:g} s") from None
+        finally:
+            for c in calls:
+                c.cancel()              # no-op for the finished ones
+        self._on_answered(len(calls), self._clock.monotonic() - self.started_s)
         return [row_result(self.endpoint, c) for c in calls]
 
 

@@ -51,9 +51,8 @@ import asyncio
 import logging
 import math
 import os
-import time
 from collections import Counter, deque
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -78,7 +77,7 @@ from floodway.deploy.modal_stats import (
 )
 from floodway.errors import EndpointError, FloodwayError, Unavailable
 from floodway.functions.app import App
-from floodway.http.protocols import BatchListener
+from floodway.http.protocols import SYSTEM_CLOCK, BatchListener, Clock
 from floodway.routers.admission import API_KEYS_ENV, ApiKeys
 from floodway.routers.decide import Snapshot
 
@@ -149,13 +148,14 @@ class ModalBackend:
     """The http `Backend` over Modal classes (see the module doc).
 
     `classes`: endpoint name -> its Modal class (``Cls().predict`` is the `@modal.batched`
-    method taking one row per call). `clock`: monotonic seconds. `stats_ttl_s`: how old the
-    cached stats may get before a refresh starts. `stats`: where cold-start samples are read
-    (default: the ``floodway-stats`` Modal Dict).
+    method taking one row per call). `clock`: its ``monotonic()`` times the stats, starts
+    and round trips, and request timeouts are measured on it (`floodway.http.clock.within`).
+    `stats_ttl_s`: how old the cached stats may get before a refresh starts. `stats`: where
+    cold-start samples are read (default: the ``floodway-stats`` Modal Dict).
     """
 
     def __init__(self, app: App, classes: Mapping[str, Any], *,
-                 clock: Callable[[], float] = time.monotonic, stats_ttl_s: float = 1.0,
+                 clock: Clock = SYSTEM_CLOCK, stats_ttl_s: float = 1.0,
                  stats: KV | None = None):
         self.app, self.clock, self.stats_ttl_s = app, clock, stats_ttl_s
         self._classes = dict(classes)
@@ -175,16 +175,16 @@ class ModalBackend:
         """Fetch the endpoint's stats now (and its cold-start samples when due). Failures
         are logged and kept in ``error``; the previous stats stay in use."""
         st = self._eps[endpoint]
-        st.refreshing, st.tried_at = True, self.clock()
+        st.refreshing, st.tried_at = True, self.clock.monotonic()
         try:
             stats = await self._obj(endpoint).predict.get_current_stats.aio()
             runners = int(stats.num_total_runners)
             if st.runners is not None and runners > st.runners:
                 del st.cold_asked[:runners - st.runners]     # the starts we asked for arrived
             st.runners, st.backlog = runners, int(stats.backlog)
-            st.stats_at, st.error = self.clock(), None
-            if self.clock() - st.cold_read_at >= COLD_REFRESH_S:
-                st.cold_read_at = self.clock()
+            st.stats_at, st.error = self.clock.monotonic(), None
+            if self.clock.monotonic() - st.cold_read_at >= COLD_REFRESH_S:
+                st.cold_read_at = self.clock.monotonic()
                 samples = await self._kv.get(cold_key(endpoint)) or []
                 st.cold.replace(float(s["init_s"]) for s in samples)
                 await self._publish_service(endpoint)
@@ -226,7 +226,7 @@ class ModalBackend:
     def snapshot(self, endpoint: str) -> Snapshot:
         """The endpoint's state for `decide()` from the cached stats and in-flight counts
         (see the module doc)."""
-        ep, st, now = self.app[endpoint], self._eps[endpoint], self.clock()
+        ep, st, now = self.app[endpoint], self._eps[endpoint], self.clock.monotonic()
         self._maybe_refresh(endpoint, now)
         cold = st.cold.estimate_s()
         slots = pipeline_slots(ep.route.max_inflight_per_container)
@@ -247,7 +247,7 @@ class ModalBackend:
         runners = st.runners if st.runners is not None else ep.warm.min_containers
         if runners + len(st.cold_asked) >= ep.warm.container_cap:
             return False
-        st.cold_asked.append(self.clock())
+        st.cold_asked.append(self.clock.monotonic())
         return True
 
     def add_batch_listener(self, listener: BatchListener) -> None:
@@ -267,7 +267,7 @@ class ModalBackend:
         if endpoint not in self._classes:
             raise Unavailable(f"no Modal class for endpoint {endpoint!r}")
         st, obj, n = self._eps[endpoint], self._obj(endpoint), len(inputs)
-        now = self.clock()
+        now = self.clock.monotonic()
         st.arrivals.record(now, n)
         st.inflight_rows += n
         st.inflight[tenant] += 1
@@ -308,7 +308,7 @@ class ModalBackend:
         """Always ready: Modal starts containers on demand. Detail from the cached stats:
         ``endpoints`` (a "ready" entry per runner, as the metrics expect), ``queues`` and
         ``modal`` (runners, backlog, in-flight rows, stats age, cold start, last error)."""
-        now = self.clock()
+        now = self.clock.monotonic()
         out: dict[str, Any] = {"ready": True, "backend": "modal", "endpoints": {},
                                "queues": {}, "modal": {}}
         for name, st in self._eps.items():

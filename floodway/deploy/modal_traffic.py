@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from floodway.deploy.modal_kv import Store
+from floodway.http.protocols import SYSTEM_CLOCK, Clock
 from floodway.warmers.target import History, minute_of
 
 log = logging.getLogger(__name__)
@@ -74,12 +75,15 @@ class ArrivalRecorder:
     write is pending, schedules one `flush_s` later on the running event loop (none running:
     nothing is scheduled; call `flush`). `kv`: an async `KV` (``ModalDictKV(TRAFFIC_DICT)``
     on Modal, `MemoryKV` in tests). `router_id`: this container's key part (default: random).
+    `clock`: what the write timer sleeps on.
     Never raises: a failed write is logged and retried with the next one.
     """
 
     def __init__(self, app_name: str, kv: Any, *, router_id: str | None = None,
-                 flush_s: float = FLUSH_S, minutes: int = HISTORY_MINUTES):
+                 flush_s: float = FLUSH_S, minutes: int = HISTORY_MINUTES,
+                 clock: Clock = SYSTEM_CLOCK):
         self.app_name, self.kv, self.flush_s, self.minutes = app_name, kv, flush_s, minutes
+        self.clock = clock
         self.router_id = router_id or uuid.uuid4().hex[:12]
         self._counts: dict[str, dict[int, int]] = {}
         self._dirty: set[str] = set()
@@ -111,7 +115,7 @@ class ArrivalRecorder:
 
     async def _flush_later(self) -> None:
         try:
-            await asyncio.sleep(self.flush_s)
+            await self.clock.sleep(self.flush_s)
             await self.flush()
         finally:
             self._timer = None

@@ -38,6 +38,8 @@ from floodway.core.snapshot import QueueLoad
 from floodway.errors import EndpointError, Unavailable
 
 log = logging.getLogger("floodway.batcher")
+# The wire types of the item events that end an item (floodway.runtime.protocol's TYPE).
+ITEM_RESULT, ITEM_ERROR = "item", "item_error"
 # With no free slot the loop still wakes this often (clock seconds) to drop expired items.
 RECHECK_S = 0.05
 
@@ -54,7 +56,13 @@ class Slot(Protocol):
 
     id: Any
 
-    def submit(self, items: list[tuple[str, Any]]) -> asyncio.Future: ...
+    def submit(self, items: list[tuple[str, Any]],
+               on_item: Callable[[Any], None] | None = None) -> asyncio.Future:
+        """Send a batch; the future resolves to its BatchResultLike. `on_item` hears each
+        item's event as it arrives: an object with `item_id` and its wire `TYPE`
+        (`ITEM_RESULT` with `output`, `ITEM_ERROR` with `message`, or another, e.g. a
+        streamed chunk, that does not end the item)."""
+        ...
 
 
 @dataclass(order=True)
@@ -267,7 +275,8 @@ class Batcher:
             self._requeue(batch)
             return
         try:
-            fut = slot.submit([(it.id, it.value) for it in batch])
+            fut = slot.submit([(it.id, it.value) for it in batch],
+                              on_item=self._early({it.id: it for it in batch}))
         except Unavailable:
             self._requeue(batch)
             return
@@ -291,6 +300,21 @@ class Batcher:
                 self.requests_by_priority[self._prio(item)] += 1
             heapq.heappush(self._heap, item)
         self.notify()
+
+    def _early(self, items: dict[str, Item]) -> Callable[[Any], None]:
+        """Resolve an item as soon as its own result or error arrives, before the rest of
+        its batch: a small request in a large batch is answered when its row is. Events
+        without a final answer (a streamed chunk) are left to their item's end."""
+        def on_item(event: Any) -> None:
+            it = items.get(event.item_id)
+            if it is None or it.future.done():
+                return
+            if event.TYPE == ITEM_RESULT:
+                it.future.set_result(event.output)
+            elif event.TYPE == ITEM_ERROR:
+                it.future.set_exception(EndpointError(f"endpoint {self.endpoint!r} raised "
+                                                      f"{event.message}"))
+        return on_item
 
     async def _deliver(self, batch: list[Item], slot: Slot, fut: asyncio.Future) -> None:
         try:

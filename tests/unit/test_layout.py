@@ -87,3 +87,27 @@ def test_import_boundaries(scope: str):
     bad = {f"{_rel(p)} imports {m}" for p in paths for m in _imports(p)
            for banned in NEVER[scope] if m == banned or m.startswith(banned + ".")}
     assert not bad, sorted(bad)
+
+
+TESTS = Path(__file__).resolve().parents[1]
+
+
+def _real_sleeps(path: Path) -> list[str]:
+    """Calls of time.sleep / asyncio.sleep with anything but a literal 0."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "sleep" and isinstance(node.func.value, ast.Name)
+                and node.func.value.id in ("time", "asyncio")):
+            continue
+        arg = node.args[0] if node.args else None
+        if not (isinstance(arg, ast.Constant) and arg.value == 0):
+            out.append(f"{path.relative_to(TESTS).as_posix()}:{node.lineno}")
+    return out
+
+
+def test_no_test_outside_e2e_sleeps_on_the_real_clock():
+    """Only end-to-end tests (real processes) wait on real time; the rest drive injected
+    clocks, so they are fast and never flaky on a loaded machine."""
+    paths = [p for p in TESTS.rglob("*.py") if "e2e" not in p.relative_to(TESTS).parts]
+    assert [s for p in paths for s in _real_sleeps(p)] == []

@@ -28,6 +28,7 @@ from floodway.core.estimators import ServiceEstimator
 from floodway.deploy.modal_kv import MemoryKV
 from floodway.deploy.modal_router import ModalBackend
 from floodway.deploy.modal_stats import BOOT_S
+from floodway.http.clock import ManualClock
 from floodway.routers.batcher import Batcher
 from floodway.routers.decide import Action, Request, Snapshot, decide
 from floodway.runtime.container import State
@@ -92,7 +93,7 @@ def local_snapshot() -> Snapshot:
 def modal_snapshot() -> Snapshot:
     now = [T0]
     backend = ModalBackend(app(), {"embed": FakeModal().cls()}, stats=MemoryKV(),
-                           clock=lambda: now[0], stats_ttl_s=1e9)
+                           clock=ManualClock(monotonic_s=now[0]), stats_ttl_s=1e9)
     st = backend._eps["embed"]
     st.tried_at = now[0]                  # stats just read: no refresh from a snapshot
     st.runners, st.inflight_rows = 2, 16

@@ -27,6 +27,7 @@ from floodway.deploy.modal_router import (
 )
 from floodway.errors import EndpointError, FloodwayError, Unavailable
 from floodway.http.app import make_asgi_app
+from floodway.http.clock import ManualClock
 from floodway.routers.admission import ApiKeys, key_id
 
 app = fw.App("t")
@@ -138,12 +139,18 @@ class FakeJobFunction:
         return self.registry[job_id]
 
 
-class Clock:
-    def __init__(self):
-        self.t = 1000.0
+def _clock() -> ManualClock:
+    return ManualClock(monotonic_s=1000.0)
 
-    def __call__(self):
-        return self.t
+
+async def until(cond, turns: int = 200) -> None:
+    """Yield to the event loop until `cond()` holds; fails after `turns` turns (nothing
+    here waits on a timer: time moves only when a test advances its `ManualClock`)."""
+    for _ in range(turns):
+        if cond():
+            return
+        await asyncio.sleep(0)
+    raise AssertionError(f"still false after {turns} turns of the event loop")
 
 
 @pytest.fixture
@@ -167,8 +174,9 @@ def _jobs(job_fn, data=None):
                      call_from_id=job_fn.from_id)
 
 
-def _client(backend, jobs=None):
-    asgi = make_asgi_app(app, backend, jobs=jobs, api_keys=ApiKeys([KEY_A, KEY_B]))
+def _client(backend, jobs=None, clock=None):
+    kw = {"clock": clock} if clock else {}
+    asgi = make_asgi_app(app, backend, jobs=jobs, api_keys=ApiKeys([KEY_A, KEY_B]), **kw)
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=asgi), base_url="http://t")
 
 
@@ -224,7 +232,7 @@ def test_snapshot_reflects_stats_and_inflight(fake):
         fake.behaviour = slow
         work = asyncio.ensure_future(backend.run("upper", list("abcdef"), timeout_s=5,
                                                  tenant="t1"))
-        await asyncio.sleep(0.01)
+        await until(lambda: fake.count("predict.remote.aio") == 6)
         busy = backend.snapshot("upper")
         release.set()
         out = await work
@@ -253,7 +261,7 @@ def test_snapshot_reflects_stats_and_inflight(fake):
 
 
 def test_stats_are_cached_and_refreshed_in_the_background(fake):
-    clock = Clock()
+    clock = _clock()
 
     async def go():
         backend = _backend(fake, clock)
@@ -262,11 +270,11 @@ def test_stats_are_cached_and_refreshed_in_the_background(fake):
         await asyncio.sleep(0)
         await asyncio.sleep(0)
         n1 = fake.count("get_current_stats.aio")
-        clock.t += 0.5
+        clock.advance(0.5)
         backend.snapshot("upper")                   # fresh enough
         await asyncio.sleep(0)
         n2 = fake.count("get_current_stats.aio")
-        clock.t += 1.0
+        clock.advance(1.0)
         backend.snapshot("upper")                   # older than stats_ttl_s
         await asyncio.sleep(0)
         await asyncio.sleep(0)
@@ -321,14 +329,14 @@ def test_record_cold_start_tells_restores_apart():
 
 
 def test_start_cold_counts_until_max_containers(fake):
-    clock = Clock()
+    clock = _clock()
     backend = _backend(fake, clock)
     assert backend.start_cold("upper") is True              # 1 runner (prior) + 1 asked
     assert backend.start_cold("upper") is False             # max_containers is 2
     snap = backend.snapshot("upper")
     starting = [c for c in snap.containers if c.state == "starting"]
     assert len(starting) == 1 and starting[0].ready_in_s == COLD_START_PRIOR_S
-    clock.t += COLD_START_PRIOR_S                           # its cold start has passed
+    clock.advance(COLD_START_PRIOR_S)                          # its cold start has passed
     assert not [c for c in backend.snapshot("upper").containers if c.state == "starting"]
     assert fake.count("predict.remote.aio") == 0            # no Modal call: the autoscaler
 
@@ -439,39 +447,62 @@ def test_run_maps_modal_errors_per_row(fake):
 
 
 def test_timeout_cancels_pending_calls(fake):
-    async def behaviour(row):
-        if row == "slow":
-            await asyncio.sleep(10)
-        return row
-
-    fake.behaviour = behaviour
-
     async def go():
-        backend = _backend(fake)
-        with pytest.raises(TimeoutError):
-            await backend.run("upper", ["fast", "slow", "slow"], timeout_s=0.05, tenant="t")
-        await asyncio.sleep(0)
-        return backend
+        gate = asyncio.Event()                          # never set: only the timeout ends it
 
-    backend = asyncio.run(go())
-    assert fake.cancelled == ["slow", "slow"]
-    assert backend._eps["upper"].inflight_rows == 0
-    assert backend.snapshot("upper").tenant_queued == {}
+        async def behaviour(row):
+            if row == "slow":
+                await gate.wait()
+            return row
+
+        fake.behaviour = behaviour
+        clock = ManualClock()
+        backend = _backend(fake, clock)
+        work = asyncio.ensure_future(
+            backend.run("upper", ["fast", "slow", "slow"], timeout_s=0.05, tenant="t"))
+        await until(lambda: fake.count("predict.remote.aio") == 3 and clock.sleeping == 1)
+        clock.advance(0.04)                             # not yet: still waiting
+        await until(lambda: clock.sleeping == 1)
+        early = work.done()
+        clock.advance(0.02)                             # past the timeout
+        with pytest.raises(TimeoutError, match="within 0.05 s"):
+            await work
+        await asyncio.sleep(0)
+        # Seen inside the loop: leaving asyncio.run would cancel any call left running.
+        return (early, list(fake.cancelled), backend._eps["upper"].inflight_rows,
+                backend.snapshot("upper").tenant_queued, clock.sleeping)
+
+    early, cancelled, rows, tenants, sleeping = asyncio.run(go())
+    assert early is False
+    assert cancelled == ["slow", "slow"]
+    assert rows == 0 and tenants == {}
+    assert sleeping == 0                                # the timer went with the request
 
 
 def test_deadline_through_http_is_504(fake):
-    async def behaviour(row):
-        await asyncio.sleep(10)
-
-    fake.behaviour = behaviour
-
     async def go():
-        async with _client(_backend(fake)) as c:
-            return await _post(c, ["a"], headers={"X-Deadline-Ms": "200"})
+        gate = asyncio.Event()                          # never set: only the deadline ends it
 
-    r = asyncio.run(go())
+        async def behaviour(row):
+            await gate.wait()
+
+        fake.behaviour = behaviour
+        clock = ManualClock()                           # the app's and the backend's time
+        async with _client(_backend(fake, clock), clock=clock) as c:
+            req = asyncio.ensure_future(_post(c, ["a"], headers={"X-Deadline-Ms": "200"}))
+            await until(lambda: fake.count("predict.remote.aio") == 1 and clock.sleeping == 1)
+            clock.advance(0.1)
+            await until(lambda: clock.sleeping == 1)
+            early = req.done()
+            clock.advance(0.1)                          # the 200 ms deadline
+            r = await req
+            await asyncio.sleep(0)
+            return r, early, list(fake.cancelled)       # before asyncio.run cancels the rest
+
+    r, early, cancelled = asyncio.run(go())
+    assert early is False
     assert r.status_code == 504
-    assert fake.cancelled == ["a"]
+    assert cancelled == ["a"]
 
 
 # ---------------------------------------------------------------- async jobs

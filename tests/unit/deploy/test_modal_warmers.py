@@ -35,6 +35,7 @@ from floodway.deploy.modal_warmers import (
     warmer_plan,
 )
 from floodway.http.app import make_asgi_app
+from floodway.http.clock import ManualClock
 from floodway.routers.admission import ApiKeys
 from floodway.warmers.target import minute_of
 from tests.conftest import MODAL_APP
@@ -44,6 +45,7 @@ from tests.unit.deploy.test_modal_router import (
     FakeJobFunction,
     FakeModal,
     _jobs,
+    until,
 )
 from tests.unit.deploy.test_modal_router import app as router_app
 
@@ -390,18 +392,32 @@ def test_recorder_writes_once_per_period_on_the_loop():
                 raise modal.exception.ConnectionError("blip")
             return await super().put(key, value)
 
-    kv = CountingKV()
-    rec = ArrivalRecorder("warmers", kv, router_id="r1", flush_s=0.02)
+    kv, clock = CountingKV(), ManualClock()
+    rec = ArrivalRecorder("warmers", kv, router_id="r1", flush_s=30.0, clock=clock)
     t0 = _utc(2025, 1, 6, 12)
 
     async def go():
         for i in range(50):
             rec.record("pred", t0 + i * 0.1)
-        await asyncio.sleep(0.15)
+        await until(lambda: clock.sleeping == 1)        # one timer for the 50 arrivals
+        puts = [CountingKV.puts]
+        clock.advance(29.0)                             # before the period: no write
+        await until(lambda: clock.sleeping == 1)
+        puts.append(CountingKV.puts)
+        clock.advance(1.0)                              # the write fails: a retry is timed
+        await until(lambda: CountingKV.puts == 1 and clock.sleeping == 1)
+        clock.advance(30.0)                             # the retry writes
+        await until(lambda: CountingKV.puts == 2)
+        await until(lambda: rec._timer is None)
+        for _ in range(5):                              # nothing new: no timer, no write
+            clock.advance(30.0)
+            await asyncio.sleep(0)
+        return puts, clock.sleeping
 
-    asyncio.run(go())
+    puts, sleeping = asyncio.run(go())
+    assert puts == [0, 0] and sleeping == 0
     # The first write failed and was retried; 50 arrivals cost two writes.
-    assert CountingKV.puts == 2
+    assert CountingKV.puts == 2 and rec.writes == 1
     assert kv.data[rec.key("pred")] == {minute_of(t0): 50}
 
 

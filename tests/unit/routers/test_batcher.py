@@ -37,10 +37,11 @@ class FakeSlot:
     def free(self) -> int:
         return 0 if self.dead else self.slots - sum(1 for f in self.pending if not f.done())
 
-    def submit(self, items):
+    def submit(self, items, on_item=None):
         if self.free <= 0:
             raise Unavailable("no slot")
         self.batches.append(list(items))
+        self.on_item = on_item
         fut = asyncio.get_running_loop().create_future()
         self.pending.append(fut)
         if self.auto:
@@ -358,3 +359,44 @@ def test_default_clock_is_the_event_loop():
         return b.now() - asyncio.get_running_loop().time()
 
     assert abs(run(go())) < 1.0
+
+
+def test_an_item_is_answered_as_soon_as_its_own_event_arrives():
+    from floodway.runtime.protocol import Chunk, ItemError, ItemResult
+
+    async def go():
+        slot, clock = FakeSlot("a", auto=False), FakeClock()
+        b = make([slot], rows=4, clock=clock)
+        b.start()
+        fast = b.submit("fast", ["a"], deadline_s=T0 + 5)
+        slow = b.submit("slow", ["b", "c", "bad"], deadline_s=T0 + 5)
+        await settle()
+        (batch,) = slot.batches
+        ids = [i for i, _ in batch]
+        slot.on_item(Chunk(1, ids[0], 0, "partial"))     # a chunk does not end an item
+        await settle()
+        after_chunk = fast[0].done()
+        slot.on_item(ItemResult(1, ids[0], "A"))
+        slot.on_item(ItemError(1, ids[3], "ValueError: bad"))
+        await settle()
+        early = (fast[0].done(), [f.done() for f in slow])
+        # The whole batch's answer comes later and changes nothing already answered.
+        slot.pending[0].set_result(Result({ids[0]: "late", ids[1]: "B", ids[2]: "C"},
+                                          {ids[3]: "ValueError: bad"}, 4))
+        outs = await asyncio.gather(*fast, *slow[:2])
+        with pytest.raises(EndpointError, match="bad"):
+            await slow[2]
+        await b.stop()
+        return after_chunk, early, outs
+
+    after_chunk, early, outs = run(go())
+    assert after_chunk is False
+    assert early == (True, [False, False, True])
+    assert outs == ["A", "B", "C"]
+
+
+def test_the_item_event_tags_are_the_workers():
+    from floodway.routers.batcher import ITEM_ERROR, ITEM_RESULT
+    from floodway.runtime.protocol import ItemError, ItemResult
+
+    assert (ItemResult.TYPE, ItemError.TYPE) == (ITEM_RESULT, ITEM_ERROR)

@@ -103,7 +103,7 @@ class FakeContainer:
     async def wait_exit(self) -> None:
         await self._exited.wait()
 
-    def submit(self, items: list[tuple[str, Any]]) -> asyncio.Future:
+    def submit(self, items: list[tuple[str, Any]], on_item: Any = None) -> asyncio.Future:
         batch_id = next(self._batch_ids)
         fut = asyncio.get_running_loop().create_future()
         if not self.inflight:
