@@ -16,6 +16,8 @@ MODEL_REV  := $(shell sed -n 's/^MODEL_REVISION = "\(.*\)"/\1/p' modal_app.py)
 help:
 	@echo "make run    set up .venv, build the example endpoint, serve it on 127.0.0.1:\$$PORT ($(PORT))"
 	@echo "make test   set up .venv, lint, run the whole test suite"
+	@echo "make install  set up .venv only;  make seed  put the example model in the Hub cache"
+	@echo "make lint   ruff only"
 	@echo "make clean  remove .venv and caches (artifacts stay in \$$FLOODWAY_STORE or ~/.cache/floodway)"
 
 $(STAMP): pyproject.toml

@@ -21,10 +21,13 @@ Idempotency keys work as in Stripe's API and the IETF Idempotency-Key draft: the
 (tenant, endpoint, key) returns the job already created, whatever its state; the same key with
 a different body is a 409. A key lives as long as its job (until the job expires).
 
-Expiry: a finished job expires ``ttl_s`` after it finished. `get` answers an expired job that
-is still on disk as a tombstone (state ``expired``, no inputs or outputs); `purge` deletes
-expired rows (it also runs lazily from `submit` and `claim`), after which `get` returns None.
-Queued and running jobs never expire.
+Expiry: a finished job expires ``ttl_s`` after it finished. `get` answers an expired job as a
+tombstone (state ``expired``, no inputs or outputs: the router's 410). `purge` (it also runs
+lazily from `submit` and `claim`) drops an expired job's inputs, outputs, error and
+idempotency key, and keeps its tombstone for `tombstone_s` more (default `TOMBSTONE_S`, 7
+days), after which the row is deleted and `get` returns None (404): a client polling an old
+job learns that its result expired, not that it never existed. Queued and running jobs never
+expire.
 
 Times are wall-clock seconds since the epoch from the injectable `clock` (they are stored and
 compared across restarts and processes, so not monotonic). Every method takes one short
@@ -59,7 +62,8 @@ from floodway.jobs.job import (
 
 SCHEMA_VERSION = 1
 BUSY_TIMEOUT_MS = 5000
-
+# How long an expired job answers as expired (410) before its row is deleted (then 404).
+TOMBSTONE_S = 7 * 86400.0
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -97,16 +101,19 @@ def _scope(tenant: str | None, endpoint: str, key: str | None) -> str | None:
 class JobStore:
     """Durable jobs in the SQLite file at `path` (created with its schema if missing).
 
-    `ttl_s`: how long a finished job (and its idempotency key) is kept. `max_attempts`: how
-    many times a job is handed out before it fails for good. `clock`: epoch seconds.
+    `ttl_s`: how long a finished job (and its idempotency key) is kept. `tombstone_s`: how
+    long after that an expired job still answers as expired. `max_attempts`: how many times a
+    job is handed out before it fails for good. `clock`: epoch seconds.
     """
 
     def __init__(self, path: str | os.PathLike[str], *, ttl_s: float = 86400.0,
                  max_attempts: int = 3, clock: Callable[[], float] = time.time,
-                 sync: str = "NORMAL"):
-        if ttl_s <= 0 or max_attempts < 1 or sync not in ("NORMAL", "FULL"):
-            raise ValueError("ttl_s must be > 0, max_attempts >= 1, sync NORMAL or FULL")
+                 sync: str = "NORMAL", tombstone_s: float = TOMBSTONE_S):
+        if ttl_s <= 0 or max_attempts < 1 or sync not in ("NORMAL", "FULL") or tombstone_s < 0:
+            raise ValueError("ttl_s must be > 0, max_attempts >= 1, sync NORMAL or FULL, "
+                             "tombstone_s >= 0")
         self.path, self.ttl_s, self.max_attempts, self.clock = path, ttl_s, max_attempts, clock
+        self.tombstone_s = tombstone_s
         self._purge_every_s = min(ttl_s, 60.0)
         self._next_purge_s = 0.0
         self._lock = threading.Lock()
@@ -161,8 +168,17 @@ class JobStore:
 
     def _maybe_purge(self, db: sqlite3.Connection, now: float) -> None:
         if now >= self._next_purge_s:
-            db.execute("DELETE FROM jobs WHERE expires_s <= ?", (now,))
-            self._next_purge_s = now + self._purge_every_s
+            self._purge(db, now)
+
+    def _purge(self, db: sqlite3.Connection, now: float) -> int:
+        """Expired jobs become tombstones (payload and key dropped); tombstones older than
+        `tombstone_s` are deleted. Returns how many jobs this turned into tombstones."""
+        self._next_purge_s = now + self._purge_every_s
+        db.execute("DELETE FROM jobs WHERE expires_s <= ?", (now - self.tombstone_s,))
+        return db.execute(
+            "UPDATE jobs SET inputs = '[]', outputs = NULL, error = NULL, idem_scope = NULL "
+            "WHERE expires_s <= ? AND (inputs != '[]' OR outputs IS NOT NULL "
+            "OR error IS NOT NULL OR idem_scope IS NOT NULL)", (now,)).rowcount
 
     # ------------------------------------------------------------------ API
     def submit(self, endpoint: str, inputs: list[Any], *, tenant: str | None = None,
@@ -221,7 +237,7 @@ class JobStore:
         again). Raises RequestError 409 when it was stored for other inputs."""
         row = db.execute("SELECT * FROM jobs WHERE idem_scope = ?", (scope,)).fetchone()
         if row is not None and row["expires_s"] is not None and row["expires_s"] <= now:
-            db.execute("DELETE FROM jobs WHERE id = ?", (row["id"],))
+            self._purge(db, now)     # its key is free again; the job stays a tombstone
             return None
         if row is not None and row["body_sha256"] != body_sha:
             raise RequestError(f"Idempotency-Key {key!r} was already used for a different "
@@ -353,11 +369,10 @@ class JobStore:
         return job
 
     def purge(self) -> int:
-        """Delete every expired job (and so its idempotency key); return how many."""
+        """Turn every expired job into a tombstone (its payload and idempotency key dropped)
+        and delete tombstones older than `tombstone_s`; return how many became tombstones."""
         with self._write() as db:
-            now = self.clock()
-            self._next_purge_s = now + self._purge_every_s
-            return db.execute("DELETE FROM jobs WHERE expires_s <= ?", (now,)).rowcount
+            return self._purge(db, self.clock())
 
     def counts(self) -> dict[str, int]:
         """Jobs by state, every state present (queued is the queue depth); expired counts

@@ -245,9 +245,16 @@ def test_ttl_expiry_and_purge(store: JobStore, clock: ManualClock):
     assert tomb.to_wire()["status"] == "expired" and "outputs" not in tomb.to_wire()
     assert store.counts()["expired"] == 2
     assert store.purge() == 2
-    assert store.get(done.id) is None and store.get(failed.id) is None
-    clock.advance(10_000)
+    # A purged job is a tombstone: its payload is gone from disk, it still answers expired.
+    with store._write() as db:
+        row = db.execute("SELECT * FROM jobs WHERE id = ?", (done.id,)).fetchone()
+    assert (row["inputs"], row["outputs"], row["error"]) == ("[]", None, None)
+    assert store.get(done.id).state == JobState.EXPIRED
+    assert store.get(failed.id).state == JobState.EXPIRED
+    assert store.purge() == 0
+    clock.advance(store.tombstone_s)
     assert store.purge() == 0 and store.get(queued.id).state == JobState.QUEUED
+    assert store.get(done.id) is None and store.get(failed.id) is None
 
 
 def test_lazy_purge_on_submit(store: JobStore, clock: ManualClock):
@@ -256,6 +263,12 @@ def test_lazy_purge_on_submit(store: JobStore, clock: ManualClock):
     store.complete(job.id, "w", [1])
     clock.advance(200)
     store.submit("embed", ["y"])
+    assert store.get(job.id).state == JobState.EXPIRED
+    with store._write() as db:
+        assert db.execute("SELECT outputs FROM jobs WHERE id = ?", (job.id,)).fetchone()[0] \
+            is None
+    clock.advance(store.tombstone_s)
+    store.submit("embed", ["z"])
     assert store.get(job.id) is None
 
 
