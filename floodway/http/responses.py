@@ -24,8 +24,11 @@ class JSONResponse(StarletteJSONResponse):
 
 
 def prefers(request: Request) -> set[str]:
-    """The request's `Prefer` tokens (RFC 7240), lower-case."""
-    return {t.strip().lower() for t in request.headers.get("prefer", "").split(",")}
+    """The request's `Prefer` preferences (RFC 7240), lower-case names without their values
+    or parameters, from every `Prefer` header line: ``respond-async; wait=5`` and
+    ``wait=10, respond-async`` both hold ``respond-async``."""
+    return {p.split(";", 1)[0].split("=", 1)[0].strip().lower()
+            for line in request.headers.getlist("prefer") for p in line.split(",")}
 
 
 def outputs(endpoint: str, inputs: list[Any], results: list[Any]) -> list[Any]:

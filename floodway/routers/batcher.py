@@ -124,6 +124,16 @@ class Batcher:
         """Requests with at least one item still waiting."""
         return len(self._per_request)
 
+    def extend(self, request_id: str, deadline_s: float) -> int:
+        """Give the request's inputs still queued a later deadline (work a job has adopted:
+        the client's deadline no longer applies to it). Returns how many were extended."""
+        n = 0
+        for it in self._heap:
+            if it.request == request_id and not it.future.done() and it.deadline_s < deadline_s:
+                it.deadline_s = deadline_s
+                n += 1
+        return n
+
     def waiting(self, request_id: str) -> int:
         """How many of the request's inputs are still queued (not yet sent to a container)."""
         return self._per_request.get(request_id, 0)

@@ -16,18 +16,25 @@ class Pending:
 
     `futures`: one per input (the batcher's); `wait(pending)`: the coroutine that the await
     runs (`wait_results`), given this object so that it can tell whether it was adopted;
-    made when awaited, so that a Pending dropped unawaited leaves no coroutine behind."""
+    made when awaited, so that a Pending dropped unawaited leaves no coroutine behind.
+    `keep()`: called on adoption to lift the client's deadline from the inputs still queued
+    (`Batcher.extend`)."""
 
     def __init__(self, futures: list[asyncio.Future], dispatched: Callable[[], bool],
-                 wait: Callable[[Pending], Awaitable[list[Any]]]):
+                 wait: Callable[[Pending], Awaitable[list[Any]]],
+                 keep: Callable[[], object] | None = None):
         self.futures, self.dispatched, self.adopted = futures, dispatched, False
-        self._wait = wait
+        self._wait, self._keep = wait, keep
 
     def __await__(self):
         return self._wait(self).__await__()
 
     def adopt(self) -> asyncio.Task:
         self.adopted = True
+        if self._keep is not None:
+            # Inputs still queued must not be dropped at the client's deadline: the job
+            # would then run them again (at least once, but not twice).
+            self._keep()
 
         async def results() -> list[Any]:
             await asyncio.wait(self.futures)

@@ -45,6 +45,7 @@ from floodway.deploy import NO_MODAL_ENV
 from floodway.errors import FloodwayError, Unavailable
 from floodway.functions.app import App
 from floodway.http.protocols import SYSTEM_CLOCK, BatchListener, Clock
+from floodway.jobs.local import JOB_TIMEOUT_S
 from floodway.routers.batcher import Batcher
 from floodway.routers.decide import Snapshot
 from floodway.runtime import health
@@ -244,9 +245,10 @@ class Pool:
 
     def cap(self, endpoint: str) -> int:
         """Most live containers for `endpoint`: `max_containers`, and no more than this
-        machine has cores for (unless `--containers` pins more)."""
+        machine has cores for, or than `--containers` pins if that is more (spills to cold
+        containers never add containers the cores cannot run)."""
         cap = self.app[endpoint].warm.container_cap
-        return cap if self.pinned is not None else min(cap, self.machine_cap)
+        return min(cap, max(self.machine_cap, self.pinned or 0))
 
     def _retarget(self, ep: EndpointPool, wall_s: float) -> None:
         ep.retarget(wall_s, self.cap(ep.name), pinned=self.pinned, params=POLICY_PARAMS)
@@ -354,7 +356,9 @@ class Pool:
                                  deadline_s=self.clock.monotonic() + timeout_s,
                                  priority=priority, tenant=tenant)
         return Pending(futures, lambda: batcher.waiting(request_id) < len(inputs),
-                       lambda p: wait_results(endpoint, futures, timeout_s, p))
+                       lambda p: wait_results(endpoint, futures, timeout_s, p),
+                       keep=lambda: batcher.extend(request_id,
+                                                   self.clock.monotonic() + JOB_TIMEOUT_S))
 
     async def run(self, endpoint: str, inputs: list[Any], *, timeout_s: float,
                   priority: int = 1, tenant: str = "anonymous") -> list[Any]:

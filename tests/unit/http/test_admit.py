@@ -107,3 +107,32 @@ def test_a_body_that_never_arrives_is_a_408_on_the_clock():
     early, error, asked = asyncio.run(go())
     assert not early and asked
     assert error.status == 408 and "did not arrive within 30 s" in str(error)
+
+
+def test_a_client_that_leaves_mid_upload_is_a_499_not_a_server_error():
+    from floodway.http.errors import ClientClosed
+
+    messages = [{"type": "http.request", "body": b'{"inputs": ["a', "more_body": True},
+                {"type": "http.disconnect"}]
+
+    async def receive():
+        return messages.pop(0)
+
+    r = Request({"type": "http", "method": "POST", "path": "/v1/upper", "headers": []},
+                receive)
+    with pytest.raises(ClientClosed):
+        asyncio.run(admission(ManualClock()).admit(r, "upper"))
+
+
+def test_a_large_body_is_parsed_off_the_event_loop_with_the_same_answer():
+    from floodway.http.admit import PARSE_IN_THREAD_BYTES
+
+    texts = ["x" * 1000] * 100
+    body = ('{"inputs": [' + ",".join(f'"{t}"' for t in texts) + "]}").encode()
+    assert len(body) > PARSE_IN_THREAD_BYTES
+    a = asyncio.run(admission(ManualClock()).admit(request(body)[0], "upper"))
+    assert a.inputs == texts
+    bad = body.replace(b'"' + b"x" * 1000 + b'"]', b"3]")
+    with pytest.raises(RequestError) as e:
+        asyncio.run(admission(ManualClock()).admit(request(bad)[0], "upper"))
+    assert e.value.status == 422 and e.value.field == "inputs[99]"

@@ -49,5 +49,10 @@ def test_job_answers():
 
 
 def test_prefer_tokens():
-    assert prefers(_request(" Respond-Async , wait=10")) == {"respond-async", "wait=10"}
+    assert prefers(_request(" Respond-Async , wait=10")) == {"respond-async", "wait"}
+    assert "respond-async" in prefers(_request("respond-async; wait=5"))
+    assert "respond-async" in prefers(_request("respond-async;x"))
+    two = Request({"type": "http", "method": "POST", "path": "/",
+                   "headers": [(b"prefer", b"wait=10"), (b"prefer", b"respond-async")]})
+    assert prefers(two) == {"wait", "respond-async"}
     assert "respond-async" not in prefers(_request())

@@ -75,3 +75,21 @@ def test_a_huge_integer_is_a_plain_400():
         parse_predict(b'{"inputs": [' + b"9" * 5000 + b"]}", str, max_inputs=8)
     assert info.value.status == 400 and "too many digits" in str(info.value)
     assert "sys.set_int_max_str_digits" not in str(info.value)
+
+
+def test_too_many_items_are_refused_before_any_item_is_validated():
+    # 200,000 items that are not strings: validated one by one they would be a 422 naming
+    # inputs[0]; counted first, they are a 413 (and cost one look, not 200,000 checks).
+    many = b'{"inputs": [' + b",".join([b"[]"] * 200_000) + b"]}"
+    with pytest.raises(RequestError) as e:
+        parse_predict(many, str, max_inputs=256)
+    assert e.value.status == 413 and "200000 items" in str(e.value)
+    keys = b"{" + b",".join(b'"k%d": 1' % i for i in range(50_000)) + b', "inputs": ["a"]}'
+    e2 = err(keys)
+    assert e2.status == 422 and "unknown field 'k0'" in str(e2) and e2.field == "k0"
+
+
+def test_a_body_that_is_not_an_object_names_the_json_type():
+    assert "got array" in str(err(b'["a"]'))
+    assert "got null" in str(err(b"null"))
+    assert "got string" in str(err(b'"a"'))

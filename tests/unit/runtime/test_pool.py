@@ -311,3 +311,43 @@ def test_an_overdue_start_is_never_counted_as_ready_now():
     # Measured 0.7 s (an idle machine); this start has taken 1.0 s and is still going.
     assert start_remaining_s(0.7, 1.0) == 1.0
     assert start_remaining_s(0.7, 0.7) > 0
+
+
+def test_adopted_work_still_queued_outlives_the_clients_deadline(tmp_path):
+    """A job that adopts a request must get every input's result: none is dropped at the
+    client's deadline (the job would run it a second time)."""
+    async def go():
+        pool, clock = make_pool(app_with(batching=fw.Batching(max_batch_rows=1, wait_ms=0),
+                                         route=fw.Route(max_inflight_per_container=1)),
+                                tmp_path, containers=1)
+        await pool.start()
+        pending = pool.enqueue("embed", ["a", "b"], timeout_s=1)
+        (c,) = pool.containers["embed"]
+        c.become_ready()
+        await settle()
+        adopted = pending.adopt()              # "a" is on the container, "b" still queued
+        assert len(c.inflight) == 1 and pending.dispatched()
+        pool.tick(clock.advance(5.0))          # well past the client's 1 s deadline
+        await settle()
+        dropped = dict(pool.endpoints["embed"].batcher.dropped)
+        for _ in range(2):
+            (batch_id,) = c.inflight
+            c.answer(batch_id, {i: v.upper() for i, v in c.items})
+            await settle()
+        out = await adopted
+        await pool.stop()
+        return dropped, out
+
+    dropped, out = run(go())
+    assert dropped == {} and out == ["A", "B"]
+
+
+def test_a_pinned_pool_spills_no_further_than_the_cores_or_the_pin(tmp_path):
+    pool, _ = make_pool(app_with(warm=fw.WarmPool(max_containers=8)), tmp_path, containers=2)
+    pool.machine_cap = 1
+    assert pool.cap("embed") == 2
+    pool.machine_cap = 4
+    assert pool.cap("embed") == 4
+    free, _ = make_pool(app_with(warm=fw.WarmPool(max_containers=8)), tmp_path)
+    free.machine_cap = 3
+    assert free.cap("embed") == 3
