@@ -31,7 +31,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-LIVE = frozenset({"starting", "warming", "ready", "busy"})
+from floodway.routers.decide import LIVE
+
 # Float slack when comparing a due time to the clock (a check scheduled at the due time
 # must find it due).
 EPS_S = 1e-9

@@ -23,11 +23,12 @@ import enum
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from floodway.routers.decide import WARM
+
 PING_EVERY_S = 2.0
 PING_TIMEOUT_S = 10.0
 # Seconds before replacing a container, by failed starts in a row (the last repeats).
 BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
-WARM = frozenset({"ready", "busy"})
 
 
 class Verdict(enum.StrEnum):

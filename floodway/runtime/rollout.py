@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-WARM = frozenset({"ready", "busy"})
+from floodway.routers.decide import WARM
 
 
 @dataclass(frozen=True)
