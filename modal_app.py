@@ -6,9 +6,14 @@
                                      # `modal deploy`), then its warm targets re-applied
     floodway simulate modal_app.py --trace TRACE.csv   # its warm pool and router on a trace
 
-On Modal the router is public: give it bearer-token keys in a Modal Secret holding
-FLOODWAY_API_KEYS (`to_modal(endpoints, router_secrets=[modal.Secret.from_name(...)])`), or
-set FLOODWAY_PUBLIC_ROUTER=1 there to serve without auth.
+On Modal the router is a public web endpoint, so it reads bearer-token API keys from the
+Modal Secret `floodway-router-keys` (FLOODWAY_API_KEYS, comma-separated); create it once
+before deploying:
+
+    modal secret create floodway-router-keys FLOODWAY_API_KEYS=<key1>,<key2>
+
+(`to_modal(endpoints, public_router=True)` serves without authentication instead; see
+docs/modal.md).
 
 The endpoint follows the model card: mean pooling over the attention mask, then L2
 normalization (https://huggingface.co/sentence-transformers/all-MiniLM-L6-v2).

@@ -69,7 +69,8 @@ def build(app: AppArg, store: StoreOpt = None,
           force: Annotated[bool, typer.Option(help="rebuild even if unchanged")] = False,
           on_modal: Annotated[bool, typer.Option(
               "--on-modal", help="build on Modal, on each endpoint's own GPU type, into the "
-                                 "artifact Volume (needs Modal credentials)")] = False,
+                                 "artifact Volume; runs the build functions alone, not the "
+                                 "serving app (needs Modal credentials)")] = False,
           ) -> None:
     """Build cold-start artifacts: fetch, snapshot, export, optimize, compile, verify, publish."""
     from floodway.build.pipeline import STAGES, build_endpoint
@@ -142,7 +143,8 @@ def serve(app: AppArg, host: Annotated[str, typer.Option()] = "127.0.0.1",
 def deploy(app: Annotated[str, typer.Argument(
         help="FILE.py or module whose top level calls to_modal (e.g. modal_app.py)")]) -> None:
     """Deploy to Modal (as `modal deploy` does), then re-apply every endpoint's current warm
-    target, which the deploy reset to the decorator's values (needs Modal credentials)."""
+    target, which the deploy reset to the decorator's values (needs Modal credentials, and
+    the router's keys Secret unless the router is public: checked before deploying)."""
     from floodway.deploy import modal_warmers
 
     try:

@@ -263,9 +263,11 @@ class WarmPool(_Config):
 class Route(_Config):
     """How the router admits a request.
 
-    A container runs at most `max_inflight_per_container` batches at once (on Modal, its
-    input concurrency; locally a worker runs one batch at a time and the router keeps at
-    most two in its pipe, the rest queued where they can still be batched or dropped); at
+    A container holds at most `max_inflight_per_container` batches at once, capped at two
+    (`floodway.core.snapshot.pipeline_slots`): locally a worker runs one batch at a time and
+    the router keeps at most two in its pipe, the rest queued where they can still be
+    batched or dropped; on Modal that number is the class's input concurrency
+    (``@modal.concurrent(max_inputs=...)``, the batches Modal runs at once per container); at
     most `max_queue` requests wait for a slot; `timeout_s` is the default deadline of a sync
     request; `spill` lists where a request goes when warm capacity cannot serve it in time,
     tried in this order (`floodway.routers.decide.SPILLS`): "cold" starts another container

@@ -1,8 +1,11 @@
 """What accelerator this machine has, read without importing torch.
 
-`detect()` asks `nvidia-smi` (name and compute capability of GPU 0) and, lazily, the installed
-TensorRT and ONNX Runtime providers. The result stamps engines at build time and is compared
-with those stamps at load time (`engine_usable`).
+`detect()` asks `nvidia-smi` (name and compute capability of GPU 0, from the first
+``nvidia-smi`` on ``PATH``) and, lazily, the installed TensorRT and ONNX Runtime providers. The
+result stamps engines at build time and is compared with those stamps at load time
+(`engine_usable`). It is cached for the process; `fresh_detect()` asks again, for a process
+whose device changed since (a Modal container restored from a memory snapshot taken without
+its GPU).
 """
 
 from __future__ import annotations
@@ -62,12 +65,20 @@ def tensorrt_version() -> str | None:
 
 @lru_cache(maxsize=1)
 def detect() -> HardwareInfo:
+    """This machine's accelerator (see the module doc), cached for the process."""
     import onnxruntime as ort
 
     name, cc = _nvidia_smi()
     return HardwareInfo(gpu_name=name, compute_capability=cc,
                         tensorrt_version=tensorrt_version() if name else None,
                         ort_providers=tuple(ort.get_available_providers()))
+
+
+def fresh_detect() -> HardwareInfo:
+    """`detect()` asked again now, replacing the cached answer: after a memory-snapshot
+    restore, the answer cached before the snapshot describes a machine without the GPU."""
+    detect.cache_clear()
+    return detect()
 
 
 @dataclass(frozen=True)

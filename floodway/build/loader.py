@@ -1,4 +1,8 @@
-"""The cold-start loader: built artifacts -> a `Loaded` model.
+"""The cold-start loader: built artifacts -> a `Loaded` model, in two phases.
+
+    model = load(folder)                          # both phases at once (local workers)
+    ready = prepare(folder, expect="gpu")         # before the device is known ...
+    model = finish(ready, hardware=fresh_detect())   # ... and once it is attached
 
 `plan()` orders the artifact paths for the hardware found (a pure function of the manifest
 and a `HardwareInfo`):
@@ -6,26 +10,35 @@ and a `HardwareInfo`):
     TensorRT engine whose stamp matches  ->  ONNX Runtime CUDA  ->  ONNX Runtime CPU
     (offline-optimized graph)  ->  PyTorch from the safetensors snapshot
 
-`load()` tries them in that order. Before deserializing anything it validates the manifest and
-checks every file's size; each path's files are also sha256-hashed in a thread while the
-session is created (hashlib and ONNX Runtime both release the GIL, so this costs little
-wall time). A mismatch, a stamp for another GPU or TensorRT version, or a failing backend is
-logged with its reason and the next path is taken; when none works, ArtifactError lists
-every reason, so the pool backs off instead of crash-looping. The ONNX Runtime and TensorRT
-paths import no torch.
+`prepare()` does everything that needs no device, so that it can run before a memory
+snapshot (a Modal container takes its snapshot without a GPU): read and validate the
+manifest, check and hash the tokenizer files, build the tokenizer, import ONNX Runtime (and
+TensorRT where engines were built), and, with `expect`, hash ahead the files of the paths that
+device would take and read the TensorRT engines into memory. `finish()` does the rest where
+the device is attached: detect the hardware, plan, and open the first path that works
+(`floodway.build.backends.first_working`). Files not hashed ahead are sha256-hashed on a thread
+while the session is created (hashlib and ONNX Runtime both release the GIL). A mismatch, a
+stamp for another GPU or TensorRT version, or a failing backend is logged with its reason and
+the next path is taken; when none works, ArtifactError lists every reason, so the pool backs
+off instead of crash-looping. The ONNX Runtime and TensorRT paths import no torch.
 """
 
 from __future__ import annotations
 
-import os
-import sys
-import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from floodway.build.backends import (
+    INFO,
+    Tasks,
+    first_working,
+    log,
+    mismatched,
+    ort_trt_cache_root,
+    verify_files,
+)
 from floodway.build.hardware import EngineStamp, HardwareInfo, detect, engine_usable
 from floodway.build.manifest_view import ManifestView
 from floodway.build.netfs import read_mode
@@ -36,18 +49,15 @@ from floodway.build.prefetch import (
     OPT_FILE,
     Prefetch,
     make_tokenizer,
-    ort_runner,
     ort_threads,
-    sha256_path,
 )
 from floodway.errors import ArtifactError
 from floodway.functions.loaded import Loaded
 
-LOGGER = "floodway.loader"
 WEIGHTS_FILE = "weights/model.safetensors"
 TOKENIZER_DIR = "tokenizer"
-
-Runner = Callable[[Any], dict[str, Any]]
+# What `prepare(expect=...)` may be told the device will be.
+EXPECT = ("cpu", "gpu")
 
 
 @dataclass(frozen=True)
@@ -71,26 +81,6 @@ def read_manifest(artifact_dir: Path) -> ManifestView:
         return ManifestView.parse(raw)
     except ArtifactError as e:
         raise ArtifactError(f"{path} is invalid: {e}") from None
-
-
-def verify_files(artifact_dir: Path, manifest: ManifestView, *, verify: str = "size",
-                 only: tuple[str, ...] | None = None) -> None:
-    """Check artifacts named by the manifest exist with their recorded size (and hash).
-
-    `verify`: "size" or "sha256". `only`: check just these relative paths.
-    """
-    for rel, entry in manifest.artifacts.items():
-        if only is not None and rel not in only:
-            continue
-        path = artifact_dir / rel
-        if not path.is_file():
-            raise ArtifactError(f"{path} is missing (listed in the manifest)")
-        size = path.stat().st_size
-        if size != entry.bytes:
-            raise ArtifactError(f"{path} has {size} bytes, the manifest says {entry.bytes} "
-                                "(truncated or altered)")
-        if verify == "sha256" and sha256_path(path) != entry.sha256:
-            raise ArtifactError(f"{path} does not match its manifest sha256 (altered)")
 
 
 def plan(manifest: ManifestView, hw: HardwareInfo) -> list[Choice]:
@@ -123,184 +113,152 @@ def plan(manifest: ManifestView, hw: HardwareInfo) -> list[Choice]:
     return out
 
 
-def _open(folder: Path, manifest: ManifestView, choice: Choice, *, threads: int,
-          mode: str) -> Runner:
-    if choice.backend == "tensorrt":
-        from floodway.build import trt
+@dataclass
+class Prepared:
+    """A build read and checked before its device is known (`prepare`), for `finish`.
 
-        return trt.engine_runner(folder / choice.files[0], manifest)
-    if choice.backend == "torch":
-        from floodway.build import torch_runner
+    `digests`: sha256 (hex) of the files hashed ahead, by relative path; `buffers`: files read
+    into memory ahead (the TensorRT engines), by relative path, dropped once opened.
+    `seconds`: how long `prepare` took.
+    """
 
-        return torch_runner.runner(folder, manifest, mode=mode)
-    trt_provider = None
-    if choice.backend == "onnxruntime-tensorrt":
-        from floodway.build import trt
-
-        shapes = trt.profile_shapes(manifest.inputs, manifest.max_batch_rows,
-                                    manifest.max_seq_len, manifest.max_batch_rows)
-        trt_provider = trt.ort_trt_provider(ort_trt_cache_root(),
-                                            manifest.artifacts[ONNX_FILE].sha256, shapes)
-    return ort_runner(folder, choice.files[0], choice.files,
-                      cuda=choice.backend != "onnxruntime-cpu", threads=threads, mode=mode,
-                      trt_provider=trt_provider)
+    folder: Path
+    manifest: ManifestView
+    verify: str
+    mode: str
+    tokenizer: Any
+    digests: dict[str, str] = field(default_factory=dict)
+    buffers: dict[str, bytes] = field(default_factory=dict)
+    prefetch: Prefetch | None = None
+    seconds: float = 0.0
 
 
-def ort_trt_cache_root() -> Path:
-    """Where ONNX Runtime's TensorRT provider keeps its engines: a local, writable folder (the
-    artifact store may be a read-only Volume). ``FLOODWAY_TRT_CACHE`` overrides."""
-    env = os.environ.get("FLOODWAY_TRT_CACHE")
-    if env:
-        return Path(env)
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
-    return Path(cache) / "floodway"
-
-
-class _Task:
-    """A call running on its own thread; `result()` waits, then returns or raises."""
-
-    def __init__(self, fn: Callable[..., Any] | None = None, *args: Any):
-        self._value: Any = None
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(fn, args), daemon=True) \
-            if fn is not None else None
-        if self._thread:
-            self._thread.start()
-
-    @classmethod
-    def done(cls, value: Any) -> _Task:
-        task = cls()
-        task._value = value
-        return task
-
-    def _run(self, fn: Callable[..., Any], args: tuple) -> None:
-        try:
-            self._value = fn(*args)
-        except BaseException as e:  # noqa: BLE001 - re-raised by result()
-            self._error = e
-
-    def wait(self) -> None:
-        if self._thread:
-            self._thread.join()
-
-    def result(self) -> Any:
-        self.wait()
-        if self._error is not None:
-            raise self._error
-        return self._value
-
-
-class _Tasks:
-    """`submit` starts a `_Task`; leaving the `with` block waits for all of them. Used instead of
-    concurrent.futures, whose import (with logging) costs ~10 ms of a container's cold start."""
-
-    def __init__(self) -> None:
-        self._tasks: list[_Task] = []
-
-    def __enter__(self) -> _Tasks:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for task in self._tasks:
-            task.wait()
-
-    def submit(self, fn: Callable[..., Any], *args: Any) -> _Task:
-        self._tasks.append(_Task(fn, *args))
-        return self._tasks[-1]
-
-
-INFO, WARNING = 20, 30   # logging's levels
-
-
-def _log(level: int, msg: str, *args: object) -> None:
-    # Below WARNING only where logging is imported already: importing it costs ~5 ms of a
-    # container's cold start, and where nothing imported it, nothing configured a handler or
-    # level, so the record would be dropped anyway (the last-resort handler shows WARNING+).
-    if level < WARNING and "logging" not in sys.modules:
-        return
-    import logging
-
-    logging.getLogger(LOGGER).log(level, msg, *args)
-
-
-def _hash_files(folder: Path, manifest: ManifestView, files: tuple[str, ...],
-                mode: str) -> list[str]:
-    return [rel for rel in files
-            if sha256_path(folder / rel, mode) != manifest.artifacts[rel].sha256]
-
-
-def _tok_hash(folder: Path, manifest: ManifestView, tok_files: tuple[str, ...], pool: _Tasks,
-              pre: Prefetch | None, *, verify: str, mode: str) -> _Task | None:
-    """The tokenizer files whose sha256 does not match, as a task (None: not verified); from
-    the prefetch's digests when it hashed them all."""
-    if verify != "sha256":
-        return None
-    if pre is not None and all(r in pre.digests for r in tok_files):
-        return _Task.done([r for r in tok_files
-                           if pre.digests[r] != manifest.artifacts[r].sha256])
-    return pool.submit(_hash_files, folder, manifest, tok_files, mode)
-
-
-def _open_checked(folder: Path, manifest: ManifestView, choice: Choice, *, early: Any,
-                  hashed: _Task | None, verify: str, threads: int, mode: str) -> Runner:
-    """Open `choice` (or take the prefetch's session `early`), then check its files' digests
-    and its input names against the manifest. Raises on any failure."""
-    if early:
-        runner, digests = early
-        bad = [r for r in choice.files
-               if verify == "sha256" and digests.get(r) != manifest.artifacts[r].sha256]
+def ahead_files(manifest: ManifestView, expect: str | None) -> tuple[str, ...]:
+    """The files the paths for the `expect`ed device would read: on "gpu", every engine and
+    the ONNX graph (for ONNX Runtime CUDA); on "cpu", the optimized and the plain graph;
+    on None, none."""
+    have = set(manifest.artifacts)
+    if expect == "gpu":
+        names: tuple[str, ...] = (*(e.path for e in manifest.engines), ONNX_FILE, ONNX_DATA)
+    elif expect == "cpu":
+        names = (OPT_FILE, OPT_DATA, ONNX_FILE, ONNX_DATA)
     else:
-        runner = _open(folder, manifest, choice, threads=threads, mode=mode)
-        bad = hashed.result() if hashed else []
-    if bad:
-        raise ArtifactError(f"{', '.join(bad)} do(es) not match the manifest sha256")
-    names = getattr(runner, "input_names", manifest.inputs)
-    if tuple(names) != manifest.inputs:
-        raise ArtifactError(f"{choice.files[0]} takes inputs {tuple(names)}, the "
-                            f"manifest says {manifest.inputs}")
-    return runner
+        names = ()
+    return tuple(dict.fromkeys(n for n in names if n in have))
 
 
-def _first_working(folder: Path, manifest: ManifestView, hw: HardwareInfo, pool: _Tasks, *,
-                   verify: str, threads: int, mode: str,
-                   prefetch: Prefetch | None) -> tuple[Choice, Runner, list[str]]:
-    """The first path of `plan` that opens and checks out -> (choice, runner, what happened
-    to each path tried). Raises ArtifactError listing every reason when none does."""
-    attempts: list[str] = []
-    for choice in plan(manifest, hw):
-        label = f"{choice.backend}[{', '.join(choice.files) or '-'}]"
-        if not choice.usable:
-            attempts.append(f"{label}: skipped ({choice.reason})")
-            continue
+def _read_and_hash(path: Path) -> tuple[bytes, str]:
+    import hashlib
+
+    data = path.read_bytes()
+    return data, hashlib.sha256(data).hexdigest()
+
+
+def _import_runtimes(manifest: ManifestView, expect: str | None) -> None:
+    """Import the native runtimes now, so their import cost lands before a memory snapshot.
+    Importing loads libraries but creates no CUDA context, which needs the GPU."""
+    if expect is None:
+        return
+    import onnxruntime  # noqa: F401
+
+    if expect == "gpu" and manifest.engines:
         try:
-            verify_files(folder, manifest, verify="size", only=choice.files)
-        except ArtifactError as e:
-            attempts.append(f"{label}: failed ({e})")
-            _log(WARNING, "load %s: %s failed (%s); falling back", folder.name, label, e)
-            continue
-        early = (prefetch.take(choice.files, threads=threads, mode=mode)
-                 if prefetch and choice.backend == "onnxruntime-cpu" else None)
-        prefetch = None   # only the first ONNX Runtime CPU choice may use it
-        hashed = (pool.submit(_hash_files, folder, manifest, choice.files, mode)
-                  if verify == "sha256" and not early else None)
+            import tensorrt  # noqa: F401
+        except ImportError:
+            pass    # finish() plans without TensorRT and says why
+
+
+def prepare(artifact_dir: str | Path, *, verify: str = "sha256", mode: str | None = None,
+            expect: str | None = None, prefetch: Prefetch | None = None) -> Prepared:
+    """Phase one of `load`, with no device needed (see the module doc).
+
+    `expect`: the device `finish` will most likely find, "gpu" or "cpu" (its paths' files are
+    hashed now, the engines read into memory); None: hash nothing ahead. `verify`, `mode`,
+    `prefetch`: as for `load`. Raises ArtifactError for a missing or invalid manifest, or a
+    tokenizer file missing, truncated or (sha256) altered.
+    """
+    if expect is not None and expect not in EXPECT:
+        raise ValueError(f"expect must be one of {EXPECT} or None, got {expect!r}")
+    t0 = time.perf_counter()
+    folder = Path(artifact_dir)
+    manifest = read_manifest(folder)
+    tok_files = tuple(r for r in manifest.artifacts if r.startswith(TOKENIZER_DIR + "/"))
+    verify_files(folder, manifest, verify="size", only=tok_files)
+    mode = mode or read_mode(folder)
+    if prefetch is not None:
+        prefetch.join()
+    engines = {e.path for e in manifest.engines}
+    ahead = ahead_files(manifest, expect)
+    digests: dict[str, str] = {}
+    buffers: dict[str, bytes] = {}
+    with Tasks() as pool:
+        reads = {rel: pool.submit(_read_and_hash, folder / rel)
+                 for rel in ahead if rel in engines}
+        hashes = {rel: pool.submit(mismatched, folder, manifest, (rel,), mode)
+                  for rel in ahead if rel not in engines and verify == "sha256"}
+        bad_tok = _bad_tokenizer_files(folder, manifest, tok_files, prefetch, verify, mode)
+        _import_runtimes(manifest, expect)
+        tokenizer = (prefetch.tokenizer if prefetch is not None and prefetch.tokenizer is not None
+                     and prefetch.max_seq_len == manifest.max_seq_len
+                     else make_tokenizer(folder / TOKENIZER_DIR, manifest.max_seq_len))
+    if bad_tok:
+        raise ArtifactError(f"{', '.join(bad_tok)} do(es) not match the manifest sha256 (altered)")
+    for rel, task in reads.items():
         try:
-            runner = _open_checked(folder, manifest, choice, early=early, hashed=hashed,
-                                   verify=verify, threads=threads, mode=mode)
-        except Exception as e:  # noqa: BLE001 - any failure means: try the next path
-            if hashed:
-                hashed.result()
-            attempts.append(f"{label}: failed ({type(e).__name__}: {e})")
-            _log(WARNING, "load %s: %s failed (%s); falling back", folder.name, label, e)
-            continue
-        attempts.append(f"{label}: loaded ({choice.reason})")
-        return choice, runner, attempts
-    raise ArtifactError(f"no way to load {folder}:\n  " + "\n  ".join(attempts))
+            buffers[rel], digests[rel] = task.result()
+        except OSError:
+            pass    # finish() checks the file again and reports it
+    for rel, task in hashes.items():
+        try:
+            digests[rel] = "" if task.result() else manifest.artifacts[rel].sha256
+        except OSError:
+            pass
+    if verify != "sha256":
+        digests = {}
+    return Prepared(folder, manifest, verify, mode, tokenizer, digests, buffers, prefetch,
+                    time.perf_counter() - t0)
+
+
+def _bad_tokenizer_files(folder: Path, manifest: ManifestView, tok_files: tuple[str, ...],
+                         pre: Prefetch | None, verify: str, mode: str) -> list[str]:
+    """The tokenizer files whose sha256 is not the manifest's ([] unless `verify` is
+    "sha256"); from the prefetch's digests when it hashed them all."""
+    if verify != "sha256":
+        return []
+    if pre is not None and all(r in pre.digests for r in tok_files):
+        return [r for r in tok_files if pre.digests[r] != manifest.artifacts[r].sha256]
+    return mismatched(folder, manifest, tok_files, mode)
+
+
+def finish(ready: Prepared, *, hardware: HardwareInfo | None = None,
+           threads: int | None = None) -> Loaded:
+    """Phase two of `load`, where the device is attached: plan for `hardware` (default:
+    `detect()`) and open the first path that works (see the module doc). `threads`: as for
+    `load`. Raises ArtifactError listing every path's reason when none works."""
+    t0 = time.perf_counter()
+    folder, manifest = ready.folder, ready.manifest
+    hw = hardware or detect()
+    threads = threads if threads is not None else ort_threads()
+    with Tasks() as pool:
+        choice, runner, attempts = first_working(
+            folder, manifest, plan(manifest, hw), pool, verify=ready.verify, threads=threads,
+            mode=ready.mode, prefetch=ready.prefetch, digests=ready.digests,
+            buffers=ready.buffers)
+    ready.buffers = {}      # deserialized: the engine bytes are not needed any more
+    ready.prefetch = None
+    log(INFO, "loaded %s with %s (%s)", folder.name, choice.backend, "; ".join(attempts))
+    return Loaded(backend=choice.backend, tokenizer=ready.tokenizer, runner=runner,
+                  input_names=manifest.inputs, max_seq_len=manifest.max_seq_len,
+                  artifact_dir=folder, manifest=manifest, path_taken=tuple(attempts),
+                  timings_s={"artifact_load": ready.seconds + time.perf_counter() - t0,
+                             "prepare": ready.seconds, "open": time.perf_counter() - t0})
 
 
 def load(artifact_dir: str | Path, *, verify: str = "sha256", threads: int | None = None,
          hardware: HardwareInfo | None = None, mode: str | None = None,
          prefetch: Prefetch | None = None) -> Loaded:
-    """Load a published build. Raises ArtifactError when no path works (reasons listed).
+    """Load a published build: `prepare`, then `finish`, at once. Raises ArtifactError when
+    no path works (reasons listed).
 
     `verify`: "sha256" (default; hashed in parallel with session creation) or "size".
     `threads`: ONNX Runtime intra-op threads (None: ``FLOODWAY_ORT_THREADS`` or ORT's
@@ -308,30 +266,10 @@ def load(artifact_dir: str | Path, *, verify: str = "sha256", threads: int | Non
     (default: by filesystem, `floodway.build.netfs.read_mode`). `prefetch`: a session and
     digests started earlier on a thread (`start_prefetch`), used if they match the plan.
     """
-    t0 = time.perf_counter()
-    folder = Path(artifact_dir)
-    manifest = read_manifest(folder)
-    tok_files = tuple(r for r in manifest.artifacts if r.startswith(TOKENIZER_DIR + "/"))
-    verify_files(folder, manifest, verify="size", only=tok_files)
-    hw = hardware or detect()
-    threads = threads if threads is not None else ort_threads()
-    mode = mode or read_mode(folder)
-    pre = prefetch
-    if pre is not None:
-        pre.join()
-    with _Tasks() as pool:
-        tok_hash = _tok_hash(folder, manifest, tok_files, pool, pre, verify=verify, mode=mode)
-        choice, runner, attempts = _first_working(folder, manifest, hw, pool, verify=verify,
-                                                  threads=threads, mode=mode,
-                                                  prefetch=prefetch)
-        bad_tok = tok_hash.result() if tok_hash else []
-    if bad_tok:
-        raise ArtifactError(f"{', '.join(bad_tok)} do(es) not match the manifest sha256 (altered)")
-    _log(INFO, "loaded %s with %s (%s)", folder.name, choice.backend, "; ".join(attempts))
-    tokenizer = (pre.tokenizer if pre is not None and pre.tokenizer is not None
-                 and pre.max_seq_len == manifest.max_seq_len
-                 else make_tokenizer(folder / TOKENIZER_DIR, manifest.max_seq_len))
-    return Loaded(backend=choice.backend, tokenizer=tokenizer, runner=runner,
-                  input_names=manifest.inputs, max_seq_len=manifest.max_seq_len,
-                  artifact_dir=folder, manifest=manifest, path_taken=tuple(attempts),
-                  timings_s={"artifact_load": time.perf_counter() - t0})
+    ready = prepare(artifact_dir, verify=verify, mode=mode, prefetch=prefetch)
+    return finish(ready, hardware=hardware, threads=threads)
+
+
+__all__ = ["EXPECT", "ONNX_FILE", "TOKENIZER_DIR", "WEIGHTS_FILE", "Choice", "Prepared",
+           "ahead_files", "finish", "load", "ort_trt_cache_root", "plan", "prepare",
+           "read_manifest", "verify_files"]

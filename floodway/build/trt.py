@@ -91,13 +91,23 @@ def _check(err: Any) -> None:
         raise ArtifactError(f"CUDA error {code}")
 
 
-def engine_runner(plan_path: Path, manifest: Any):
-    """Deserialize an engine and return a runner (named int64 arrays -> named outputs)."""
+def engine_runner(plan_path: Path, manifest: Any, data: bytes | None = None):
+    """Deserialize an engine and return a runner (named int64 arrays -> named outputs).
+
+    `data`: the engine file's bytes when already read (e.g. before a memory snapshot; None:
+    read `plan_path` now). Needs the CUDA device: call it where the GPU is attached. The
+    runner may be called from several threads (a Modal class with input concurrency runs
+    its batches on threads): calls take turns, since they share one execution context and
+    stream. Raises ArtifactError when TensorRT cannot deserialize the engine.
+    """
+    import threading
+
     import tensorrt as trt
     from cuda.bindings import runtime as cudart
 
     logger = trt.Logger(trt.Logger.WARNING)
-    engine = trt.Runtime(logger).deserialize_cuda_engine(plan_path.read_bytes())
+    engine = trt.Runtime(logger).deserialize_cuda_engine(
+        bytes(data) if data is not None else plan_path.read_bytes())
     if engine is None:
         raise ArtifactError(f"TensorRT could not deserialize {plan_path}")
     context = engine.create_execution_context()
@@ -106,8 +116,13 @@ def engine_runner(plan_path: Path, manifest: Any):
     outputs = [n for n in names if n not in inputs]
     err, stream = cudart.cudaStreamCreate()
     _check(err)
+    turn = threading.Lock()
 
     def run(feeds):
+        with turn:
+            return _run_once(feeds)
+
+    def _run_once(feeds):
         ptrs = []
         try:
             for n in inputs:

@@ -2,6 +2,7 @@
 
     build_function_name("L4") -> "build_l4"
     build_functions(modal_app) -> {endpoint GPU type: build function}
+    build_app(modal_app) -> the modal.App holding only the build functions
     run_builds_on_modal(module_app, fw_app)      # `floodway build APP --on-modal`
 
 For each distinct GPU type among the endpoints, one build function (``L4`` -> ``build_l4``,
@@ -11,12 +12,19 @@ engine only runs on the compute capability that built it. It runs the same pipel
 mounted read-write there, then commits the Volume; its image is the serving image plus the
 build extras (`floodway.deploy.modal_images`). ``build(endpoint=None, force=False) ->
 list[dict]``: one dict per endpoint built (see `_run_builds`).
+
+The build functions are registered on an App of their own, ``<app>-build``, which the
+served App includes (``App.include``: a deploy still carries them). `floodway build
+--on-modal` runs that build App alone, ephemerally: only the build functions and the Volume
+start, not the GPU classes (whose ``min_containers`` would start them, before any build
+exists), the router or the warmers.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -113,9 +121,20 @@ def _run_builds(fw_app: App, gpu: str | None, endpoint: str | None, force: bool,
     return out
 
 
-# App name -> (the modal.App that `to_modal` made for it, endpoint GPU type -> build function).
-# The latest `to_modal` call for a name wins; `build_functions` checks the App is that one.
-_BUILD_FUNCTIONS: dict[str, tuple[modal.App, dict[str | None, modal.Function]]] = {}
+# The modal.App that `to_modal` made -> (itself, the App of its build functions, endpoint
+# GPU type -> build function). Keyed by the App object, not its name: importing the deploy
+# file again (a second App of the same name) leaves the first one's entry usable.
+_BUILD_FUNCTIONS: weakref.WeakKeyDictionary[
+    modal.App, tuple[modal.App, modal.App, dict[str | None, modal.Function]]] = \
+    weakref.WeakKeyDictionary()
+
+
+def _made(modal_app: modal.App) -> tuple[modal.App, modal.App, dict[str | None, modal.Function]]:
+    made = _BUILD_FUNCTIONS.get(modal_app)
+    if made is None:
+        raise FloodwayError(f"Modal app {modal_app.name!r} was not made by to_modal in this "
+                            f"process; import the deploy file (e.g. modal_app.py) first")
+    return made
 
 
 def build_functions(modal_app: modal.App) -> dict[str | None, modal.Function]:
@@ -124,27 +143,31 @@ def build_functions(modal_app: modal.App) -> dict[str | None, modal.Function]:
     `modal_app` must be what `to_modal` returned in this process (e.g. ``modal_app.app``); GPU
     strings that differ only in case share one function. Raises FloodwayError otherwise.
     """
-    made = _BUILD_FUNCTIONS.get(modal_app.name or "")
-    if made is None or made[0] is not modal_app:
-        raise FloodwayError(f"Modal app {modal_app.name!r} was not made by to_modal in this "
-                            f"process; import the deploy file (e.g. modal_app.py) first")
-    return dict(made[1])
+    return dict(_made(modal_app)[2])
+
+
+def build_app(modal_app: modal.App) -> modal.App:
+    """The App holding only `modal_app`'s build functions (named ``<app>-build``; see the
+    module doc). Raises FloodwayError as `build_functions` does."""
+    return _made(modal_app)[1]
 
 
 def run_builds_on_modal(module_app: modal.App, fw_app: App, endpoint: str | None = None,
                         force: bool = False) -> list[dict[str, Any]]:
     """`floodway build APP --on-modal`: run the build functions on Modal, one GPU type at a time.
 
-    Needs Modal credentials (it starts an ephemeral run of `module_app`, with Modal's output
-    shown). Builds every endpoint of `fw_app`, or just `endpoint`, on its own GPU type and
-    returns the build functions' dicts (see `_run_builds`), in order.
+    Needs Modal credentials (it starts an ephemeral run of `build_app(module_app)`, the build
+    functions alone, with Modal's output shown). Builds every endpoint of `fw_app`, or just
+    `endpoint`, on its own GPU type and returns the build functions' dicts (see
+    `_run_builds`), in order. Raises FloodwayError for an unknown `endpoint` before contacting
+    Modal.
     """
     functions = build_functions(module_app)
     gpus = [ep.gpu for ep in fw_app] if endpoint is None else [_endpoint(fw_app, endpoint).gpu]
     # One call per build function (GPU strings differing in case share one).
     calls = {build_function_name(gpu): functions[gpu] for gpu in gpus}
     results: list[dict[str, Any]] = []
-    with modal.enable_output(), module_app.run():
+    with modal.enable_output(), build_app(module_app).run():
         for fn in calls.values():
             results.extend(fn.remote(endpoint=endpoint, force=force))
     return results
@@ -176,8 +199,10 @@ def add_build_functions(app: modal.App, fw_app: App, module: str, *, serving_gpu
                         volume: modal.Volume, artifacts_path: str,
                         secrets: Sequence[modal.Secret]) -> dict[str | None, modal.Function]:
     """One build function per GPU type of `fw_app` (shared by GPU strings that differ only in
-    case), installed in `module`, and recorded for `build_functions`. Its image:
-    `build_image`, else `user_image` plus the build extras, else `default_build_image`."""
+    case), on an App of their own that `app` includes (see the module doc), installed in
+    `module`, and recorded for `build_functions` and `build_app`. Its image: `build_image`,
+    else `user_image` plus the build extras, else `default_build_image`."""
+    builds = modal.App(f"{fw_app.name}-build")
     by_gpu: dict[str | None, modal.Function] = {}
     made: dict[str, modal.Function] = {}
     for ep in fw_app:
@@ -189,13 +214,14 @@ def add_build_functions(app: modal.App, fw_app: App, module: str, *, serving_gpu
                 fn_image = with_build_extras(user_image, gpu=ep.gpu is not None)
             else:
                 fn_image = default_build_image(gpu=ep.gpu is not None, serving_gpu=serving_gpu)
-            made[fn_name] = _build_function(app, fw_app, ep.gpu, fn_name, module,
+            made[fn_name] = _build_function(builds, fw_app, ep.gpu, fn_name, module,
                                             image=fn_image, volume=volume,
                                             artifacts_path=artifacts_path, secrets=secrets)
         by_gpu[ep.gpu] = made[fn_name]
-    _BUILD_FUNCTIONS[fw_app.name] = (app, by_gpu)
+    app.include(builds)
+    _BUILD_FUNCTIONS[app] = (app, builds, by_gpu)
     return by_gpu
 
 
-__all__ = ["BUILD_TIMEOUT_S", "add_build_functions", "build_function_name", "build_functions",
-           "run_builds_on_modal"]
+__all__ = ["BUILD_TIMEOUT_S", "add_build_functions", "build_app", "build_function_name",
+           "build_functions", "run_builds_on_modal"]

@@ -1,60 +1,157 @@
-"""Talking to Modal for the warmers and `floodway deploy`: credentials, the deploy itself,
-and the ``update_autoscaler`` call on an endpoint's class.
+"""Talking to Modal for the warmers and `floodway deploy`: credentials, the router's keys
+Secret, the deploy itself, and autoscaler updates on an endpoint's class.
 
     autoscale = class_autoscale(classes)           # inside the deployed app
     autoscale = deployed_autoscale(app_name)       # from outside Modal
     autoscale(endpoint, {"min_containers": 2, ...})
+    check_router_keys("floodway-router-keys")      # FloodwayError saying how to create it
 
-The call is ``Cls().update_autoscaler(min_containers=, buffer_containers=,
-scaledown_window=)`` on the endpoint's class: unspecified settings keep their value, and a
-later deploy of the app resets all of them to the decorator's static values
-(https://modal.com/docs/reference/modal.Cls, ``update_autoscaler``). In modal 1.6 the Cls
-method goes through the service function's ``update_autoscaler``, which warns that it is
-deprecated in favour of ``Function.autoscaler.update`` (Cls has no such namespace yet): a log
-line, not an error. Modal is imported only when one of these runs.
+**Autoscaler.** An endpoint's class is served by one class service function; its settings
+are changed with ``Function.autoscaler.update(min_containers=, buffer_containers=,
+scaledown_window=)`` (modal 1.6: `modal.functions.FunctionAutoscalerManager.update`).
+Unspecified settings keep their value, and a later deploy of the app resets all of them to
+the decorator's static values. The older ``Cls().update_autoscaler(...)`` does the same but,
+since modal 1.6, warns that it is deprecated in favour of ``Function.autoscaler.update``;
+`update_class_autoscaler` uses the namespace where the client has it and falls back to
+``update_autoscaler`` on older clients (feature-detected, no version parsing).
+
+**Router keys.** The router refuses to start without API keys
+(`floodway.deploy.modal_router.router_api_keys`); `to_modal` gives it the named Secret
+`ROUTER_KEYS_SECRET` (holding ``FLOODWAY_API_KEYS``) unless told the router is public, and
+records the name for `floodway deploy`, which checks that the Secret exists before deploying
+(`check_router_keys`). Modal is imported only when one of these runs.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
-# (endpoint name, settings) -> anything; settings are update_autoscaler's keyword arguments.
+from floodway.errors import FloodwayError
+from floodway.routers.admission import API_KEYS_ENV
+
+# (endpoint name, settings) -> anything; settings are the autoscaler's keyword arguments.
 Autoscale = Callable[[str, dict[str, int]], Any]
+# The named Secret holding the router's FLOODWAY_API_KEYS (`to_modal`'s default).
+ROUTER_KEYS_SECRET = "floodway-router-keys"
+
+
+def update_class_autoscaler(cls: Any, settings: Mapping[str, int]) -> Any:
+    """Apply `settings` to the autoscaler of Modal class `cls` (a `modal.Cls` without
+    parameters) -> what Modal answers (its settings after the update).
+
+    Through its class service function's ``autoscaler.update`` where the client has that
+    namespace (modal 1.6: no deprecation warning), else ``cls().update_autoscaler``.
+    """
+    service_of = getattr(type(cls), "_get_class_service_function", None)
+    service = service_of(cls) if callable(service_of) else None
+    manager = getattr(service, "autoscaler", None) if service is not None else None
+    if manager is not None and callable(getattr(manager, "update", None)):
+        return manager.update(**settings)
+    return cls().update_autoscaler(**settings)
 
 
 def class_autoscale(classes: Mapping[str, Any]) -> Autoscale:
     """`Autoscale` through the app's own classes (inside a container of the deployed app,
-    where they are hydrated): ``classes[endpoint]().update_autoscaler(**settings)``."""
+    where they are hydrated): `update_class_autoscaler` on ``classes[endpoint]``."""
     def call(endpoint: str, settings: dict[str, int]) -> Any:
-        return classes[endpoint]().update_autoscaler(**settings)
+        return update_class_autoscaler(classes[endpoint], settings)
     return call
 
 
 def deployed_autoscale(app_name: str) -> Autoscale:
     """`Autoscale` through the deployed app, looked up by name (from outside Modal):
-    ``modal.Cls.from_name(app_name, ClassName)().update_autoscaler(**settings)``."""
+    `update_class_autoscaler` on ``modal.Cls.from_name(app_name, ClassName)``."""
     import modal
 
     from floodway.deploy.modal_objects import class_name
 
     def call(endpoint: str, settings: dict[str, int]) -> Any:
-        return modal.Cls.from_name(app_name, class_name(endpoint))().update_autoscaler(
-            **settings)
+        return update_class_autoscaler(modal.Cls.from_name(app_name, class_name(endpoint)),
+                                       settings)
     return call
 
 
-def credentials_configured(get: Callable[[str], Any] | None = None) -> bool:
-    """Whether Modal credentials are configured: a token id and secret, or an OAuth refresh
-    token, client id and secret, from ``MODAL_*`` variables or the active ``~/.modal.toml``
-    profile (modal.config's resolution). `get`: a config lookup (default Modal's)."""
+def credentials_problem(get: Callable[[str], Any] | None = None) -> str | None:
+    """What is wrong with the configured Modal credentials, or None when they are complete.
+
+    Mirrors how modal 1.6 builds a client (``modal.client._Client.from_env``): either a token
+    id and secret, or OAuth (a refresh token, a client id, and exactly one of a client secret
+    or a JWT key, ``oauth_jwt_key``), never both kinds; read from ``MODAL_*`` variables or the
+    active ``~/.modal.toml`` profile. `get`: a config lookup (default Modal's).
+    """
     if get is None:
         import modal.config
 
         get = modal.config.config.get
-    token = get("token_id") and get("token_secret")
-    oauth = get("oauth_refresh_token") and get("oauth_client_id") and get("oauth_client_secret")
-    return bool(token or oauth)
+    token = [bool(get(k)) for k in ("token_id", "token_secret")]
+    refresh, client_id, secret, jwt = (bool(get(k)) for k in (
+        "oauth_refresh_token", "oauth_client_id", "oauth_client_secret", "oauth_jwt_key"))
+    oauth = refresh or client_id or secret or jwt
+    if any(token) and oauth:
+        return "both a Modal token and OAuth credentials are configured; keep one"
+    if oauth:
+        if not (refresh and client_id) or secret == jwt:
+            return ("incomplete Modal OAuth credentials: need a refresh token, a client id, "
+                    "and exactly one of a client secret or a JWT key")
+        return None
+    if all(token):
+        return None
+    if any(token):
+        return "incomplete Modal token: need both MODAL_TOKEN_ID and MODAL_TOKEN_SECRET"
+    return ("no Modal credentials: run `modal token new`, or set MODAL_TOKEN_ID and "
+            "MODAL_TOKEN_SECRET")
+
+
+def credentials_configured(get: Callable[[str], Any] | None = None) -> bool:
+    """Whether complete Modal credentials are configured (`credentials_problem` is None)."""
+    return credentials_problem(get) is None
+
+
+# The modal.App that `to_modal` made -> the router keys Secret's name or None (keyed by the
+# App object: a second App of the same name does not hide the first one's entry).
+_ROUTER_KEYS: weakref.WeakKeyDictionary[Any, str | None] = weakref.WeakKeyDictionary()
+
+
+def record_router_keys(modal_app: Any, secret_name: str | None) -> None:
+    """Remember which named Secret `modal_app`'s router reads its keys from (None: none)."""
+    _ROUTER_KEYS[modal_app] = secret_name
+
+
+def router_keys_secret(modal_app: Any) -> str | None:
+    """The named Secret `modal_app`'s router needs (recorded by `to_modal` in this process);
+    None for a public router or an app `to_modal` did not make here."""
+    return _ROUTER_KEYS.get(modal_app)
+
+
+def secret_exists(name: str, required_keys: tuple[str, ...] = ()) -> bool:
+    """Whether Modal has a Secret `name` holding `required_keys` (the server checks the keys:
+    ``SecretGetOrCreate``'s ``required_keys``). False when Modal answers NOT_FOUND; other
+    failures (no network, bad credentials) raise as the client raises them."""
+    import modal
+    from modal.exception import NotFoundError
+
+    try:
+        modal.Secret.from_name(name, required_keys=list(required_keys)).hydrate()
+    except NotFoundError:
+        return False
+    return True
+
+
+def check_router_keys(name: str, exists: Callable[[str, tuple[str, ...]], bool] | None = None
+                      ) -> None:
+    """Raise FloodwayError saying how to create Secret `name` when Modal has no Secret `name`
+    holding ``FLOODWAY_API_KEYS``. `exists`: the lookup (default `secret_exists`)."""
+    exists = exists or secret_exists
+    if not exists(name, (API_KEYS_ENV,)):
+        raise FloodwayError(
+            f"the router reads its API keys from the Modal Secret {name!r}, which does not "
+            f"exist or has no {API_KEYS_ENV}; create it first:\n"
+            f"  modal secret create {name} {API_KEYS_ENV}=<key1>,<key2>\n"
+            f"(comma-separated bearer tokens, e.g. from `python -c \"import secrets; "
+            f"print(secrets.token_urlsafe(32))\"`), or pass public_router=True to to_modal to "
+            f"serve without authentication")
 
 
 def modal_deploy(module_app: Any) -> None:
@@ -66,5 +163,7 @@ def modal_deploy(module_app: Any) -> None:
         module_app.deploy()
 
 
-__all__ = ["Autoscale", "class_autoscale", "credentials_configured", "deployed_autoscale",
-           "modal_deploy"]
+__all__ = ["API_KEYS_ENV", "ROUTER_KEYS_SECRET", "Autoscale", "check_router_keys",
+           "class_autoscale", "credentials_configured", "credentials_problem",
+           "deployed_autoscale", "modal_deploy", "record_router_keys", "router_keys_secret",
+           "secret_exists", "update_class_autoscaler"]

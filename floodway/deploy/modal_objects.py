@@ -3,25 +3,34 @@
     app = to_modal(endpoints)     # last line of modal_app.py; then `modal deploy modal_app.py`
 
 For each endpoint: a Modal class (named in CamelCase, ``embed`` -> ``Embed``) on the endpoint's
-GPU, memory-snapshotted, with the warm pool as its autoscaler settings, the artifact Volume
+GPU, memory-snapshotted (and its GPU memory too with ``gpu_memory_snapshot=True``:
+``experimental_options={"enable_gpu_snapshot": True}``), with the warm pool as its autoscaler
+settings, ``@modal.concurrent(max_inputs=container_slots(ep))`` as its input concurrency (the
+batches one container runs at once, which `ModalBackend` models exactly), the artifact Volume
 mounted read-only, and one `@modal.batched` method ``predict(inputs: list) -> list``
-(`floodway.deploy.modal_worker`). Then one CPU function ``router`` serving `make_asgi_app`
-(the local router's HTTP surface) with `ModalBackend` (`floodway.deploy.modal_router`: the
-same `decide()`, fed by Modal's stats) and `ModalJobs`, and one CPU function
+(`floodway.deploy.modal_worker`: the build is prepared before the memory snapshot and its
+backend opened where the GPU is attached). Its image is the serving image, plus TensorRT when
+the endpoint's build makes engines on a GPU (unless an `image` is given: that one is used as
+it is). Then one CPU function ``router`` serving
+`make_asgi_app` (the local router's HTTP surface) with `ModalBackend`
+(`floodway.deploy.modal_router`: the same `decide()`, fed by Modal's stats) and `ModalJobs`,
+reading its API keys from the named Secret ``floodway-router-keys`` (a deploy fails while
+it is missing; or public, with ``public_router=True``), and one CPU function
 ``run_job(endpoint, inputs) -> outputs`` that async jobs are spawned on (a class with a
-batched method may have no other method). Constructing all this is offline: no Modal token,
-no network.
+batched method may have no other method).
+Constructing all this is offline: no Modal token, no network.
 
 Builds on Modal (`floodway.deploy.modal_build`): one build function per GPU type
-(``build_l4``, ``build_cpu``, ...) running the `floodway build` pipeline into the Volume;
-`build_functions(app)` maps each endpoint GPU type to its build function;
-`run_builds_on_modal` runs them (`floodway build APP --on-modal`). Images:
-`floodway.deploy.modal_images`.
+(``build_l4``, ``build_cpu``, ...) running the `floodway build` pipeline into the Volume, on
+an App of their own that this App includes; `build_functions(app)` maps each endpoint GPU type
+to its build function; `run_builds_on_modal` runs the build App alone (`floodway build APP
+--on-modal`). Images: `floodway.deploy.modal_images`.
 
 Warm pools over time (`floodway.deploy.modal_warmers`): for each plan entry of `warmer_plan`, a
 CPU function (``warm_cron_<i>`` at window edges, ``warm_tick`` every minute for predictive
 endpoints) scheduled with ``modal.Cron(cron, timezone=...)`` that re-applies `desired()` through
-``update_autoscaler``; the router records per-minute arrivals for them (`ArrivalRecorder`).
+the autoscaler (`floodway.deploy.modal_deploy.update_class_autoscaler`); the router records
+per-minute arrivals for them (`ArrivalRecorder`).
 
 Every generated object becomes a global of the module that called `to_modal`, where Modal
 looks it up in a container (`floodway.deploy.modal_install`).
@@ -42,27 +51,37 @@ from floodway.deploy.modal_build import (
 from floodway.deploy.modal_build import (
     BUILD_TIMEOUT_S,
     add_build_functions,
+    build_app,
     build_function_name,
     build_functions,
     run_builds_on_modal,
 )
 from floodway.deploy.modal_build import _build_targets as _build_targets
 from floodway.deploy.modal_build import _run_builds as _run_builds
+from floodway.deploy.modal_deploy import ROUTER_KEYS_SECRET, record_router_keys
 from floodway.deploy.modal_images import (
     BUILD_PACKAGES,
     GPU_BUILD_PACKAGES,
     PYTHON_VERSION,
     SERVING_PACKAGES,
+    TENSORRT_SERVING_PACKAGES,
     default_build_image,
     default_image,
     with_build_extras,
 )
 from floodway.deploy.modal_install import install, make_global
-from floodway.deploy.modal_router import JOB_TIMEOUT_S, ModalBackend
+from floodway.deploy.modal_router import (
+    JOB_TIMEOUT_S,
+    PUBLIC_ROUTER_ENV,
+    ModalBackend,
+    container_slots,
+)
 from floodway.deploy.modal_warmers import WARMER_TIMEOUT_S, warmer_function, warmer_plan
 from floodway.deploy.modal_worker import worker_class
 from floodway.errors import FloodwayError
 from floodway.functions.app import App
+from floodway.functions.endpoint import Endpoint
+from floodway.routers.admission import API_KEYS_ENV
 
 ROUTER_NAME = "router"
 JOB_FUNCTION_NAME = "run_job"
@@ -78,8 +97,9 @@ def class_name(endpoint: str) -> str:
 def to_modal(fw_app: App, *, volume_name: str = "floodway-artifacts",
              artifacts_path: str = "/artifacts", image: modal.Image | None = None,
              build_image: modal.Image | None = None, secrets: Sequence[modal.Secret] = (),
-             router_secrets: Sequence[modal.Secret] = (), module: str | None = None,
-             ) -> modal.App:
+             router_secrets: Sequence[modal.Secret] = (),
+             router_keys_secret: str | None = ROUTER_KEYS_SECRET, public_router: bool = False,
+             module: str | None = None) -> modal.App:
     """Build the Modal App for every endpoint of `fw_app` (see the module doc).
 
     Call it at the top level of the module that `modal deploy` runs: the generated class per
@@ -89,13 +109,20 @@ def to_modal(fw_app: App, *, volume_name: str = "floodway-artifacts",
     or two endpoint names map to one class name (``a-b`` and ``a_b``). `module`: the module to
     install into (default: the caller's).
 
-    `image`: the serving image (default `default_image`). `build_image`: the build functions'
-    image (default: `default_build_image`, or `image` plus `with_build_extras` when `image` is
-    given). `secrets`: given to the build functions only, e.g.
+    `image`: the serving image of every function and class (default `default_image`, with
+    `TENSORRT_SERVING_PACKAGES` for the classes whose builds make engines; a given image must
+    hold those itself). `build_image`: the build functions' image (default:
+    `default_build_image`, or `image` plus `with_build_extras` when `image` is given).
+    `secrets`: given to the build functions only, e.g.
     ``[modal.Secret.from_name("huggingface")]`` providing ``HF_TOKEN`` for gated models.
-    `router_secrets`: given to the router, e.g. ``[modal.Secret.from_name("floodway-keys")]``
-    providing ``FLOODWAY_API_KEYS``; the router refuses to start without keys unless
-    ``FLOODWAY_PUBLIC_ROUTER=1`` is set there too (`modal_router.router_api_keys`).
+
+    The router refuses to start without API keys (`modal_router.router_api_keys`), so it gets
+    the named Secret `router_keys_secret` (default ``floodway-router-keys``) holding
+    ``FLOODWAY_API_KEYS``: a deploy fails while that Secret does not exist (Modal answers
+    NOT_FOUND), and `floodway deploy` checks it first and says how to create it. None: no
+    named Secret (give the keys through `router_secrets`). `public_router=True`: serve without
+    authentication instead (``FLOODWAY_PUBLIC_ROUTER=1`` in the router; no keys Secret).
+    `router_secrets`: more Secrets for the router.
     """
     if module is None:
         caller = inspect.currentframe().f_back  # type: ignore[union-attr]
@@ -104,10 +131,13 @@ def to_modal(fw_app: App, *, volume_name: str = "floodway-artifacts",
     serving_image = image or default_image(gpu=serving_gpu)
     rw_volume = modal.Volume.from_name(volume_name, create_if_missing=True)
     app = modal.App(fw_app.name)
-    classes = _add_classes(app, fw_app, module, serving_image,
+    classes = _add_classes(app, fw_app, module, image, serving_image,
                            rw_volume.with_mount_options(read_only=True), artifacts_path)
     job_fn = _add_job_function(app, fw_app, module, serving_image, classes)
-    _add_router(app, fw_app, module, serving_image, classes, job_fn, router_secrets)
+    keys_secret = None if public_router else router_keys_secret
+    _add_router(app, fw_app, module, serving_image, classes, job_fn,
+                _router_secrets(keys_secret, public_router, router_secrets))
+    record_router_keys(app, keys_secret)
     for spec in warmer_plan(fw_app):
         warmer = warmer_function(fw_app, spec, classes)
         make_global(warmer, spec.name, module)
@@ -120,26 +150,53 @@ def to_modal(fw_app: App, *, volume_name: str = "floodway-artifacts",
     return app
 
 
-def _add_classes(app: modal.App, fw_app: App, module: str, image: modal.Image,
-                 volume: modal.Volume, artifacts_path: str) -> dict[str, Any]:
+def _router_secrets(keys_secret: str | None, public_router: bool,
+                    extra: Sequence[modal.Secret]) -> list[modal.Secret]:
+    """The router's Secrets: the named keys Secret (its ``FLOODWAY_API_KEYS`` required, so a
+    deploy without it fails at once), or the public flag, then `extra`."""
+    out: list[modal.Secret] = []
+    if public_router:
+        out.append(modal.Secret.from_dict({PUBLIC_ROUTER_ENV: "1"}))
+    elif keys_secret is not None:
+        out.append(modal.Secret.from_name(keys_secret, required_keys=[API_KEYS_ENV]))
+    return [*out, *extra]
+
+
+def class_options(ep: Endpoint) -> dict[str, Any]:
+    """The ``app.cls`` settings of an endpoint's class besides image and volumes: GPU, memory
+    snapshots, the warm pool as autoscaler settings (see the module doc)."""
+    warm = ep.warm
+    return {
+        "gpu": ep.gpu, "enable_memory_snapshot": True,
+        "experimental_options": {"enable_gpu_snapshot": True} if ep.gpu_memory_snapshot
+        else None,
+        "min_containers": warm.min_containers, "buffer_containers": warm.buffer_containers,
+        "scaledown_window": round(warm.scaledown_window_s),
+        "max_containers": warm.max_containers,
+    }
+
+
+def _add_classes(app: modal.App, fw_app: App, module: str, user_image: modal.Image | None,
+                 serving_image: modal.Image, volume: modal.Volume, artifacts_path: str,
+                 ) -> dict[str, Any]:
     """One Modal class per endpoint (see the module doc), installed in `module`; endpoint
     name -> class. Raises FloodwayError when two endpoints map to one class name."""
     classes: dict[str, Any] = {}
+    engine_image: modal.Image | None = None
     for ep in fw_app:
         name = class_name(ep.name)
         taken = [other for other in classes if class_name(other) == name]
         if taken:
             raise FloodwayError(f"endpoints {taken[0]!r} and {ep.name!r} would both become Modal "
                                 f"class {name!r}; rename one")
+        image = serving_image
+        if user_image is None and ep.gpu and ep.build.tensorrt:
+            engine_image = engine_image or default_image(gpu=True, tensorrt=True)
+            image = engine_image
         user_cls = worker_class(ep, artifacts_path)
         make_global(user_cls, name, module)
-        warm = ep.warm
-        cls = app.cls(
-            image=image, gpu=ep.gpu, volumes={artifacts_path: volume},
-            enable_memory_snapshot=True,
-            min_containers=warm.min_containers, buffer_containers=warm.buffer_containers,
-            scaledown_window=round(warm.scaledown_window_s), max_containers=warm.max_containers,
-        )(user_cls)
+        cls = app.cls(image=image, volumes={artifacts_path: volume}, **class_options(ep))(
+            modal.concurrent(max_inputs=container_slots(ep))(user_cls))
         install(module, user_cls.__name__, cls)
         classes[ep.name] = cls
     return classes
@@ -191,7 +248,8 @@ def _add_router(app: modal.App, fw_app: App, module: str, image: modal.Image,
 
 __all__ = [
     "BUILD_PACKAGES", "BUILD_TIMEOUT_S", "GPU_BUILD_PACKAGES", "JOB_FUNCTION_NAME",
-    "PYTHON_VERSION", "ROUTER_NAME", "SERVING_PACKAGES", "build_function_name",
-    "build_functions", "class_name", "default_build_image", "default_image",
+    "PYTHON_VERSION", "ROUTER_KEYS_SECRET", "ROUTER_NAME", "SERVING_PACKAGES",
+    "TENSORRT_SERVING_PACKAGES", "build_app", "build_function_name", "build_functions",
+    "class_name", "class_options", "default_build_image", "default_image",
     "run_builds_on_modal", "to_modal", "with_build_extras",
 ]

@@ -15,9 +15,13 @@ other runtime's with `floodway.core.snapshot.build_snapshot`:
   It is a network call: its result is cached for `stats_ttl_s` and refreshed by a background
   task that `snapshot()` starts, so a request never waits on it. Before the first answer, the
   warm pool's ``min_containers`` stand in for the runners (Modal keeps those up).
-- Each runner is a warm `ContainerLoad` with `pipeline_slots` slots; the router's own
-  in-flight rows (sent, not yet answered) are spread evenly over the runners, each runner's
-  share cut into batches of at most ``max_batch_rows`` rows (`runner_loads`). A start the
+- Each runner is a warm `ContainerLoad` with `container_slots` slots: exactly the batches
+  Modal runs at once in one container, since `to_modal` declares that number as the class's
+  input concurrency (``@modal.concurrent(max_inputs=container_slots(ep))``; with
+  ``@modal.batched`` each input slot fetches one batch, modal 1.6's
+  ``_ContainerIOManager._generate_inputs``). The router's own in-flight rows (sent, not yet
+  answered) are spread evenly over the runners, each runner's share cut into batches of at
+  most ``max_batch_rows`` rows (`runner_loads`). A start the
   router asked for (`start_cold`) is a "starting" container until the stats show it or its
   cold start has passed.
 - Modal's backlog is its input queue, served in arrival order: `QueueLoad.fifo` of its
@@ -92,17 +96,27 @@ JOB_ROWS_TIMEOUT_S = JOB_TIMEOUT_S - 60
 
 
 def router_api_keys(environ: Mapping[str, str] | None = None) -> ApiKeys:
-    """The router's API keys, from ``FLOODWAY_API_KEYS`` (on Modal: a Secret given to
-    `to_modal` as ``router_secrets``). A Modal web endpoint is reachable by anyone with its
-    URL, so no keys is refused (FloodwayError) unless ``FLOODWAY_PUBLIC_ROUTER=1`` says the
-    endpoint is meant to be public."""
+    """The router's API keys, from ``FLOODWAY_API_KEYS`` (comma-separated bearer tokens; on
+    Modal: the named Secret ``floodway-router-keys`` that `to_modal` gives the router). A
+    Modal web endpoint is reachable by anyone with its URL, so no keys is refused
+    (FloodwayError) unless ``FLOODWAY_PUBLIC_ROUTER=1`` says the endpoint is meant to be
+    public (``to_modal(..., public_router=True)`` sets it)."""
     env = os.environ if environ is None else environ
     keys = ApiKeys.from_env(environ=env)
     if not keys and env.get(PUBLIC_ROUTER_ENV) != "1":
         raise FloodwayError(f"the Modal router is a public web endpoint: set {API_KEYS_ENV} "
-                            f"(e.g. from a modal.Secret passed as router_secrets) or "
-                            f"{PUBLIC_ROUTER_ENV}=1 to serve without authentication")
+                            f"(e.g. `modal secret create floodway-router-keys "
+                            f"{API_KEYS_ENV}=<key1>,<key2>`) or {PUBLIC_ROUTER_ENV}=1 "
+                            f"(`to_modal(..., public_router=True)`) to serve without "
+                            f"authentication")
     return keys
+
+
+def container_slots(ep: Any) -> int:
+    """Batches one container of endpoint `ep` runs at once on Modal: `pipeline_slots` of its
+    ``Route.max_inflight_per_container``. `to_modal` declares it as the class's input
+    concurrency and `ModalBackend` models each runner with it, so the two cannot differ."""
+    return pipeline_slots(ep.route.max_inflight_per_container)
 
 
 def runner_loads(runners: int, inflight_rows: int, max_batch_rows: int, slots: int
@@ -229,7 +243,7 @@ class ModalBackend:
         ep, st, now = self.app[endpoint], self._eps[endpoint], self.clock.monotonic()
         self._maybe_refresh(endpoint, now)
         cold = st.cold.estimate_s()
-        slots = pipeline_slots(ep.route.max_inflight_per_container)
+        slots = container_slots(ep)
         runners = st.runners if st.runners is not None else ep.warm.min_containers
         loads = runner_loads(runners, st.inflight_rows, ep.batching.max_batch_rows, slots)
         st.cold_asked = [t for t in st.cold_asked if now - t < cold]
@@ -340,5 +354,6 @@ async def run_job_rows(backend: ModalBackend, endpoint: str, inputs: list[Any]) 
 
 
 __all__ = ["BOOT_S", "COLD_SAMPLES", "ITEM_ERROR", "KV", "STATS_DICT", "MemoryKV",
-           "ModalBackend", "ModalDictKV", "ModalJobs", "ModalPending", "record_cold_start",
+           "ModalBackend", "ModalDictKV", "ModalJobs", "ModalPending", "container_slots",
+           "record_cold_start",
            "router_api_keys", "run_job_rows", "runner_loads"]

@@ -117,10 +117,12 @@ class ArrivalRecorder:
         try:
             await self.clock.sleep(self.flush_s)
             await self.flush()
-        finally:
-            self._timer = None
-            if self._dirty:             # arrivals during the write, or a failed write
-                self._schedule()
+        except asyncio.CancelledError:
+            self._timer = None          # shutting down: a new timer would never be awaited
+            raise
+        self._timer = None
+        if self._dirty:                 # arrivals during the write, or a failed write
+            self._schedule()
 
     async def flush(self) -> int:
         """Write the counts of every endpoint with new arrivals (its minutes older than

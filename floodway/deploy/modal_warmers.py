@@ -27,9 +27,10 @@ only while the function is active (https://modal.com/docs/guide/scale), with no 
 passing `desired`'s 0-when-idle would only delay the buffer by a warmer period after a burst
 starts.
 
-A later deploy of the app resets the autoscaler to the decorator's static values
-(`floodway.deploy.modal_deploy`). Hence `REAPPLY_S` (a plain ``modal deploy`` is undone
-within it by a running tick) and `deploy_and_apply`, which re-applies right after deploying.
+The autoscaler is updated through `floodway.deploy.modal_deploy.update_class_autoscaler`. A
+later deploy of the app resets it to the decorator's static values. Hence `REAPPLY_S` (a
+plain ``modal deploy`` is undone within it by a running tick) and `deploy_and_apply`, which
+checks the credentials and the router's keys Secret, deploys, and re-applies at once.
 
 Modal is imported only by the functions that talk to Modal; the rest runs anywhere.
 """
@@ -54,10 +55,14 @@ from floodway.deploy.modal_crons import (
 )
 from floodway.deploy.modal_deploy import (
     Autoscale,
+    check_router_keys,
     class_autoscale,
     credentials_configured,
+    credentials_problem,
     deployed_autoscale,
     modal_deploy,
+    router_keys_secret,
+    secret_exists,
 )
 from floodway.deploy.modal_kv import MemoryStore, Store
 from floodway.deploy.modal_stats import BOOT_S, STATS_DICT, cold_estimator, cold_key, service_key
@@ -119,7 +124,7 @@ def measured_of(ep: Endpoint, stats: Store) -> Measured:
 # ---------------------------------------------------------------- applying
 
 def autoscaler_settings(target: WarmTarget, ep: Endpoint) -> dict[str, int]:
-    """``update_autoscaler`` keyword arguments for `target` (see the module doc for why the
+    """The autoscaler's keyword arguments for `target` (see the module doc for why the
     buffer is the config's): min_containers, buffer_containers, scaledown_window (s)."""
     floor = target.min_containers
     return {"min_containers": floor,
@@ -245,12 +250,17 @@ def deploy_and_apply(module_app: Any, fw_app: App, *, now_s: float | None = None
                      ) -> list[Applied]:
     """`floodway deploy`: deploy `module_app`, then apply every endpoint's current target
     (a deploy resets the autoscaler to the decorator's values). Raises FloodwayError before
-    anything is sent when no Modal credentials are configured. The deploy, the autoscaler
-    calls and the stores are this module's `modal_deploy`, `deployed_autoscale` and
-    `modal_stores`, looked up when called."""
-    if not credentials_configured():
-        raise FloodwayError("no Modal credentials: run `modal token new`, or set "
-                            "MODAL_TOKEN_ID and MODAL_TOKEN_SECRET")
+    deploying when the Modal credentials are missing or incomplete (`credentials_problem`,
+    nothing sent), or when the router's keys Secret does not exist (`check_router_keys`,
+    which says how to create it). The lookups, the deploy, the autoscaler calls and the
+    stores are this module's `credentials_problem`, `secret_exists`, `modal_deploy`,
+    `deployed_autoscale` and `modal_stores`, looked up when called."""
+    problem = credentials_problem()
+    if problem is not None:
+        raise FloodwayError(problem)
+    keys = router_keys_secret(module_app)
+    if keys is not None:
+        check_router_keys(keys, exists=secret_exists)
     modal_deploy(module_app)
     return run_warmer(fw_app, [ep.name for ep in fw_app],
                       autoscale=deployed_autoscale(module_app.name or fw_app.name),
@@ -260,7 +270,8 @@ def deploy_and_apply(module_app: Any, fw_app: App, *, now_s: float | None = None
 __all__ = [
     "BOOT_S", "STATS_DICT", "TICK_NAME", "TRAFFIC_DICT", "WARM_DICT", "Applied",
     "ArrivalRecorder", "MemoryStore", "Store", "Stores", "WarmerSpec", "apply_target",
-    "autoscaler_settings", "class_autoscale", "credentials_configured", "deploy_and_apply",
+    "autoscaler_settings", "class_autoscale", "credentials_configured", "credentials_problem",
+    "deploy_and_apply",
     "deployed_autoscale", "edge_measured", "measured_of", "modal_deploy", "modal_stores",
     "run_warmer", "scan_traffic", "summary_line", "warmer_function", "warmer_plan",
 ]

@@ -1,16 +1,35 @@
 """The GPU class of an endpoint on Modal: the plain class that `to_modal` decorates.
 
-Its ``@modal.enter(snap=True)`` hook loads the latest build on the CPU before the memory
-snapshot; ``@modal.enter(snap=False)`` moves the session to CUDA after a restore and records
-the start for the router's cold-start estimate (`floodway.deploy.modal_stats`); the
-``@modal.batched`` method ``predict`` runs a batch, a failing item answering
-``{ITEM_ERROR: ...}`` alone instead of failing its whole batch.
+Loading is split at the memory snapshot (`floodway.build.loader`: `prepare`, then `finish`).
+A CPU memory snapshot is taken without the GPU attached, so:
+
+- ``@modal.enter(snap=True)`` (``load``) runs `prepare` on the latest build: imports, the
+  manifest, the tokenizer, the files' sha256, the TensorRT engine read into memory. All of
+  it lands in the snapshot.
+- ``@modal.enter(snap=False)`` (``to_gpu``) runs after a restore, with the GPU attached:
+  it detects the hardware afresh (`fresh_detect`: the answer cached before the snapshot saw
+  no GPU), plans, and opens the first path that works (a TensorRT engine whose stamp matches,
+  else ONNX Runtime CUDA, ...). It also records the start for the router's cold-start
+  estimate (`floodway.deploy.modal_stats`).
+
+Where the device is known before the snapshot, ``load`` also opens the backend, so the open
+session is in the snapshot: a CPU endpoint, and a GPU endpoint with
+``gpu_memory_snapshot=True`` (Modal's GPU Memory Snapshots: the GPU is attached while
+``snap=True`` hooks run and its memory is snapshotted too,
+https://modal.com/docs/guide/memory-snapshots#gpu-memory-snapshots).
+
+The ``@modal.batched`` method ``predict`` runs a batch, a failing item answering
+``{ITEM_ERROR: ...}`` alone instead of failing its whole batch. With input concurrency
+(``@modal.concurrent`` on the class, `modal_objects`), Modal runs up to that many batches at
+once, each on its own thread: ``predict`` keeps no state between calls, ONNX Runtime's
+``session.run`` may be called from several threads, and the TensorRT runner takes turns
+(`floodway.build.trt.engine_runner`).
 """
 
 from __future__ import annotations
 
 import time
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import modal
@@ -21,64 +40,70 @@ from floodway.deploy.modal_stats import record_cold_start
 from floodway.functions.endpoint import Endpoint
 
 
-def move_to_cuda(loaded: Any) -> str:
-    """Re-create an ONNX Runtime CPU session on CUDA when this container has the CUDA provider.
+def opens_before_snapshot(ep: Endpoint) -> bool:
+    """Whether the endpoint's device is attached before the memory snapshot, so the backend
+    is opened there: a CPU endpoint, or a GPU endpoint with ``gpu_memory_snapshot``."""
+    return ep.gpu is None or ep.gpu_memory_snapshot
 
-    Returns the backend now in use (``onnxruntime-cuda``, or the unchanged one). A no-op with
-    an image whose ONNX Runtime wheel is CPU-only.
+
+def _fresh_hardware() -> Any:
+    from floodway.build.hardware import fresh_detect
+
+    return fresh_detect()
+
+
+def worker_class(ep: Endpoint, artifacts_path: str, *,
+                 hardware: Callable[[], Any] | None = None) -> type:
+    """The plain Python class behind an endpoint's Modal class (not yet decorated by the App).
+
+    `hardware`: how the device is detected when the backend is opened (default:
+    `floodway.build.hardware.fresh_detect`, looked up when it runs).
     """
-    import onnxruntime as ort
-
-    from floodway.build.loader import ONNX_FILE
-
-    if loaded.backend != "onnxruntime-cpu" \
-            or "CUDAExecutionProvider" not in ort.get_available_providers():
-        return loaded.backend
-    session = ort.InferenceSession(str(Path(loaded.artifact_dir) / ONNX_FILE),
-                                   providers=["CUDAExecutionProvider", "CPUExecutionProvider"])
-    if session.get_providers()[0] != "CUDAExecutionProvider":
-        return loaded.backend  # the provider is built in but no device is usable: stay on CPU
-    out_names = [o.name for o in session.get_outputs()]
-
-    def runner(feeds):
-        return dict(zip(out_names, session.run(out_names, dict(feeds)), strict=True))
-
-    loaded.runner = runner
-    loaded.backend = "onnxruntime-cuda"
-    return loaded.backend
-
-
-def worker_class(ep: Endpoint, artifacts_path: str) -> type:
-    """The plain Python class behind an endpoint's Modal class (not yet decorated by the App)."""
     batching = ep.batching
+    early_open = opens_before_snapshot(ep)
+    expect = "gpu" if ep.gpu else "cpu"
+    detect_now = hardware or _fresh_hardware
 
     class Worker:
         model: Any = None
+        prepared: Any = None
         hooks_ran: tuple[str, ...] = ()
         load_wall: tuple[float, float] = (0.0, 0.0)
 
+        def _open(self) -> None:
+            from floodway.build.loader import finish
+
+            self.model = finish(self.prepared, hardware=detect_now())
+            self.prepared = None
+
         @modal.enter(snap=True)
         def load(self) -> None:
-            """Before the memory snapshot: imports and the CPU-side load of the latest build.
+            """Before the memory snapshot: `prepare` the latest build (and open it where the
+            device is already attached, see the module doc).
 
-            Runs without a GPU; a new build reaches containers on the next `modal deploy`
-            (which also retakes the snapshot). Raises ArtifactError when there is no build.
+            A new build reaches containers on the next `modal deploy` (which also retakes the
+            snapshot). Raises ArtifactError when there is no build.
             """
-            from floodway.build.loader import load
+            from floodway.build.loader import prepare
             from floodway.build.store import ArtifactStore
 
             w0, t0 = time.time(), time.perf_counter()
-            self.model = load(ArtifactStore(_store_root(artifacts_path)).latest(ep.name))
-            self.model.timings_s["enter_snap"] = time.perf_counter() - t0
+            folder = ArtifactStore(_store_root(artifacts_path)).latest(ep.name)
+            self.prepared = prepare(folder, expect=expect)
+            if early_open:
+                self._open()
+                self.model.timings_s["enter_snap"] = time.perf_counter() - t0
             self.load_wall = (w0, time.time())
             self.hooks_ran = (*self.hooks_ran, "snap")
 
         @modal.enter(snap=False)
         def to_gpu(self) -> None:
-            """After restore, with the GPU attached: move the session to CUDA when possible;
-            on Modal, record this start for the router's cold-start estimate."""
+            """After restore, with the GPU attached: open the backend for the hardware found
+            now, unless the snapshot holds it already; on Modal, record this start for the
+            router's cold-start estimate."""
             w0, t0 = time.time(), time.perf_counter()
-            move_to_cuda(self.model)
+            if self.model is None:
+                self._open()
             self.model.timings_s["enter_gpu"] = time.perf_counter() - t0
             self.hooks_ran = (*self.hooks_ran, "gpu")
             if not modal.is_local():
@@ -104,4 +129,4 @@ def worker_class(ep: Endpoint, artifacts_path: str) -> type:
     return Worker
 
 
-__all__ = ["move_to_cuda", "worker_class"]
+__all__ = ["opens_before_snapshot", "worker_class"]

@@ -32,16 +32,21 @@ class App:
     def endpoint(self, *, model: HFModel | LocalModel, name: str | None = None,
                  build: Build | None = None, gpu: str | None = None,
                  warm: WarmPool | None = None, route: Route | None = None,
-                 batching: Batching | None = None) -> Callable[[Callable[..., Any]], Endpoint]:
+                 batching: Batching | None = None, gpu_memory_snapshot: bool = False,
+                 ) -> Callable[[Callable[..., Any]], Endpoint]:
         """Define an endpoint from a function `fn(model, inputs: list[T]) -> list[R]`.
 
+        `gpu`: a Modal GPU type (None: CPU). `gpu_memory_snapshot`: on Modal, snapshot the
+        GPU's memory too, so that a restored container starts with its engine or CUDA session
+        already loaded (Modal's GPU Memory Snapshots, an alpha feature; needs `gpu`).
         Raises ConfigError naming the endpoint, each bad field, its value and the allowed range.
         """
 
         def record(fn: Callable[..., Any]) -> Endpoint:
             ep = make_endpoint(fn, name=name, model=model, build=build or Build(), gpu=gpu,
                                warm=warm or WarmPool(), route=route or Route(),
-                               batching=batching or Batching())
+                               batching=batching or Batching(),
+                               gpu_memory_snapshot=gpu_memory_snapshot)
             if ep.name in self._endpoints:
                 used = Problem("name", ep.name, f"a name not already used in App {self.name!r}")
                 raise ConfigError(ep.name, [used])

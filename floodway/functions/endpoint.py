@@ -29,7 +29,8 @@ class Endpoint:
 
     `fn(model: Loaded, inputs: list[T]) -> list[R]` returns one output per input, in order.
     `input_type` is T (from the annotation; `Any` if absent) and is what the router validates
-    each item of a request's ``inputs`` against.
+    each item of a request's ``inputs`` against. `gpu_memory_snapshot`: on Modal, the GPU's
+    memory is snapshotted too (only with `gpu`; see `floodway.deploy.modal_worker`).
     """
 
     name: str
@@ -41,6 +42,7 @@ class Endpoint:
     route: Route
     batching: Batching
     input_type: Any
+    gpu_memory_snapshot: bool = False
 
     def __call__(self, model: Any, inputs: list[Any]) -> list[Any]:
         return self.fn(model, inputs)
@@ -86,8 +88,17 @@ def _check_gpu(gpu: object, out: list[Problem]) -> None:
                                        "optionally with ':N' for N GPUs (1-8)"))
 
 
+def _check_gpu_snapshot(value: object, gpu: object, out: list[Problem]) -> None:
+    if not isinstance(value, bool):
+        out.append(Problem("gpu_memory_snapshot", value, "True or False"))
+    elif value and gpu is None:
+        out.append(Problem("gpu_memory_snapshot", value,
+                           "False on a CPU endpoint (GPU memory snapshots need gpu=...)"))
+
+
 def make_endpoint(fn: Callable[..., Any], *, name: str | None, model: object, build: object,
-                  gpu: object, warm: object, route: object, batching: object) -> Endpoint:
+                  gpu: object, warm: object, route: object, batching: object,
+                  gpu_memory_snapshot: object = False) -> Endpoint:
     """Validate everything about one definition and return its Endpoint.
 
     Raises ConfigError listing every problem found (not just the first).
@@ -112,6 +123,7 @@ def make_endpoint(fn: Callable[..., Any], *, name: str | None, model: object, bu
         else:
             out.extend(obj.problems(label))
     _check_gpu(gpu, out)
+    _check_gpu_snapshot(gpu_memory_snapshot, gpu, out)
     input_type = _input_type(fn, out)
     if isinstance(build, Build) and isinstance(batching, Batching):
         b_rows, e_rows = batching.max_batch_rows, build.max_batch_rows
@@ -122,4 +134,5 @@ def make_endpoint(fn: Callable[..., Any], *, name: str | None, model: object, bu
     if out:
         raise ConfigError(str(ep_name), out)
     return Endpoint(name=ep_name, fn=fn, model=model, build=build, gpu=gpu, warm=warm,
-                    route=route, batching=batching, input_type=input_type)
+                    route=route, batching=batching, input_type=input_type,
+                    gpu_memory_snapshot=gpu_memory_snapshot)

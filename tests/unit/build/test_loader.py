@@ -173,3 +173,80 @@ def test_prefetch_does_not_bypass_integrity_checks(build_copy):
     flip_byte(build_copy / "tokenizer" / "vocab.txt", at=100)
     with pytest.raises(ArtifactError, match="vocab.txt"):
         load(build_copy, prefetch=start_prefetch(build_copy))
+
+
+# ---------------------------------------------------------------- two phases: prepare, finish
+
+@pytest.fixture(scope="module")
+def engine_store(built_store, tmp_path_factory):
+    """A store whose latest embed build also has a stand-in TensorRT engine."""
+    from tests.unit.build.standin_engine import store_with_standin_engine
+
+    return store_with_standin_engine(built_store, tmp_path_factory.mktemp("engine-store"))
+
+
+def test_prepare_needs_no_device_and_finish_opens_the_engine(engine_store, tmp_path):
+    """What a memory snapshot can hold is done before the GPU exists; the engine is
+    deserialized only once the GPU is attached, and computes what the CPU path computes."""
+    from floodway.build.hardware import fresh_detect
+    from floodway.build.loader import finish, prepare
+    from tests.unit.build.standin_engine import standin_in_process
+
+    folder = ArtifactStore(engine_store).latest("embed")
+    attached = tmp_path / "gpu-attached"
+    with standin_in_process(gpu_when=attached) as trt:
+        ready = prepare(folder, expect="gpu")
+        assert trt.DESERIALIZED == []                    # nothing device-bound yet
+        (engine,) = ready.manifest.engines
+        assert set(ready.buffers) == {engine.path}       # the engine, read ahead
+        assert {engine.path, "model.onnx", "model.onnx.data"} <= set(ready.digests)
+        assert fresh_detect().gpu_name is None           # no GPU before the snapshot
+        attached.touch()
+        model = finish(ready, hardware=fresh_detect())
+        assert model.backend == "tensorrt", model.path_taken
+        assert len(trt.DESERIALIZED) == 1 and ready.buffers == {}
+        feeds = model.encode(["engines run in the GPU phase", "x"])
+        got = model.run(feeds)["last_hidden_state"]
+        assert trt.EXECUTIONS[0] >= 1
+    want = load(folder, hardware=HardwareInfo()).run(feeds)["last_hidden_state"]
+    np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+def test_an_altered_engine_is_caught_by_its_early_hash(engine_store, tmp_path):
+    from floodway.build.loader import finish, prepare
+    from tests.unit.build.standin_engine import standin_in_process
+
+    copy = tmp_path / "build"
+    shutil.copytree(ArtifactStore(engine_store).latest("embed"), copy)
+    (engine,) = read_manifest(copy).engines
+    flip_byte(copy / engine.path, at=5)
+    with standin_in_process() as trt:
+        model = finish(prepare(copy, expect="gpu"))
+        assert trt.DESERIALIZED == []
+    assert "do(es) not match the manifest sha256" in model.path_taken[0]
+    assert model.backend == "onnxruntime-cpu"
+
+
+def test_the_engine_path_in_a_subprocess(engine_store):
+    """The stand-ins through the environment only (PYTHONPATH, PATH), as a container has
+    them: a plain `load` takes the TensorRT path."""
+    from tests.unit.build.standin_engine import standin_env
+
+    folder = ArtifactStore(engine_store).latest("embed")
+    code = ("import json, tensorrt; from floodway.build.loader import load; "
+            f"m = load({str(folder)!r}); m.run(m.encode(['hi'])); "
+            "print(json.dumps([m.backend, tensorrt.EXECUTIONS[0]]))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=standin_env(), timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == ["tensorrt", 1]
+
+
+def test_prepare_ahead_files_per_device(built_store):
+    from floodway.build.loader import ahead_files
+
+    m = read_manifest(ArtifactStore(built_store).latest("embed"))
+    assert ahead_files(m, None) == ()
+    assert ahead_files(m, "cpu") == ("model.opt.onnx", "model.opt.onnx.data", "model.onnx",
+                                     "model.onnx.data")
+    assert ahead_files(m, "gpu") == ("model.onnx", "model.onnx.data")   # no engine built here

@@ -112,14 +112,27 @@ def test_build_l4_settings(modal_app):
 def test_build_image_is_serving_image_plus_build_extras(modal_app):
     build, serving = _image(modal_app.build_l4), _image(modal_app.router)
     assert build is not serving
-    assert _image(modal_app.Embed._get_class_service_function()) is serving
     build_pips, serving_pips = _pip_installs(build), _pip_installs(serving)
     assert serving_pips in build_pips              # the serving layers, then more
     for package in ("torch", "transformers", "onnx>=", "onnxscript", "tensorrt",
                     "onnxruntime-gpu[cuda,cudnn]"):
         assert package in build_pips
-    for package in ("torch", "transformers", "tensorrt", "onnxscript"):
+    for package in ("torch", "transformers", "tensorrt", "onnxscript", "cuda-python"):
         assert package not in serving_pips
+
+
+def test_engine_class_image_is_serving_image_plus_tensorrt(modal_app):
+    """embed builds engines on its GPU (Build(tensorrt=True), gpu="L4"): its class loads them,
+    so its image adds TensorRT (from the build image's own spec, so that the engine's stamp
+    matches) and cuda-python; nothing the build alone needs."""
+    serving = _pip_installs(_image(modal_app.router))
+    engine = _pip_installs(_image(modal_app.Embed._get_class_service_function()))
+    assert serving in engine
+    assert mo.TENSORRT_SERVING_PACKAGES[0] in mo.GPU_BUILD_PACKAGES
+    for package in mo.TENSORRT_SERVING_PACKAGES:
+        assert package in engine
+    for package in ("torch", "transformers", "onnxscript"):
+        assert package not in engine
 
 
 def test_build_functions_mapping(modal_app):
@@ -233,7 +246,8 @@ def test_one_build_function_per_gpu_type(tmp_path, monkeypatch):
     cpu, big = module.build_cpu.info(), module.build_a100_2.info()
     assert cpu.gpus == [] and big.gpus == [("A100", 2)]
     assert len(cpu.secrets) == len(big.secrets) == 1
-    assert module.router.info().secrets == []      # the token is for builds only
+    # The token is for builds only: the router has just its keys Secret.
+    assert module.router.info().secrets == ["modal.Secret.from_name('floodway-router-keys')"]
     assert not cpu.volumes["/artifacts"].read_only
     cpu_pips = _pip_installs(_image(module.build_cpu))
     assert "torch" in cpu_pips and "tensorrt" not in cpu_pips
@@ -299,15 +313,15 @@ def test_run_builds_on_modal_calls_each_build_function_once(tmp_path, monkeypatc
     fw_app = _three_endpoint_app(tmp_path)
     calls: list = []
     cpu, big = _FakeFunction("build_cpu", calls), _FakeFunction("build_a100_2", calls)
-    fake = _FakeApp()
-    monkeypatch.setitem(mo._BUILD_FUNCTIONS, "three",
-                        (fake, {None: cpu, "A100:2": big, "a100:2": big}))
+    fake, builds = _FakeApp(), _FakeApp()
+    monkeypatch.setitem(mo._BUILD_FUNCTIONS, fake,
+                        (fake, builds, {None: cpu, "A100:2": big, "a100:2": big}))
     monkeypatch.setattr(modal, "enable_output", contextlib.nullcontext)
     out = mo.run_builds_on_modal(fake, fw_app, None, True)
     assert calls == [("build_cpu", {"endpoint": None, "force": True}),
                      ("build_a100_2", {"endpoint": None, "force": True})]
     assert out == [{"endpoint": "build_cpu"}, {"endpoint": "build_a100_2"}]
-    assert fake.runs == 1
+    assert (fake.runs, builds.runs) == (0, 1)       # the build App alone, once
     calls.clear()
     mo.run_builds_on_modal(fake, fw_app, "also-big", False)
     assert calls == [("build_a100_2", {"endpoint": "also-big", "force": False})]
@@ -320,3 +334,53 @@ def test_run_builds_on_modal_checks_the_endpoint_before_contacting_modal(modal_a
     monkeypatch.setattr(modal, "enable_output", no_modal)
     with pytest.raises(FloodwayError, match="known endpoints: embed"):
         mo.run_builds_on_modal(modal_app.app, modal_app.endpoints, "nope", False)
+
+
+def test_on_modal_runs_only_the_build_functions(modal_app, monkeypatch):
+    """`floodway build --on-modal` runs an App holding the build functions (and through them
+    the Volume) alone: no GPU class, whose min_containers would start it before any build
+    exists, no router, no warmers. The served App still carries the build functions."""
+    ran: list = []
+    calls: list = []
+
+    @contextlib.contextmanager
+    def run(self, *args, **kwargs):
+        ran.append(self)
+        yield self
+
+    monkeypatch.setattr(modal.App, "run", run)
+    monkeypatch.setattr(modal, "enable_output", contextlib.nullcontext)
+    monkeypatch.setattr(modal.Function, "remote",
+                        lambda self, **kw: calls.append((_impl(self)._tag_, kw)) or [])
+    assert mo.run_builds_on_modal(modal_app.app, modal_app.endpoints, None, False) == []
+    (app,) = ran
+    assert app is not modal_app.app and app is mo.build_app(modal_app.app)
+    assert calls == [("build_l4", {"endpoint": None, "force": False})]
+    state = _impl(app)._local_state
+    assert state.classes == {} and state.web_endpoints == []
+    assert set(state.functions) == {"build_l4"}
+    for fn in state.functions.values():
+        assert (_deploy_settings(fn)["min_containers"] or 0) == 0
+        assert _deploy_settings(fn)["schedule"] is None
+        assert "/artifacts" in fn._spec.volumes
+    served = _impl(modal_app.app)._local_state.functions
+    assert served["build_l4"] is _impl(modal_app.build_l4) and "Embed.*" in served
+
+
+def _deploy_settings(function) -> dict:
+    load = _impl(function)._load
+    return {name: cell.cell_contents
+            for name, cell in zip(load.__code__.co_freevars, load.__closure__, strict=True)}
+
+
+def test_a_second_import_of_the_deploy_file_leaves_the_first_app_usable(modal_app):
+    """Two Apps of one name (the deploy file imported again, as a fresh Modal container or a
+    test does): each keeps its own build functions and router Secret."""
+    from floodway.deploy import modal_deploy
+
+    first = modal_app.app
+    again = importlib.reload(modal_app)
+    assert again.app is not first and again.app.name == first.name
+    assert set(mo.build_functions(first)) == set(mo.build_functions(again.app)) == {"L4"}
+    assert modal_deploy.router_keys_secret(first) == modal_deploy.router_keys_secret(again.app) \
+        == "floodway-router-keys"

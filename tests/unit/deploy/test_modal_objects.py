@@ -91,6 +91,62 @@ def test_embed_class_settings(modal_app):
             auto.max_containers) == (1, 1, 120, 8)
 
 
+def test_class_concurrency_is_what_the_router_models(modal_app):
+    """Modal runs at most max_inputs batches at once per container (one input slot fetches
+    one batch under @modal.batched); the router's snapshot gives each runner exactly that
+    many slots."""
+    from floodway.core.snapshot import pipeline_slots
+    from floodway.deploy.modal_kv import MemoryKV
+    from floodway.deploy.modal_router import ModalBackend
+
+    ep = modal_app.endpoints["embed"]
+    service = _service_function(modal_app.Embed)
+    declared = service.info().concurrency_info.max_inputs
+    backend = ModalBackend(modal_app.endpoints, {"embed": modal_app.Embed}, stats=MemoryKV())
+    (runner,) = backend.snapshot("embed").containers     # min_containers=1, no stats yet
+    assert declared == runner.slots == pipeline_slots(ep.route.max_inflight_per_container)
+    assert declared == 2                                 # Route(max_inflight_per_container=8)
+    assert _deploy_settings(service)["max_concurrent_inputs"] == declared   # what deploy sends
+
+
+@pytest.mark.parametrize(("inflight", "slots"), [(1, 1), (2, 2), (64, 2)])
+def test_class_concurrency_follows_the_route(tmp_path, monkeypatch, inflight, slots):
+    from floodway.deploy.modal_router import container_slots
+
+    app = fw.App(f"conc{inflight}")
+    app.endpoint(model=fw.LocalModel(tmp_path), name="e", gpu="T4",
+                 route=fw.Route(max_inflight_per_container=inflight))(lambda model, inputs: inputs)
+    module = _run_in_module(tmp_path, f"fw_deploy_conc{inflight}", app, monkeypatch)
+    info = _service_function(module.E).info()
+    assert info.concurrency_info.max_inputs == slots == container_slots(app["e"])
+
+
+def test_gpu_memory_snapshot_option(tmp_path, monkeypatch):
+    app = fw.App("gpusnap")
+    model = fw.LocalModel(tmp_path)
+    app.endpoint(model=model, name="plain", gpu="L4")(lambda model, inputs: inputs)
+    app.endpoint(model=model, name="snap", gpu="L4", gpu_memory_snapshot=True)(
+        lambda model, inputs: inputs)
+    module = _run_in_module(tmp_path, "fw_deploy_gpusnap", app, monkeypatch)
+    plain, snap = (_deploy_settings(_service_function(c)) for c in (module.Plain, module.Snap))
+    assert snap["experimental_options"] == {"enable_gpu_snapshot": "True"}
+    assert plain["experimental_options"] == {}
+    assert plain["enable_memory_snapshot"] is snap["enable_memory_snapshot"] is True
+
+
+def test_gpu_memory_snapshot_is_validated_at_decorator_time(tmp_path):
+    app = fw.App("gpusnap-bad")
+    with pytest.raises(fw.ConfigError) as info:
+        app.endpoint(model=fw.LocalModel(tmp_path), name="cpu-snap",
+                     gpu_memory_snapshot=True)(lambda model, inputs: inputs)
+    text = str(info.value)
+    assert "'cpu-snap'" in text and "gpu_memory_snapshot = True" in text and "gpu=" in text
+    with pytest.raises(fw.ConfigError, match="gpu_memory_snapshot = 'yes'"):
+        app.endpoint(model=fw.LocalModel(tmp_path), name="odd", gpu="L4",
+                     gpu_memory_snapshot="yes")(lambda model, inputs: inputs)
+    assert app.endpoints == {}
+
+
 def test_embed_class_lifecycle_and_batched_method(modal_app):
     cls = _impl(modal_app.Embed)
     params = cls._method_partials["predict"].params

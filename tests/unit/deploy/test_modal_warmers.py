@@ -5,6 +5,7 @@ the router's per-minute arrival counts, and `floodway deploy`."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.util
 import json
 import sys
@@ -421,6 +422,26 @@ def test_recorder_writes_once_per_period_on_the_loop():
     assert kv.data[rec.key("pred")] == {minute_of(t0): 50}
 
 
+def test_a_cancelled_write_timer_does_not_start_another():
+    """A router shutting down cancels the timer with counts unsaved: it must end there (a
+    new timer would never be awaited, and shutdown would wait on it forever)."""
+    kv, clock = MemoryKV(), ManualClock()
+    rec = ArrivalRecorder("warmers", kv, router_id="r1", flush_s=30.0, clock=clock)
+
+    async def go():
+        rec.record("pred", _utc(2025, 1, 6, 12))
+        await until(lambda: clock.sleeping == 1)
+        timer = rec._timer
+        timer.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await timer
+        await asyncio.sleep(0)
+        return rec._timer, [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+
+    timer, others = asyncio.run(go())
+    assert timer is None and others == []
+
+
 def test_router_records_user_requests_only():
     arrivals: list[tuple[str, float]] = []
     fake = FakeModal()
@@ -460,11 +481,16 @@ def test_credentials_check():
 
 def _cli_stand_ins(monkeypatch, configured=True):
     from floodway import cli
+    from floodway.deploy.modal_deploy import credentials_problem
 
     log: list = []
     stores = _stores()
     monkeypatch.delenv("FLOODWAY_NO_MODAL", raising=False)
-    monkeypatch.setattr(modal_warmers, "credentials_configured", lambda: configured)
+    creds = {"token_id": "ak-1", "token_secret": "as-1"} if configured else {}
+    monkeypatch.setattr(modal_warmers, "credentials_problem",
+                        lambda: credentials_problem(creds.get))
+    monkeypatch.setattr(modal_warmers, "secret_exists",
+                        lambda name, keys: log.append(("secret", name, keys)) is None)
     monkeypatch.setattr(modal_warmers, "modal_deploy",
                         lambda module_app: log.append(("deploy", module_app.name)))
     monkeypatch.setattr(modal_warmers, "deployed_autoscale",
@@ -485,8 +511,9 @@ def test_deploy_then_reapplies_the_current_target(monkeypatch):
         "at": _utc(2025, 1, 5, 11, 59)})
     r = CliRunner().invoke(cli.cli, ["deploy", str(MODAL_APP)])
     assert r.exit_code == 0, r.output
-    assert log == [("deploy", "floodway-demo"), ("update_autoscaler", "embed", {
-        "min_containers": 1, "buffer_containers": 1, "scaledown_window": 120})]
+    assert log == [("secret", "floodway-router-keys", ("FLOODWAY_API_KEYS",)),
+                   ("deploy", "floodway-demo"), ("update_autoscaler", "embed", {
+                       "min_containers": 1, "buffer_containers": 1, "scaledown_window": 120})]
     assert "deployed floodway-demo" in r.output
     assert "embed: applied min_containers=1 buffer_containers=1 scaledown_window=120s" \
         in r.output

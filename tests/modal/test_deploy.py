@@ -1,0 +1,118 @@
+"""``modal_app.py`` deployed through the real modal client against the fake control plane:
+what Modal would be told (functions, classes, GPU, autoscaler, concurrency, batching,
+volumes, secrets, schedules, the web endpoint)."""
+
+from __future__ import annotations
+
+import modal
+import pytest
+from modal_proto import api_pb2
+
+from floodway.deploy.modal_deploy import class_autoscale
+from floodway.deploy.modal_kv import MemoryKV
+from floodway.deploy.modal_objects import ROUTER_MAX_INPUTS
+from floodway.deploy.modal_router import ModalBackend
+from floodway.deploy.modal_warmers import warmer_plan
+from tests.modal.support import APP_NAME, ROUTER_SECRET, deploy_example
+
+
+def test_deploy_sends_every_function_and_class(fake_modal):
+    deploy_example(fake_modal)
+    state = fake_modal.state
+    assert state.function_tags(APP_NAME) == {
+        "Embed.*", "run_job", "router", "warm_cron_0", "warm_cron_1", "build_l4"}
+    assert state.class_tags(APP_NAME) == {"Embed"}
+    assert state.unimplemented == []
+    # Images are answered as built at once; the floodway source travels as a mount.
+    assert state.images
+    mounted = {path for files in state.mounts.values() for path in files}
+    assert "/root/floodway/deploy/modal_objects.py" in mounted
+
+
+def test_gpu_class_definition(fake_modal):
+    deploy_example(fake_modal)
+    d = fake_modal.state.function("Embed.*", app=APP_NAME).definition
+    assert d.is_class and set(d.method_definitions) == {"predict"}
+    assert d.resources.gpu_config.gpu_type == "L4" and d.resources.gpu_config.count == 1
+    a = d.autoscaler_settings
+    assert (a.min_containers, a.buffer_containers, a.scaledown_window, a.max_containers) == (
+        1, 1, 120, 8)
+    assert (d.batch_max_size, d.batch_linger_ms) == (32, 5)
+    assert d.checkpointing_enabled                        # enable_memory_snapshot=True
+    [vol] = d.volume_mounts
+    assert vol.mount_path == "/artifacts" and vol.read_only
+    assert vol.volume_id == fake_modal.state.volumes["floodway-artifacts"].volume_id
+
+
+def test_gpu_class_concurrency_is_what_the_router_models(fake_modal):
+    """Bug 2: Modal runs ``max_concurrent_inputs`` batches per container (1 when undeclared);
+    the router's snapshot must give each container exactly that many slots."""
+    mod = deploy_example(fake_modal)
+    declared = fake_modal.state.function("Embed.*", app=APP_NAME).definition.max_concurrent_inputs
+    backend = ModalBackend(mod.endpoints, {"embed": mod.Embed}, stats=MemoryKV())
+    slots = {c.slots for c in backend.snapshot("embed").containers}
+    assert slots == {max(1, declared)}, (
+        f"Modal runs {max(1, declared)} batch(es) per Embed container "
+        f"(max_concurrent_inputs={declared}) but the router models {slots}")
+
+
+def test_router_definition(fake_modal):
+    deploy_example(fake_modal)
+    state = fake_modal.state
+    router = state.function("router", app=APP_NAME)
+    d = router.definition
+    assert d.webhook_config.type == api_pb2.WEBHOOK_TYPE_ASGI_APP
+    assert router.handle.web_url.startswith("https://")
+    assert not d.resources.gpu_config.gpu_type
+    assert d.max_concurrent_inputs == ROUTER_MAX_INPUTS
+    assert d.autoscaler_settings.min_containers == 1      # the GPU class keeps one warm
+    assert state.function("run_job", app=APP_NAME).definition.max_concurrent_inputs == (
+        ROUTER_MAX_INPUTS)
+
+
+def test_router_gets_the_named_secret(fake_modal):
+    """Bug 1: the router must be deployed with the Secret holding FLOODWAY_API_KEYS."""
+    deploy_example(fake_modal)
+    d = fake_modal.state.function("router", app=APP_NAME).definition
+    assert fake_modal.state.secrets[ROUTER_SECRET].secret_id in d.secret_ids
+
+
+def test_deploy_without_the_router_secret_fails_not_found(fake_modal):
+    """Bug 1: with the Secret missing, the deploy stops with Modal's NOT_FOUND (instead of
+    deploying a router that refuses every request)."""
+    with pytest.raises(modal.exception.NotFoundError, match=ROUTER_SECRET):
+        deploy_example(fake_modal, with_secret=False)
+    assert fake_modal.state.deployed(APP_NAME) is None
+
+
+def test_warmer_schedules(fake_modal):
+    mod = deploy_example(fake_modal)
+    plan = warmer_plan(mod.endpoints)
+    assert [s.name for s in plan] == ["warm_cron_0", "warm_cron_1"]
+    assert fake_modal.state.schedules(APP_NAME) == {s.name: (s.cron, s.timezone) for s in plan}
+    for spec in plan:
+        f = fake_modal.state.function(spec.name, app=APP_NAME)
+        assert not f.definition.resources.gpu_config.gpu_type
+    # The window is 08:55-09:55 on weekdays: its end fires at 09:55, its start earlier.
+    crons = sorted(s.cron for s in plan)
+    assert "55 9 * * 1-5" in crons and all(c.endswith("* * 1-5") for c in crons)
+
+
+def test_build_function_writes_the_volume(fake_modal):
+    deploy_example(fake_modal)
+    d = fake_modal.state.function("build_l4", app=APP_NAME).definition
+    assert d.resources.gpu_config.gpu_type == "L4"
+    [vol] = d.volume_mounts
+    assert vol.mount_path == "/artifacts" and not vol.read_only
+
+
+def test_redeploy_resets_the_autoscaler_to_the_decorator(fake_modal):
+    """A second deploy reuses the function ids and, as on Modal, resets the autoscaler
+    settings a warmer changed (why `floodway deploy` re-applies them)."""
+    mod = deploy_example(fake_modal)
+    embed = fake_modal.state.function("Embed.*", app=APP_NAME)
+    class_autoscale({"embed": mod.Embed})("embed", {"min_containers": 3})
+    assert embed.autoscaler.min_containers == 3
+    mod.app.deploy()
+    assert fake_modal.state.function("Embed.*", app=APP_NAME).function_id == embed.function_id
+    assert embed.autoscaler.min_containers == 1

@@ -1,0 +1,1 @@
+"""A stand-in for ``cuda.bindings``: see ``cuda.bindings.runtime``."""
