@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated
 
@@ -37,10 +39,16 @@ def _fail(e: Exception) -> typer.Exit:
 
 
 def _modal_app(app: str, what: str):
-    """The floodway App named by `app` and the one modal.App its module defines."""
+    """The floodway App named by `app` and the one modal.App its module defines.
+
+    Clears ``FLOODWAY_NO_MODAL`` first: left set in the shell, it would make `to_modal` skip
+    building the Modal objects that deploying and building on Modal need."""
     import modal
 
+    from floodway.deploy import NO_MODAL_ENV
     from floodway.functions.discover import import_target, load_app
+
+    os.environ.pop(NO_MODAL_ENV, None)
 
     target = app.partition("::")[0]
     fw_app, _ = load_app(app)
@@ -52,13 +60,37 @@ def _modal_app(app: str, what: str):
     return fw_app, apps[0]
 
 
+@contextlib.contextmanager
+def _talking_to_modal(what: str) -> Iterator[None]:
+    """Say that Modal is being contacted (an unreachable Modal is retried for about a minute
+    before the client gives up), and turn the client's errors into one FloodwayError line
+    instead of a traceback through the client."""
+    import modal.exception
+
+    console.print(f"contacting Modal to {what}...")
+    try:
+        yield
+    except modal.exception.ConnectionError as e:
+        raise FloodwayError(f"could not reach Modal to {what} ({e}); check the network, and "
+                            f"MODAL_SERVER_URL if it is set") from None
+    except modal.exception.Error as e:
+        raise FloodwayError(f"Modal refused to {what}: {type(e).__name__}: {e}") from None
+
+
 def _build_on_modal(app: str, force: bool) -> None:
-    """Run the app's Modal build functions (one per GPU type) and print what they did."""
+    """Run the app's Modal build functions (one per GPU type) and print what they did.
+    Raises FloodwayError, before contacting Modal, when no credentials are configured."""
+    from floodway.deploy.modal_deploy import credentials_problem
     from floodway.deploy.modal_objects import run_builds_on_modal
 
     endpoint = app.partition("::")[2]
     fw_app, module_app = _modal_app(app, "build on Modal")
-    for res in run_builds_on_modal(module_app, fw_app, endpoint or None, force):
+    problem = credentials_problem()
+    if problem is not None:
+        raise FloodwayError(problem)
+    with _talking_to_modal("build"):
+        results = run_builds_on_modal(module_app, fw_app, endpoint or None, force)
+    for res in results:
         verdict = "unchanged (no-op)" if res["cached"] else "built"
         console.print(f"{res['endpoint']}: {verdict} {res['key']} on Modal in "
                       f"{res['seconds']:.1f}s; skipped: {res['skipped'] or 'nothing'}")
@@ -151,7 +183,8 @@ def deploy(app: Annotated[str, typer.Argument(
         if "::" in app:
             raise FloodwayError("deploy takes the whole app: drop the ::ENDPOINT part")
         fw_app, module_app = _modal_app(app, "deploy")
-        applied = modal_warmers.deploy_and_apply(module_app, fw_app)
+        with _talking_to_modal("deploy"):
+            applied = modal_warmers.deploy_and_apply(module_app, fw_app)
     except FloodwayError as e:
         raise _fail(e) from None
     console.print(f"deployed {module_app.name}; warm targets:")

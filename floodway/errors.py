@@ -17,7 +17,24 @@ from dataclasses import dataclass
 
 
 class FloodwayError(Exception):
-    """Base of every error floodway raises on purpose."""
+    """Base of every error floodway raises on purpose.
+
+    Every one pickles and unpickles to an equal error (same type, message and attributes),
+    whatever its ``__init__`` takes: an error raised in a Modal container (a build on Modal)
+    is pickled back to the caller, and `pickle` would otherwise call ``__init__`` with the
+    message alone.
+    """
+
+    def __reduce__(self) -> tuple:
+        return _rebuild, (type(self), self.args, dict(self.__dict__))
+
+
+def _rebuild(cls: type[FloodwayError], args: tuple, state: dict) -> FloodwayError:
+    """Unpickle a FloodwayError without calling its ``__init__`` (see `FloodwayError`)."""
+    err = cls.__new__(cls)
+    Exception.__init__(err, *args)
+    err.__dict__.update(state)
+    return err
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,23 @@ import modal
 
 from floodway.errors import FloodwayError
 
+# The module global naming the app whose Modal objects the module holds.
+CLAIM_GLOBAL = "__floodway_modal_app__"
+
+
+def claim(module: str, app_name: str) -> None:
+    """Mark `module` as holding the Modal objects of app `app_name`. Raises FloodwayError when
+    it already holds another app's: the generated names (``router``, ``run_job``, one class
+    per endpoint) would be bound to the second app's objects, and the first app's containers,
+    which look their function up by name, would run the second app's code. Running the same
+    `to_modal` again (a re-import or reload) is allowed."""
+    namespace = sys.modules[module].__dict__
+    owner = namespace.get(CLAIM_GLOBAL)
+    if owner is not None and owner != app_name:
+        raise FloodwayError(f"{module} already holds the Modal objects of app {owner!r}; call "
+                            f"to_modal once per module (put app {app_name!r} in its own file)")
+    namespace[CLAIM_GLOBAL] = app_name
+
 
 def make_global(obj: Any, name: str, module: str) -> None:
     """Give a factory-made class/function a top-level identity in `module` (see module doc)."""
@@ -35,4 +52,4 @@ def install(module: str, name: str, obj: Any) -> None:
     namespace[name] = obj
 
 
-__all__ = ["install", "make_global"]
+__all__ = ["CLAIM_GLOBAL", "claim", "install", "make_global"]

@@ -69,14 +69,19 @@ from floodway.deploy.modal_images import (
     default_image,
     with_build_extras,
 )
-from floodway.deploy.modal_install import install, make_global
+from floodway.deploy.modal_install import claim, install, make_global
 from floodway.deploy.modal_router import (
     JOB_TIMEOUT_S,
     PUBLIC_ROUTER_ENV,
     ModalBackend,
     container_slots,
 )
-from floodway.deploy.modal_warmers import WARMER_TIMEOUT_S, warmer_function, warmer_plan
+from floodway.deploy.modal_warmers import (
+    WARMER_TIMEOUT_S,
+    capped_buffer,
+    warmer_function,
+    warmer_plan,
+)
 from floodway.deploy.modal_worker import worker_class
 from floodway.errors import FloodwayError
 from floodway.functions.app import App
@@ -127,6 +132,8 @@ def to_modal(fw_app: App, *, volume_name: str = "floodway-artifacts",
     if module is None:
         caller = inspect.currentframe().f_back  # type: ignore[union-attr]
         module = caller.f_globals["__name__"]
+    _check_names(fw_app, volume_name, router_keys_secret, public_router)
+    claim(module, fw_app.name)
     serving_gpu = any(ep.gpu for ep in fw_app)
     serving_image = image or default_image(gpu=serving_gpu)
     rw_volume = modal.Volume.from_name(volume_name, create_if_missing=True)
@@ -170,7 +177,8 @@ def class_options(ep: Endpoint) -> dict[str, Any]:
         "gpu": ep.gpu, "enable_memory_snapshot": True,
         "experimental_options": {"enable_gpu_snapshot": True} if ep.gpu_memory_snapshot
         else None,
-        "min_containers": warm.min_containers, "buffer_containers": warm.buffer_containers,
+        "min_containers": warm.min_containers,
+        "buffer_containers": capped_buffer(ep, warm.min_containers),
         "scaledown_window": round(warm.scaledown_window_s),
         "max_containers": warm.max_containers,
     }
@@ -200,6 +208,29 @@ def _add_classes(app: modal.App, fw_app: App, module: str, user_image: modal.Ima
         install(module, user_cls.__name__, cls)
         classes[ep.name] = cls
     return classes
+
+
+# Modal's rule for App, Secret, Volume and Dict names (modal._utils.name_utils
+# ``is_valid_object_name``): checked here so a bad name fails when the deploy file is
+# imported, with the option named, not halfway through a deploy.
+_OBJECT_NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+_APP_ID = re.compile(r"^ap-[A-Za-z0-9]{22}$")
+
+
+def _check_names(fw_app: App, volume_name: str, router_keys_secret: str | None,
+                 public_router: bool) -> None:
+    """Raise FloodwayError naming the option when a name Modal would refuse is given, or a
+    keys Secret other than the default is given together with ``public_router=True``."""
+    for what, name in (("the App name (fw.App(...))", fw_app.name),
+                       ("volume_name", volume_name), ("router_keys_secret", router_keys_secret)):
+        if name is not None and (not isinstance(name, str) or not _OBJECT_NAME.match(name)
+                                 or _APP_ID.match(name)):
+            raise FloodwayError(f"to_modal: {what} = {name!r} is not a name Modal accepts: "
+                                f"1-64 letters, digits, '-', '_' or '.'")
+    if public_router and router_keys_secret not in (None, ROUTER_KEYS_SECRET):
+        raise FloodwayError(f"to_modal: public_router=True serves without keys, but "
+                            f"router_keys_secret={router_keys_secret!r} asks for them; "
+                            f"give one or the other")
 
 
 def _add_job_function(app: modal.App, fw_app: App, module: str, image: modal.Image,

@@ -123,13 +123,19 @@ def measured_of(ep: Endpoint, stats: Store) -> Measured:
 
 # ---------------------------------------------------------------- applying
 
+def capped_buffer(ep: Endpoint, floor: int) -> int:
+    """The config's buffer, capped so that `floor` + buffer <= the container cap (Modal would
+    otherwise be asked for more idle containers than ``max_containers`` allows): what the
+    deploy's static settings and every warmer apply."""
+    return max(0, min(ep.warm.buffer_containers, ep.warm.container_cap - floor))
+
+
 def autoscaler_settings(target: WarmTarget, ep: Endpoint) -> dict[str, int]:
     """The autoscaler's keyword arguments for `target` (see the module doc for why the
     buffer is the config's): min_containers, buffer_containers, scaledown_window (s)."""
     floor = target.min_containers
     return {"min_containers": floor,
-            "buffer_containers": max(0, min(ep.warm.buffer_containers,
-                                            ep.warm.container_cap - floor)),
+            "buffer_containers": capped_buffer(ep, floor),
             "scaledown_window": round(target.scaledown_window_s)}
 
 
@@ -270,8 +276,8 @@ def deploy_and_apply(module_app: Any, fw_app: App, *, now_s: float | None = None
 __all__ = [
     "BOOT_S", "STATS_DICT", "TICK_NAME", "TRAFFIC_DICT", "WARM_DICT", "Applied",
     "ArrivalRecorder", "MemoryStore", "Store", "Stores", "WarmerSpec", "apply_target",
-    "autoscaler_settings", "class_autoscale", "credentials_configured", "credentials_problem",
-    "deploy_and_apply",
+    "autoscaler_settings", "capped_buffer", "class_autoscale", "credentials_configured",
+    "credentials_problem", "deploy_and_apply",
     "deployed_autoscale", "edge_measured", "measured_of", "modal_deploy", "modal_stores",
     "run_warmer", "scan_traffic", "summary_line", "warmer_function", "warmer_plan",
 ]

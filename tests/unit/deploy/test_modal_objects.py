@@ -349,3 +349,53 @@ def test_class_name_collision_is_reported(tmp_path, monkeypatch):
 def test_class_name():
     assert class_name("embed") == "Embed"
     assert class_name("big-model_v2") == "BigModelV2"
+
+
+def test_a_second_app_in_one_module_is_refused(tmp_path, monkeypatch):
+    """Two `to_modal` calls in one deploy file would bind ``router``, ``run_job`` and the
+    classes to the second app's objects, and the first app's containers (which look their
+    function up by name) would run the second app's code."""
+    first = _two_endpoint_app(tmp_path)
+    second = fw.App("another")
+    second.endpoint(model=fw.LocalModel(tmp_path), name="cpu_thing")(lambda model, x: x)
+    module = _run_in_module(tmp_path, "fw_deploy_twice", first, monkeypatch)
+    module.to_modal(first, module="fw_deploy_twice")          # the same app again: fine
+    with pytest.raises(FloodwayError, match="already holds the Modal objects of app 'two'"):
+        module.to_modal(second, module="fw_deploy_twice")
+
+
+@pytest.mark.parametrize(("kwargs", "match"), [
+    ({"router_keys_secret": ""}, "router_keys_secret = ''"),
+    ({"router_keys_secret": "team keys"}, "router_keys_secret = 'team keys'"),
+    ({"router_keys_secret": "x" * 65}, "router_keys_secret"),
+    ({"volume_name": "ap-0123456789abcdefghijkl"}, "volume_name"),
+    ({"public_router": True, "router_keys_secret": "team-keys"}, "give one or the other"),
+])
+def test_names_modal_would_refuse_fail_at_import(tmp_path, monkeypatch, kwargs, match):
+    from floodway.deploy import to_modal
+
+    module = _run_in_module(tmp_path, "fw_deploy_names", _two_endpoint_app(tmp_path),
+                            monkeypatch)
+    with pytest.raises(FloodwayError, match=re.escape(match)):
+        to_modal(_two_endpoint_app(tmp_path), module=module.__name__, **kwargs)
+
+
+def test_an_app_name_modal_would_refuse_fails_at_import(tmp_path, monkeypatch):
+    app = fw.App("bad name!")
+    app.endpoint(model=fw.LocalModel(tmp_path), name="e")(lambda model, inputs: inputs)
+    with pytest.raises(FloodwayError, match=re.escape("the App name (fw.App(...)) = 'bad name!'")):
+        _run_in_module(tmp_path, "fw_deploy_bad_app", app, monkeypatch)
+
+
+def test_the_deployed_buffer_is_capped_as_the_warmers_cap_it(tmp_path, monkeypatch):
+    from floodway.deploy.modal_warmers import autoscaler_settings
+    from floodway.warmers.target import WarmTarget
+
+    app = fw.App("capped")
+    app.endpoint(model=fw.LocalModel(tmp_path), name="e", gpu="T4",
+                 warm=fw.WarmPool(min_containers=2, buffer_containers=3, max_containers=4))(
+        lambda model, inputs: inputs)
+    module = _run_in_module(tmp_path, "fw_deploy_capped", app, monkeypatch)
+    auto = _deploy_settings(_service_function(module.E))["autoscaler_settings"]
+    warmer = autoscaler_settings(WarmTarget(2, 3, 60.0, ""), app["e"])
+    assert auto.buffer_containers == warmer["buffer_containers"] == 2     # 2 + 2 <= 4
