@@ -18,6 +18,8 @@ _EXPORTS = {
     "App": "floodway.functions.app",
     "Endpoint": "floodway.functions.endpoint",
     "Loaded": "floodway.functions.loaded",
+    "Array": "floodway.functions.items", "ArraySpec": "floodway.functions.items",
+    "ImageSpec": "floodway.functions.items", "Image": "floodway.functions.images",
     "Batching": "floodway.config",
     "Build": "floodway.config",
     "HFModel": "floodway.config",
@@ -25,6 +27,9 @@ _EXPORTS = {
     "Route": "floodway.config",
     "WarmPool": "floodway.config",
     "Window": "floodway.config",
+    "TorchModel": "floodway.config",
+    "TensorSpec": "floodway.config",
+    "Artifacts": "floodway.build.artifacts",
     "ArtifactError": "floodway.errors",
     "BuildError": "floodway.errors",
     "ConfigError": "floodway.errors",
@@ -37,13 +42,25 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "Array", "ArraySpec", "Artifacts", "Image", "ImageSpec", "TensorSpec", "TorchModel",
     "App", "ArtifactError", "Batching", "Build", "BuildError", "ConfigError", "Endpoint",
     "EndpointError", "FloodwayError", "HFModel", "Loaded", "LocalModel", "Problem",
     "RequestError", "Route", "Unauthorized", "Unavailable", "WarmPool", "Window", "__version__",
 ]
 
 if TYPE_CHECKING:
-    from floodway.config import Batching, Build, HFModel, LocalModel, Route, WarmPool, Window
+    from floodway.build.artifacts import Artifacts
+    from floodway.config import (
+        Batching,
+        Build,
+        HFModel,
+        LocalModel,
+        Route,
+        TensorSpec,
+        TorchModel,
+        WarmPool,
+        Window,
+    )
     from floodway.errors import (
         ArtifactError,
         BuildError,
@@ -57,6 +74,8 @@ if TYPE_CHECKING:
     )
     from floodway.functions.app import App
     from floodway.functions.endpoint import Endpoint
+    from floodway.functions.images import Image
+    from floodway.functions.items import Array, ArraySpec, ImageSpec
     from floodway.functions.loaded import Loaded
 
 

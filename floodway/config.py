@@ -3,6 +3,8 @@
 Constructing one never raises: `@app.endpoint(...)` collects the problems of every config
 object (and of the combination) and raises one `ConfigError` naming the endpoint, each field,
 its bad value and the allowed range. That way a definition reports all its mistakes at once.
+The model sources (`HFModel`, `LocalModel`, `TorchModel`, `TensorSpec`) are defined in
+`floodway.sources` and re-exported here; the field checks in `floodway.checks`.
 
 Ranges that mirror Modal come from Modal's own client checks (modal 1.x): `scaledown_window`
 2..3600 s, `@modal.batched` `max_batch_size` 1..1000 and `wait_ms` 0..600000.
@@ -15,14 +17,14 @@ start). Do not set it by hand.
 
 from __future__ import annotations
 
-import math
 import os
-import re
 from dataclasses import dataclass
-from pathlib import Path
 
+from floodway.checks import Config as _Config
+from floodway.checks import check_bool, check_int, check_num, is_int, is_num  # noqa: F401
 from floodway.errors import Problem
 from floodway.routers.decide import SPILLS
+from floodway.sources import HFModel, LocalModel, ModelSource, TensorSpec, TorchModel
 
 MODAL_SCALEDOWN_MIN_S = 2
 MODAL_SCALEDOWN_MAX_S = 3600
@@ -35,99 +37,7 @@ DTYPES = ("float32", "float16", "bfloat16")
 
 VALIDATED_ENV = "FLOODWAY_DEFINITION_VALIDATED"
 
-_SHA_RE = re.compile(r"^[0-9a-f]{40}$")
-_REPO_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_num(value: object) -> bool:
-    return (isinstance(value, (int, float)) and not isinstance(value, bool)
-            and math.isfinite(value))
-
-
-def check_int(out: list[Problem], name: str, value: object, lo: int, hi: int | None) -> None:
-    """Append a Problem unless `value` is an int in [lo, hi] (hi None: no upper bound)."""
-    ok = _is_int(value) and value >= lo and (hi is None or value <= hi)
-    if not ok:
-        rng = f"an integer >= {lo}" if hi is None else f"an integer in [{lo}, {hi}]"
-        out.append(Problem(name, value, rng))
-
-
-def check_num(out: list[Problem], name: str, value: object, lo: float, hi: float,
-              *, lo_open: bool = False) -> None:
-    """Append a Problem unless `value` is a finite number in [lo, hi] ((lo, hi] if lo_open)."""
-    ok = _is_num(value) and (value > lo if lo_open else value >= lo) and value <= hi
-    if not ok:
-        left = "(" if lo_open else "["
-        out.append(Problem(name, value, f"a number in {left}{lo:g}, {hi:g}]"))
-
-
-def check_bool(out: list[Problem], name: str, value: object) -> None:
-    if not isinstance(value, bool):
-        out.append(Problem(name, value, "True or False"))
-
-
-class _Config:
-    """Mixin: `problems(prefix)` validates every field; subclasses define `_check`."""
-
-    def problems(self, prefix: str) -> list[Problem]:
-        out: list[Problem] = []
-        self._check(out, prefix)  # type: ignore[attr-defined]
-        return out
-
-
-# ---------------------------------------------------------------- model sources
-
-@dataclass(frozen=True)
-class HFModel(_Config):
-    """A model repository on the Hugging Face Hub, pinned to a commit.
-
-    `revision` must be a full 40-hex commit sha so that a build is reproducible (a branch name
-    such as ``main`` moves). Fetched with `huggingface_hub.snapshot_download`, which honours
-    ``HF_HUB_OFFLINE`` and ``HF_HUB_CACHE``. `allow_pickle` opts in to ``*.bin``/``*.pt`` weights,
-    which are then loaded with ``torch.load(weights_only=True)``.
-    """
-
-    repo_id: str
-    revision: str
-    allow_pickle: bool = False
-
-    def _check(self, out: list[Problem], p: str) -> None:
-        if not isinstance(self.repo_id, str) or not _REPO_RE.match(self.repo_id):
-            out.append(Problem(f"{p}.repo_id", self.repo_id, "a Hub repo id such as 'org/name'"))
-        if not isinstance(self.revision, str) or not _SHA_RE.match(self.revision):
-            out.append(Problem(f"{p}.revision", self.revision,
-                               "a full 40-character lowercase hex commit sha (branches move)"))
-        check_bool(out, f"{p}.allow_pickle", self.allow_pickle)
-
-    @property
-    def display(self) -> str:
-        return f"hf://{self.repo_id}@{self.revision}"
-
-
-@dataclass(frozen=True)
-class LocalModel(_Config):
-    """A local folder in Hugging Face format (config.json, tokenizer files, *.safetensors)."""
-
-    path: str | Path
-    allow_pickle: bool = False
-
-    def _check(self, out: list[Problem], p: str) -> None:
-        if not isinstance(self.path, (str, Path)) or not str(self.path):
-            out.append(Problem(f"{p}.path", self.path, "a path to an existing folder"))
-        elif not Path(self.path).is_dir():
-            out.append(Problem(f"{p}.path", str(self.path), "a path to an existing folder"))
-        check_bool(out, f"{p}.allow_pickle", self.allow_pickle)
-
-    @property
-    def display(self) -> str:
-        return f"file://{Path(self.path).resolve()}"
-
-
-ModelSource = HFModel | LocalModel
+_is_int = is_int
 
 
 # ---------------------------------------------------------------- build
@@ -139,7 +49,8 @@ class Build(_Config):
     `max_batch_rows` and `max_seq_len` bound the exported graph's dynamic axes and the
     TensorRT optimization profile; inputs longer than `max_seq_len` tokens are truncated.
     `parity_atol` is the largest absolute difference allowed between PyTorch and ONNX Runtime
-    outputs at build time. `dtype` is the weights snapshot's dtype (the ONNX graph stays
+    outputs at build time, on the task's own outputs (None: the task's tolerance, see
+    `floodway.tasks`). `dtype` is the weights snapshot's dtype (the ONNX graph stays
     float32; TensorRT picks reduced precision per GPU).
     """
 
@@ -148,7 +59,7 @@ class Build(_Config):
     max_batch_rows: int = 64
     max_seq_len: int = 256
     opset: int = 17
-    parity_atol: float = 1e-3
+    parity_atol: float | None = None
     dtype: str = "float32"
 
     def _check(self, out: list[Problem], p: str) -> None:
@@ -159,7 +70,8 @@ class Build(_Config):
         check_int(out, f"{p}.max_batch_rows", self.max_batch_rows, 1, 4096)
         check_int(out, f"{p}.max_seq_len", self.max_seq_len, 1, 8192)
         check_int(out, f"{p}.opset", self.opset, 14, 21)
-        check_num(out, f"{p}.parity_atol", self.parity_atol, 0.0, 1.0, lo_open=True)
+        if self.parity_atol is not None:
+            check_num(out, f"{p}.parity_atol", self.parity_atol, 0.0, 1.0, lo_open=True)
         if self.tensorrt is True and self.onnx is False:
             out.append(Problem(f"{p}.onnx", self.onnx,
                                "True when tensorrt=True (engines are compiled from the "
@@ -327,5 +239,5 @@ class Batching(_Config):
 
 __all__ = [
     "VALIDATED_ENV", "Batching", "Build", "HFModel", "LocalModel", "ModelSource", "Route",
-    "WarmPool", "Window",
+    "TensorSpec", "TorchModel", "WarmPool", "Window",
 ]

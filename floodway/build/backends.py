@@ -147,8 +147,9 @@ def open_runner(folder: Path, manifest: ManifestView, backend: str, files: tuple
     if backend == "onnxruntime-tensorrt":
         from floodway.build import trt
 
-        shapes = trt.profile_shapes(manifest.inputs, manifest.max_batch_rows,
-                                    manifest.max_seq_len, manifest.max_batch_rows)
+        specs = [(i.name, i.shape) for i in manifest.input_specs] or list(manifest.inputs)
+        shapes = trt.profile_shapes(specs, manifest.max_batch_rows, manifest.max_seq_len,
+                                    manifest.max_batch_rows)
         trt_provider = trt.ort_trt_provider(ort_trt_cache_root(),
                                             manifest.artifacts[ONNX_FILE].sha256, shapes)
     return ort_runner(folder, files[0], files, cuda=backend != "onnxruntime-cpu",

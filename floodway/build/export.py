@@ -1,15 +1,23 @@
-"""Snapshot and export stages (the only part of floodway that imports torch).
+"""Snapshot, export and parity stages (with `floodway.build.torch_module`, the only part of
+floodway that imports torch).
 
-- snapshot: the model's weights as one safetensors file in float32, hashed;
-- export: an ONNX graph with dynamic ``batch`` and ``seq`` axes, inputs bound by name;
-- parity: PyTorch vs ONNX Runtime on several shapes (batch 1, a padded batch, a long batch);
-  the build fails when the largest absolute error over unpadded positions exceeds the tolerance.
+- snapshot: the model's weights as one safetensors file, hashed;
+- export: an ONNX graph whose inputs and outputs are named by the task
+  (`floodway.tasks`), with dynamic axes by name (``batch``, ``seq``, ...);
+- parity: PyTorch vs ONNX Runtime on the task's cases; the build fails when the largest
+  absolute error on the task's outputs (over unpadded positions, for outputs with a sequence
+  axis) exceeds the tolerance.
+
+The exporter is `torch.onnx.export` (the TorchScript one: dynamic axes by name, no extra
+dependencies). Hugging Face's exporter (optimum-onnx 0.1.0, with optimum 2.3.0) was the first
+choice, but it does not install beside transformers 5 (it requires transformers<4.58) and,
+installed regardless, fails on import (transformers 5 removed
+``modeling_utils.get_parameter_dtype``, which it imports).
 """
 
 from __future__ import annotations
 
-import inspect
-import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,45 +25,38 @@ import numpy as np
 
 from floodway.build.manifest import ParityCheck
 from floodway.errors import BuildError
-
-OUTPUT_NAME = "last_hidden_state"
-_SAMPLE = ("Cold starts should cost a process start and a file read, nothing more. "
-           "Warm pools absorb the rest of the burst while the router keeps the deadline. ")
+from floodway.tasks.base import Case
 
 
-def load_torch_model(folder: Path, *, allow_pickle: bool) -> Any:
-    """An eval-mode `transformers.AutoModel` in float32 with eager attention (traceable)."""
+def load_torch_model(folder: Path, *, allow_pickle: bool, model_class: str = "AutoModel") -> Any:
+    """An eval-mode transformers `model_class` (e.g. ``AutoModelForSequenceClassification``)
+    from a Hugging Face folder, in float32 with eager attention (traceable)."""
     import torch
-    from transformers import AutoConfig, AutoModel
+    import transformers
+    from transformers import AutoConfig
 
+    cls = getattr(transformers, model_class)
     if list(folder.glob("*.safetensors")):
-        model = AutoModel.from_pretrained(str(folder), attn_implementation="eager",
-                                          use_safetensors=True, dtype=torch.float32)
+        model = cls.from_pretrained(str(folder), attn_implementation="eager",
+                                    use_safetensors=True, dtype=torch.float32)
     else:
         if not allow_pickle:
             raise BuildError("snapshot", f"{folder} has no safetensors weights")
         config = AutoConfig.from_pretrained(str(folder))
         config._attn_implementation = "eager"
-        model = AutoModel.from_config(config)
+        model = cls.from_config(config)
         state: dict[str, Any] = {}
         for p in sorted(folder.glob("*.bin")) + sorted(folder.glob("*.pt")):
             # weights_only=True refuses arbitrary pickled objects (no code runs on load).
             state.update(torch.load(p, map_location="cpu", weights_only=True))
-        prefix = model.base_model_prefix + "."
-        state = {k[len(prefix):] if k.startswith(prefix) else k: v for k, v in state.items()}
+        if model_class == "AutoModel":   # a task model's weights keep the base model's prefix
+            prefix = model.base_model_prefix + "."
+            state = {k[len(prefix):] if k.startswith(prefix) else k: v for k, v in state.items()}
         missing, _ = model.load_state_dict(state, strict=False)
         if missing:
             raise BuildError("snapshot", f"pickled weights lack {len(missing)} tensors, "
                                          f"e.g. {missing[:3]}")
     return model.eval()
-
-
-def input_names(model: Any) -> tuple[str, ...]:
-    params = inspect.signature(model.forward).parameters
-    names = ["input_ids", "attention_mask"]
-    if "token_type_ids" in params:
-        names.append("token_type_ids")
-    return tuple(names)
 
 
 def snapshot_weights(model: Any, out_dir: Path, dtype: str = "float32") -> Path:
@@ -71,10 +72,30 @@ def snapshot_weights(model: Any, out_dir: Path, dtype: str = "float32") -> Path:
     return path
 
 
-def graph_module(model: Any, names: tuple[str, ...]) -> Any:
-    """Wrap the model so the exported graph takes positional inputs bound to `names`
-    and returns the one tensor the loader expects."""
+def select(out: Any, outputs: Sequence[str]) -> tuple[Any, ...]:
+    """`outputs` of what a forward returned: a tensor (one output), a tuple or list (in
+    order), or a mapping / transformers ModelOutput (by name). Raises BuildError('export')
+    when it does not hold exactly those."""
+    if isinstance(out, Mapping) or hasattr(out, "keys"):
+        missing = [o for o in outputs if o not in out.keys()]
+        if missing:
+            raise BuildError("export", f"the model returned {sorted(out.keys())}, which lacks "
+                                       f"{missing}")
+        return tuple(out[o] for o in outputs)
+    got = tuple(out) if isinstance(out, (tuple, list)) else (out,)
+    if len(got) != len(outputs):
+        raise BuildError("export", f"the model returned {len(got)} outputs; {len(outputs)} "
+                                   f"were declared ({', '.join(outputs)})")
+    return got
+
+
+def graph_module(model: Any, names: Sequence[str], outputs: Sequence[str], *,
+                 keywords: bool = True) -> Any:
+    """Wrap the model so that the graph takes positional inputs `names` (passed by name with
+    `keywords`, as transformers models take them, else in order) and returns `outputs`."""
     import torch
+
+    names, outputs = tuple(names), tuple(outputs)
 
     class Graph(torch.nn.Module):
         def __init__(self) -> None:
@@ -82,36 +103,59 @@ def graph_module(model: Any, names: tuple[str, ...]) -> Any:
             self.model = model
 
         def forward(self, *args: Any) -> Any:
-            return self.model(**dict(zip(names, args, strict=True))).last_hidden_state
+            out = (self.model(**dict(zip(names, args, strict=True))) if keywords
+                   else self.model(*args))
+            got = select(out, outputs)
+            return got[0] if len(got) == 1 else got
 
     return Graph().eval()
 
 
-def export_onnx(model: Any, path: Path, *, names: tuple[str, ...], opset: int) -> Path:
-    """Export with dynamic batch and sequence axes, weights as external data beside the graph
-    (``<name>.data``), so the graph file stays small and the weights can be read or mapped
-    on their own. Raises BuildError('export') on failure."""
+def export_onnx(graph: Any, path: Path, *, example: Sequence[np.ndarray], names: Sequence[str],
+                outputs: Sequence[str], axes: Mapping[str, Mapping[int, str]],
+                opset: int) -> Path:
+    """Export `graph` (`graph_module`) traced on `example`, with `axes` (input or output name
+    -> {axis: name}) dynamic; weights as external data beside the graph (``<name>.data``), so
+    the graph file stays small and the weights can be read or mapped on their own.
+    Raises BuildError('export') on failure."""
     import warnings
 
     import onnx
     import torch
 
-    dummy = tuple(torch.ones(2, 8, dtype=torch.long) if n != "token_type_ids"
-                  else torch.zeros(2, 8, dtype=torch.long) for n in names)
-    axes = {n: {0: "batch", 1: "seq"} for n in (*names, OUTPUT_NAME)}
+    args = tuple(torch.from_numpy(np.ascontiguousarray(a)) for a in example)
     try:
         with warnings.catch_warnings(), torch.inference_mode():
             warnings.simplefilter("ignore")
-            # The TorchScript exporter: dynamic axes by name, no extra dependencies at build time.
-            torch.onnx.export(graph_module(model, names), dummy, str(path), input_names=list(names),
-                              output_names=[OUTPUT_NAME], dynamic_axes=axes,
+            torch.onnx.export(graph, args, str(path), input_names=list(names),
+                              output_names=list(outputs),
+                              dynamic_axes={k: dict(v) for k, v in axes.items()},
                               opset_version=opset, dynamo=False)
+    except BuildError:
+        raise
     except Exception as e:  # noqa: BLE001 - any exporter failure is a build failure
         raise BuildError("export", f"torch.onnx.export failed: {type(e).__name__}: {e}") from e
-    graph = onnx.load(str(path))
-    onnx.save_model(graph, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+    model = onnx.load(str(path))
+    onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
                     location=path.name + ".data", size_threshold=1024)
     return path
+
+
+def read_io(path: Path) -> dict[str, list[dict[str, Any]]]:
+    """The exported graph's io signature: {"inputs"/"outputs": [{name, dtype, shape}]}, a
+    dynamic axis by its name, a fixed one by its size."""
+    import onnx
+    from onnx import helper
+
+    graph = onnx.load(str(path), load_external_data=False).graph
+
+    def spec(v: Any) -> dict[str, Any]:
+        t = v.type.tensor_type
+        dims = [d.dim_param or d.dim_value for d in t.shape.dim]
+        return {"name": v.name, "dtype": np.dtype(helper.tensor_dtype_to_np_dtype(t.elem_type)
+                                                  ).name, "shape": dims}
+
+    return {"inputs": [spec(v) for v in graph.input], "outputs": [spec(v) for v in graph.output]}
 
 
 def optimize_onnx(src: Path, dst: Path) -> Path:
@@ -134,47 +178,43 @@ def optimize_onnx(src: Path, dst: Path) -> Path:
     return dst
 
 
-def parity_cases(max_rows: int, max_seq_len: int) -> list[tuple[list[str], bool]]:
-    """(texts, padded) cases: batch 1, a padded mixed-length batch, a long full batch."""
-    long_text = _SAMPLE * (max_seq_len // 20 + 1)
-    rows = max(1, min(4, max_rows))
-    return [
-        (["hello"], False),
-        (["a", "a somewhat longer sentence about warm pools", _SAMPLE][: max(1, min(3, max_rows))],
-         True),
-        ([long_text] * rows, False),
-    ]
-
-
-def check_parity(model: Any, session: Any, encode: Any, *, max_rows: int, max_seq_len: int,
-                 atol: float, graph: str = "model.onnx") -> list[ParityCheck]:
-    """Compare PyTorch and ONNX Runtime outputs over unpadded positions.
-
-    Raises BuildError('verify') naming the case and the measured error when one exceeds atol.
-    """
+def torch_outputs(graph: Any, feeds: Mapping[str, np.ndarray], names: Sequence[str],
+                  ) -> list[np.ndarray]:
+    """`graph` (`graph_module`) run by PyTorch on `feeds` -> its outputs as float arrays."""
     import torch
 
+    with torch.inference_mode():
+        out = graph(*(torch.from_numpy(np.ascontiguousarray(feeds[n])) for n in names))
+    return [t.float().numpy() for t in (out if isinstance(out, tuple) else (out,))]
+
+
+def max_error(got: np.ndarray, want: np.ndarray, mask: np.ndarray | None) -> float:
+    """Largest |got - want|, over positions where `mask` (rows, seq) is 1 when given."""
+    diff = np.abs(got.astype(np.float64) - want)
+    if mask is not None:
+        m = mask.astype(bool).reshape(mask.shape + (1,) * (diff.ndim - mask.ndim))
+        diff = np.where(m, diff, 0.0)
+    return float(diff.max()) if diff.size else 0.0
+
+
+def check_parity(graph: Any, session: Any, cases: Sequence[Case], *, names: Sequence[str],
+                 outputs: Sequence[str], per_token: bool, atol: float,
+                 graph_file: str = "model.onnx") -> list[ParityCheck]:
+    """Compare PyTorch and ONNX Runtime on every case, over all `outputs` (unpadded positions
+    only where `per_token`). Raises BuildError('verify') naming the case and the measured
+    error when one exceeds atol."""
     checks = []
-    for texts, padded in parity_cases(max_rows, max_seq_len):
-        feeds = encode(texts)
-        with torch.inference_mode():
-            ref = model(**{k: torch.from_numpy(v) for k, v in feeds.items()}).last_hidden_state
-        got = session.run([OUTPUT_NAME], feeds)[0]
-        mask = feeds["attention_mask"][..., None].astype(bool)
-        err = float(np.max(np.abs(np.where(mask, got - ref.numpy(), 0.0))))
-        rows, seq = feeds["input_ids"].shape
-        check = ParityCheck(graph=graph, rows=rows, seq_len=seq, padded=padded,
+    for case in cases:
+        want = torch_outputs(graph, case.feeds, names)
+        got = session.run(list(outputs), {n: case.feeds[n] for n in names})
+        mask = case.mask if per_token else None
+        err = max(max_error(g, w, mask) for g, w in zip(got, want, strict=True))
+        check = ParityCheck(graph=graph_file, case=case.label, rows=case.rows,
+                            seq_len=case.seq_len, padded=case.padded, outputs=list(outputs),
                             max_abs_err=err, atol=atol, passed=err <= atol)
         checks.append(check)
         if not check.passed:
-            raise BuildError("verify", f"{graph} output differs from PyTorch by {err:.3g} at "
-                                       f"{rows}x{seq} (tolerance {atol:g})")
+            shape = f"{case.rows}x{case.seq_len}" if case.seq_len else f"{case.rows} rows"
+            raise BuildError("verify", f"{graph_file} output differs from PyTorch by {err:.3g} "
+                                       f"at {shape}, case {case.label!r} (tolerance {atol:g})")
     return checks
-
-
-def read_max_seq_len(folder: Path, default: int) -> int:
-    """The model's own sequence cap (sentence_bert_config.json), if it declares one."""
-    cfg = folder / "sentence_bert_config.json"
-    if cfg.is_file():
-        return min(default, int(json.loads(cfg.read_text()).get("max_seq_length", default)))
-    return default

@@ -3,8 +3,10 @@
 `HFModel` goes through `huggingface_hub.snapshot_download` with a pinned commit and
 `allow_patterns`, so it honours ``HF_HUB_OFFLINE`` / ``HF_HUB_CACHE`` like any Hub user.
 huggingface_hub does not prove an offline snapshot complete, so `check_complete` does:
-config, tokenizer and weights present, sharded indexes whole, safetensors headers consistent
-with file sizes (a truncated download is caught here, not at load).
+the files the source's task needs (config, and a tokenizer for text or
+preprocessor_config.json for images: `floodway.tasks.base.Task.required_files`) and weights
+present, sharded indexes whole, safetensors headers consistent with file sizes (a truncated
+download is caught here, not at load).
 """
 
 from __future__ import annotations
@@ -22,6 +24,15 @@ from floodway.errors import BuildError
 WEIGHT_PATTERNS = ["*.safetensors", "*.safetensors.index.json"]
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
 META_PATTERNS = ["*.json", "*.txt", "tokenizer*", "*.model"]
+# What a text model's folder must hold: config.json, and tokenizer.json or vocab.txt.
+TEXT_FILES: tuple[tuple[str, ...], ...] = (("config.json",), ("tokenizer.json", "vocab.txt"))
+
+
+def required_files(source: HFModel | LocalModel) -> tuple[tuple[str, ...], ...]:
+    """The files `source`'s task needs (each inner tuple: one of them)."""
+    from floodway import tasks
+
+    return tasks.get(source.task).required_files()
 
 
 def allow_patterns(source: HFModel | LocalModel) -> list[str]:
@@ -33,11 +44,13 @@ def allow_patterns(source: HFModel | LocalModel) -> list[str]:
 
 
 def fetch(source: HFModel | LocalModel, *, cache_dir: str | Path | None = None,
-          prefer_cache: bool = True) -> Path:
+          prefer_cache: bool = True, own_runtime: bool = False) -> Path:
     """Return a complete local folder for `source`.
 
     `prefer_cache`: use an already complete cached snapshot of the pinned commit without
-    calling the Hub client (see `cached_snapshot`).
+    calling the Hub client (see `cached_snapshot`). `own_runtime`: the endpoint loads the
+    files itself (`load=`), so no task's files are required (a diffusers repository, say, keeps
+    its weights in subfolders); safetensors files anywhere in it must still be whole.
 
     Raises BuildError('fetch') when the source cannot be found (offline and not cached, a wrong
     revision) or is incomplete.
@@ -46,7 +59,8 @@ def fetch(source: HFModel | LocalModel, *, cache_dir: str | Path | None = None,
         folder = Path(source.path).resolve()
         if not folder.is_dir():
             raise BuildError("fetch", f"local model folder {folder} does not exist")
-    elif prefer_cache and (cached := cached_snapshot(source, cache_dir)) is not None:
+    elif prefer_cache and (cached := cached_snapshot(source, cache_dir,
+                                                     own_runtime=own_runtime)) is not None:
         folder = cached
     else:
         from huggingface_hub import snapshot_download
@@ -65,8 +79,18 @@ def fetch(source: HFModel | LocalModel, *, cache_dir: str | Path | None = None,
                               ) from e
         except HfHubHTTPError as e:
             raise BuildError("fetch", f"{source.display}: {e}") from e
-    check_complete(folder, allow_pickle=source.allow_pickle)
+    check_source(folder, source, own_runtime=own_runtime)
     return folder
+
+
+def check_source(folder: Path, source: HFModel | LocalModel, *, own_runtime: bool = False,
+                 ) -> None:
+    """`check_complete` with what `source` needs (see `fetch`'s `own_runtime`)."""
+    if own_runtime:
+        check_complete(folder, allow_pickle=source.allow_pickle, required=(), weights=False)
+    else:
+        check_complete(folder, allow_pickle=source.allow_pickle,
+                       required=required_files(source))
 
 
 def hub_cache_dir(cache_dir: str | Path | None = None) -> Path:
@@ -81,7 +105,8 @@ def hub_cache_dir(cache_dir: str | Path | None = None) -> Path:
     return Path(home) / "hub"
 
 
-def cached_snapshot(source: HFModel, cache_dir: str | Path | None = None) -> Path | None:
+def cached_snapshot(source: HFModel, cache_dir: str | Path | None = None, *,
+                    own_runtime: bool = False) -> Path | None:
     """The cached snapshot of a pinned commit, if it is already complete.
 
     A commit sha is immutable, so a complete cached snapshot is exactly what
@@ -93,7 +118,7 @@ def cached_snapshot(source: HFModel, cache_dir: str | Path | None = None) -> Pat
     if not snap.is_dir():
         return None
     try:
-        check_complete(snap, allow_pickle=source.allow_pickle)
+        check_source(snap, source, own_runtime=own_runtime)
     except BuildError:
         return None   # let snapshot_download repair or report it
     return snap
@@ -124,13 +149,19 @@ def safetensors_payload_end(path: Path) -> int:
     return 8 + hlen + end
 
 
-def check_complete(folder: Path, *, allow_pickle: bool) -> None:
-    """Raise BuildError('fetch') unless `folder` holds a whole model (see module doc)."""
-    missing = [n for n in ("config.json",) if not (folder / n).is_file()]
-    if not (folder / "tokenizer.json").is_file() and not (folder / "vocab.txt").is_file():
-        missing.append("tokenizer.json")
+def check_complete(folder: Path, *, allow_pickle: bool,
+                   required: tuple[tuple[str, ...], ...] = TEXT_FILES,
+                   weights: bool = True) -> None:
+    """Raise BuildError('fetch') unless `folder` holds a whole model (see module doc):
+    `required` files (each inner tuple: one of them) and, with `weights`, its weights at the
+    top level; without, only that every safetensors file in it (any depth) is whole."""
+    missing = [names[0] for names in required
+               if not any((folder / n).is_file() for n in names)]
     if missing:
         raise BuildError("fetch", f"{folder} is incomplete: missing {', '.join(missing)}")
+    if not weights:
+        _check_payloads(sorted(folder.rglob("*.safetensors")))
+        return
     safes = sorted(folder.glob("*.safetensors"))
     pickles = sorted(p for p in folder.iterdir() if p.suffix in PICKLE_SUFFIXES)
     if not safes:
@@ -149,6 +180,10 @@ def check_complete(folder: Path, *, allow_pickle: bool) -> None:
         if absent:
             raise BuildError("fetch", f"{folder} is incomplete: shards {absent} listed in "
                                       f"{index.name} are missing")
+    _check_payloads(safes)
+
+
+def _check_payloads(safes: list[Path]) -> None:
     for p in safes:
         need, have = safetensors_payload_end(p), p.stat().st_size
         if have < need:

@@ -12,7 +12,8 @@ and a `HardwareInfo`):
 
 `prepare()` does everything that needs no device, so that it can run before a memory
 snapshot (a Modal container takes its snapshot without a GPU): read and validate the
-manifest, check and hash the tokenizer files, build the tokenizer, import ONNX Runtime (and
+manifest, check and hash the preprocessing files (``tokenizer/`` for text tasks,
+``processor/`` for image tasks), build the tokenizer or image processor, import ONNX Runtime (and
 TensorRT where engines were built), and, with `expect`, hash ahead the files of the paths that
 device would take and read the TensorRT engines into memory. `finish()` does the rest where
 the device is attached: detect the hardware, plan, and open the first path that works
@@ -56,6 +57,8 @@ from floodway.functions.loaded import Loaded
 
 WEIGHTS_FILE = "weights/model.safetensors"
 TOKENIZER_DIR = "tokenizer"
+PROCESSOR_DIR = "processor"
+PREP_DIRS = (TOKENIZER_DIR + "/", PROCESSOR_DIR + "/")   # a task's preprocessing files
 # What `prepare(expect=...)` may be told the device will be.
 EXPECT = ("cpu", "gpu")
 
@@ -119,6 +122,8 @@ class Prepared:
 
     `digests`: sha256 (hex) of the files hashed ahead, by relative path; `buffers`: files read
     into memory ahead (the TensorRT engines), by relative path, dropped once opened.
+    `tokenizer` (text tasks) and `image_processor` (image tasks): the build's preprocessing,
+    None where its task has none.
     `seconds`: how long `prepare` took.
     """
 
@@ -131,6 +136,7 @@ class Prepared:
     buffers: dict[str, bytes] = field(default_factory=dict)
     prefetch: Prefetch | None = None
     seconds: float = 0.0
+    image_processor: Any = None
 
 
 def ahead_files(manifest: ManifestView, expect: str | None) -> tuple[str, ...]:
@@ -182,7 +188,11 @@ def prepare(artifact_dir: str | Path, *, verify: str = "sha256", mode: str | Non
     t0 = time.perf_counter()
     folder = Path(artifact_dir)
     manifest = read_manifest(folder)
-    tok_files = tuple(r for r in manifest.artifacts if r.startswith(TOKENIZER_DIR + "/"))
+    if manifest.runtime == "own":
+        raise ArtifactError(f"{folder} was built for an endpoint that brings its own runtime "
+                            "(load=, or no model source): it holds no graph to open; run "
+                            "`floodway build` again if the endpoint changed since")
+    tok_files = tuple(r for r in manifest.artifacts if r.startswith(PREP_DIRS))
     verify_files(folder, manifest, verify="size", only=tok_files)
     mode = mode or read_mode(folder)
     if prefetch is not None:
@@ -198,9 +208,7 @@ def prepare(artifact_dir: str | Path, *, verify: str = "sha256", mode: str | Non
                   for rel in ahead if rel not in engines and verify == "sha256"}
         bad_tok = _bad_tokenizer_files(folder, manifest, tok_files, prefetch, verify, mode)
         _import_runtimes(manifest, expect)
-        tokenizer = (prefetch.tokenizer if prefetch is not None and prefetch.tokenizer is not None
-                     and prefetch.max_seq_len == manifest.max_seq_len
-                     else make_tokenizer(folder / TOKENIZER_DIR, manifest.max_seq_len))
+        tokenizer, processor = _preprocessing(folder, manifest, prefetch)
     if bad_tok:
         raise ArtifactError(f"{', '.join(bad_tok)} do(es) not match the manifest sha256 (altered)")
     for rel, task in reads.items():
@@ -216,7 +224,23 @@ def prepare(artifact_dir: str | Path, *, verify: str = "sha256", mode: str | Non
     if verify != "sha256":
         digests = {}
     return Prepared(folder, manifest, verify, mode, tokenizer, digests, buffers, prefetch,
-                    time.perf_counter() - t0)
+                    time.perf_counter() - t0, processor)
+
+
+def _preprocessing(folder: Path, manifest: ManifestView, pre: Prefetch | None
+                   ) -> tuple[Any, Any]:
+    """The build's (tokenizer, image processor), each None where its task has none."""
+    if f"{TOKENIZER_DIR}/tokenizer.json" in manifest.artifacts:
+        if pre is not None and pre.tokenizer is not None \
+                and pre.max_seq_len == manifest.max_seq_len:
+            return pre.tokenizer, None
+        return make_tokenizer(folder / TOKENIZER_DIR, manifest.max_seq_len), None
+    config = f"{PROCESSOR_DIR}/preprocessor_config.json"
+    if config in manifest.artifacts:
+        from floodway.tasks.image_processing import ImageProcessor
+
+        return None, ImageProcessor.from_file(folder / config)
+    return None, None
 
 
 def _bad_tokenizer_files(folder: Path, manifest: ManifestView, tok_files: tuple[str, ...],
@@ -250,6 +274,8 @@ def finish(ready: Prepared, *, hardware: HardwareInfo | None = None,
     return Loaded(backend=choice.backend, tokenizer=ready.tokenizer, runner=runner,
                   input_names=manifest.inputs, max_seq_len=manifest.max_seq_len,
                   artifact_dir=folder, manifest=manifest, path_taken=tuple(attempts),
+                  task=manifest.task, image_processor=ready.image_processor,
+                  labels=manifest.labels,
                   timings_s={"artifact_load": ready.seconds + time.perf_counter() - t0,
                              "prepare": ready.seconds, "open": time.perf_counter() - t0})
 
@@ -270,6 +296,6 @@ def load(artifact_dir: str | Path, *, verify: str = "sha256", threads: int | Non
     return finish(ready, hardware=hardware, threads=threads)
 
 
-__all__ = ["EXPECT", "ONNX_FILE", "TOKENIZER_DIR", "WEIGHTS_FILE", "Choice", "Prepared",
-           "ahead_files", "finish", "load", "ort_trt_cache_root", "plan", "prepare",
+__all__ = ["EXPECT", "ONNX_FILE", "PROCESSOR_DIR", "TOKENIZER_DIR", "WEIGHTS_FILE", "Choice",
+           "Prepared", "ahead_files", "finish", "load", "ort_trt_cache_root", "plan", "prepare",
            "read_manifest", "verify_files"]

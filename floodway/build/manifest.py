@@ -19,10 +19,11 @@ class _Model(BaseModel):
 
 
 class SourceInfo(_Model):
-    kind: str                           # "hf" | "local"
-    display: str                        # hf://repo@rev or file://path
+    kind: str                           # "hf" | "local" | "torch" | "none"
+    display: str                        # hf://repo@rev, file://path, torch://module:factory
     repo_id: str | None = None
     revision: str | None = None
+    factory: str | None = None          # a user's module: "pkg.module:factory"
     files: dict[str, str] = Field(default_factory=dict)   # relative path -> sha256
 
 
@@ -60,20 +61,44 @@ class EngineEntry(_Model):
 
 
 class ParityCheck(_Model):
+    """One parity case: `graph` (the ONNX file, or "preprocess" for an image task's
+    preprocessing vs transformers'), its inputs' shape, the outputs compared and the largest
+    absolute error found."""
+
     graph: str = "model.onnx"
+    case: str = ""
     rows: int
-    seq_len: int
-    padded: bool
+    seq_len: int | None = None          # None: the inputs have no sequence axis
+    padded: bool = False
+    outputs: list[str] = Field(default_factory=list)
     max_abs_err: float
     atol: float
     passed: bool
 
 
+class TaskInfo(_Model):
+    """The task the graph was exported for (`floodway.tasks`) and how parity was judged."""
+
+    name: str = "feature-extraction"
+    model_class: str = "AutoModel"      # the transformers class exported ("" for a user's)
+    metric: str = "max_abs_err"         # over the task's outputs (unpadded positions only
+    per_token: bool = True              # where the outputs have a sequence axis)
+    tolerance: float = 1e-3
+    labels: list[str] = Field(default_factory=list)   # class names by output index
+
+
 class Manifest(_Model):
-    """Written last at publish time; its presence marks a complete build."""
+    """Written last at publish time; its presence marks a complete build.
+
+    `runtime`: "floodway" (the loader opens the graph: TensorRT, ONNX Runtime or PyTorch) or
+    "own" (the endpoint brings its own runtime with `load=`, or has no model source: the build
+    holds the source's files, or nothing, and no graph).
+    """
 
     schema_version: Literal[1] = SCHEMA_VERSION
     endpoint: str
+    runtime: Literal["floodway", "own"] = "floodway"
+    task: TaskInfo | None = Field(default_factory=TaskInfo)   # None: no model source
     build_key: str
     created_at: str
     source: SourceInfo

@@ -37,6 +37,15 @@ class EngineRef:
 
 
 @dataclass(frozen=True)
+class InputRef:
+    """One graph input: numpy dtype name and shape (a str names a dynamic axis)."""
+
+    name: str
+    dtype: str
+    shape: tuple[int | str, ...]
+
+
+@dataclass(frozen=True)
 class ManifestView:
     endpoint: str
     build_key: str
@@ -46,6 +55,12 @@ class ManifestView:
     artifacts: dict[str, FileRef]
     engines: tuple[EngineRef, ...] = ()
     skipped: dict[str, str] = field(default_factory=dict)
+    task: str = "feature-extraction"
+    runtime: str = "floodway"
+    input_specs: tuple[InputRef, ...] = ()
+    outputs: tuple[str, ...] = ()
+    labels: tuple[str, ...] = ()
+    factory: str | None = None      # a user's module: "pkg.module:factory"
 
     @classmethod
     def parse(cls, raw: bytes | str) -> ManifestView:
@@ -71,8 +86,17 @@ class ManifestView:
                                     "not a sha256")
             artifacts[rel] = FileRef(size, digest)
         io = _obj(d.get("io"), "io")
-        inputs = tuple(_str(_obj(i, "io.inputs[]").get("name"), "io.inputs[].name")
-                       for i in _list(io.get("inputs"), "io.inputs"))
+        specs = tuple(_input(i) for i in _list(io.get("inputs"), "io.inputs"))
+        outputs = tuple(_str(_obj(o, "io.outputs[]").get("name"), "io.outputs[].name")
+                        for o in _list(io.get("outputs", []), "io.outputs"))
+        task = d.get("task", {})
+        task = _obj(task, "task") if task is not None else {"name": "none"}
+        labels = tuple(_str(v, "task.labels[]") for v in _list(task.get("labels", []),
+                                                                "task.labels"))
+        runtime = d.get("runtime", "floodway")
+        if runtime not in ("floodway", "own"):
+            raise ArtifactError(f"manifest.json: runtime = {runtime!r} is not 'floodway' or "
+                                "'own'")
         engines = []
         for i, e in enumerate(_list(d.get("engines", []), "engines")):
             e = _obj(e, f"engines[{i}]")
@@ -88,11 +112,31 @@ class ManifestView:
         if not _is_int(max_seq_len) or max_seq_len < 1:
             raise ArtifactError(f"manifest.json: max_seq_len = {max_seq_len!r} is not a length")
         return cls(endpoint=_str(d.get("endpoint"), "endpoint"),
-                   build_key=_str(d.get("build_key"), "build_key"), inputs=inputs,
+                   build_key=_str(d.get("build_key"), "build_key"),
+                   inputs=tuple(s.name for s in specs),
                    max_seq_len=max_seq_len, max_batch_rows=rows, artifacts=artifacts,
                    engines=tuple(engines),
                    skipped={_str(k, "skipped"): _str(v, f"skipped[{k!r}]")
-                            for k, v in skipped.items()})
+                            for k, v in skipped.items()},
+                   task=_str(task.get("name", "feature-extraction"), "task.name"),
+                   runtime=runtime, input_specs=specs, outputs=outputs, labels=labels,
+                   factory=_factory(d))
+
+
+def _factory(d: dict[str, Any]) -> str | None:
+    factory = _obj(d.get("source", {}), "source").get("factory")
+    return None if factory is None else _str(factory, "source.factory")
+
+
+def _input(v: Any) -> InputRef:
+    i = _obj(v, "io.inputs[]")
+    name = _str(i.get("name"), "io.inputs[].name")
+    dims = _list(i.get("shape", []), f"io.inputs[{name!r}].shape")
+    if not all(_is_int(x) or (isinstance(x, str) and x) for x in dims):
+        raise ArtifactError(f"manifest.json: io.inputs[{name!r}].shape = {dims!r} should hold "
+                            "sizes and axis names")
+    return InputRef(name, _str(i.get("dtype", "int64"), f"io.inputs[{name!r}].dtype"),
+                    tuple(dims))
 
 
 def _is_int(v: Any) -> bool:

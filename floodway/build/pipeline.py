@@ -1,9 +1,14 @@
 """The build pipeline: fetch -> snapshot -> export -> optimize -> compile -> verify -> publish.
 
+What is exported, and how parity is checked, comes from the source's task
+(`floodway.tasks`). An endpoint that brings its own runtime (`load=`, or no model source)
+gets a build without a graph (`floodway.build.own`): the source's files, or its module's
+state dict, and a manifest.
+
 Every stage after fetch is cached by a key over its inputs (`floodway.build.stages`), and the
-build as a whole by a build key over all stage keys, the source, the build config and the
-hardware class. When that build is already published, `build_endpoint` only re-points LATEST:
-an unchanged rebuild is a no-op (it hashes the source files and nothing more).
+build as a whole by a build key over all stage keys, the source, the task, the build config and
+the hardware class. When that build is already published, `build_endpoint` only re-points
+LATEST: an unchanged rebuild is a no-op (it hashes the source files and nothing more).
 """
 
 from __future__ import annotations
@@ -15,7 +20,6 @@ import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from functools import cache
 from importlib import metadata
 from pathlib import Path
@@ -24,21 +28,18 @@ from typing import Any
 from floodway.build.fetch import fetch
 from floodway.build.hardware import HardwareInfo, detect
 from floodway.build.manifest_view import ManifestView
-from floodway.build.prefetch import ONNX_FILE, OPT_FILE, make_tokenizer, sha256_path
+from floodway.build.prefetch import ONNX_FILE, OPT_FILE, sha256_path
 from floodway.build.stages import StageCache, link_into, stage_key
 from floodway.build.store import ArtifactStore
-from floodway.config import HFModel
 from floodway.functions.endpoint import Endpoint
+from floodway.sources import TorchModel
 
 # The stage code (torch, numpy, onnx, pydantic) is imported only when a stage runs, so that an
 # unchanged rebuild stays well under a second.
-TOKENIZER_DIR = "tokenizer"
-
 STAGES = ("fetch", "snapshot", "export", "optimize", "compile", "verify", "publish")
 TOOLCHAIN = ("floodway", "torch", "transformers", "onnx", "onnxruntime", "tokenizers",
              "safetensors", "tensorrt")
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                   "vocab.txt", "config.json", "sentence_bert_config.json")
+IO_FILE = "io.json"          # the export stage's record of the graph's io signature
 
 Report = Callable[[str, str], None]
 
@@ -90,18 +91,40 @@ class _Build:
     """One run of the pipeline for one endpoint (holds the lazily loaded torch model)."""
 
     def __init__(self, ep: Endpoint, store: ArtifactStore, say: Report, hw: HardwareInfo):
+        from floodway import tasks
+
         self.ep, self.store, self.say, self.hw = ep, store, say, hw
+        self.src = ep.model
+        self.task = tasks.get(self.src.task) if self.src is not None else None
         self.cache = StageCache(store.root)
         self.tools = toolchain()
         self.timings: dict[str, float] = {}
         self.cached: list[str] = []
         self.skipped: dict[str, str] = {}
+        self.folder: Path | None = None
+
+    @property
+    def atol(self) -> float:
+        b = self.ep.build.parity_atol
+        return b if b is not None else self.task.tolerance if self.task else 1e-3
 
     @cache  # noqa: B019 - one model per build run, dropped with the run
     def model(self) -> Any:
+        if isinstance(self.src, TorchModel):
+            from floodway.build import torch_module
+
+            return torch_module.build_module(self.src)
         from floodway.build import export
 
-        return export.load_torch_model(self.folder, allow_pickle=self.ep.model.allow_pickle)
+        assert self.folder is not None and self.task is not None
+        return export.load_torch_model(self.folder, allow_pickle=self.src.allow_pickle,
+                                       model_class=self.task.model_class)
+
+    @cache  # noqa: B019
+    def ctx(self) -> Any:
+        from floodway.tasks.base import BuildContext
+
+        return BuildContext(self.src, self.folder, self.ep.build, self.model)
 
     def stage(self, name: str, key: str, produce: Callable[[Path], None], msg: str) -> Path:
         self.say(name, msg)
@@ -113,30 +136,48 @@ class _Build:
             self.say(name, f"cached ({key})")
         return out
 
+    def fetch(self) -> dict[str, str]:
+        """Fetch the source -> sha256 of every file the build reads from it."""
+        src = self.src
+        self.say("fetch", src.display if src is not None else "no model source")
+        if src is None:
+            return {}
+        if isinstance(src, TorchModel):
+            from floodway.build import torch_module
+
+            return torch_module.source_files(src)
+        self.folder = fetch(src, own_runtime=self.ep.own_runtime)
+        return source_files(self.folder)
+
     def keys(self, files: dict[str, str]) -> dict[str, str]:
-        b, t = self.ep.build, self.tools
+        b, t, src = self.ep.build, self.tools, self.src
+        task = (self.task.name, self.task.model_class) if self.task else None
+        module = ((src.factory, [dataclasses.astuple(s) for s in src.inputs], src.outputs)
+                  if isinstance(src, TorchModel) else None)
+        # An own-runtime build's snapshot is the source's files, not its weights: its own key.
         snap = stage_key("snapshot", files, b.dtype, t["torch"], t["transformers"],
-                         t["safetensors"], self.ep.model.allow_pickle)
+                         t["safetensors"], getattr(src, "allow_pickle", False), task, module,
+                         "own" if self.ep.own_runtime and not isinstance(src, TorchModel)
+                         else "weights")
         exp = stage_key("export", snap, b.opset, t["torch"], t["onnx"], b.max_seq_len)
         opt = stage_key("optimize", exp, t["onnxruntime"])
         comp = stage_key("compile", exp, t["tensorrt"], self.hw.sm, b.max_batch_rows,
                          b.max_seq_len, self.ep.batching.max_batch_rows)
-        ver = stage_key("verify", exp, opt, b.parity_atol, b.max_batch_rows, b.max_seq_len,
-                        t["onnxruntime"])
+        ver = stage_key("verify", exp, opt, self.atol, b.max_batch_rows, b.max_seq_len,
+                        t["onnxruntime"], t["transformers"])
         return {"snapshot": snap, "export": exp, "optimize": opt, "compile": comp,
                 "verify": ver}
 
     def run(self, force: bool) -> BuildResult:
-        ep, b = self.ep, self.ep.build
+        ep = self.ep
         t0 = time.perf_counter()
-        self.say("fetch", ep.model.display)
-        self.folder = fetch(ep.model)
-        files = source_files(self.folder)
+        files = self.fetch()
         self.timings["fetch"] = round(time.perf_counter() - t0, 4)
         keys = self.keys(files)
-        skip = compile_skip_reason(ep, self.hw)
-        key = stage_key("build", ep.model.display, keys, dataclasses.asdict(b),
-                        self.hw.hardware_class, skip is None)
+        skip = compile_skip_reason(ep, self.hw) if not ep.own_runtime else None
+        key = stage_key("build", ep.model.display if ep.model else "none", keys,
+                        dataclasses.asdict(ep.build), self.hw.hardware_class, skip is None,
+                        "own" if ep.own_runtime else "floodway")
         final = self.store.build_dir(ep.name, key)
         if (final / "manifest.json").is_file() and not force:
             self.store.publish(ep.name, key, self.store.staging_dir(ep.name))
@@ -147,15 +188,26 @@ class _Build:
         if force:
             shutil.rmtree(final, ignore_errors=True)
             shutil.rmtree(self.cache.root, ignore_errors=True)
+        if ep.own_runtime:
+            from floodway.build.own import build_own
 
+            path = build_own(self, key, files, keys["snapshot"])
+        else:
+            path = self._graph_build(key, files, keys, skip)
+        return BuildResult(ep.name, key, path, False, time.perf_counter() - t0,
+                           tuple(self.cached), dict(self.skipped))
+
+    def _graph_build(self, key: str, files: dict[str, str], keys: dict[str, str],
+                     skip: str | None) -> Path:
         from floodway.build import export
 
+        b = self.ep.build
         snap = self.stage("snapshot", keys["snapshot"],
                           lambda d: export.snapshot_weights(self.model(), d, b.dtype),
                           f"safetensors in {b.dtype}")
-        exp = self.stage("export", keys["export"], lambda d: self._export(d),
-                         f"ONNX opset {b.opset}, dynamic batch and sequence axes")
-        names = tuple(json.loads((exp / "inputs.json").read_text()))
+        exp = self.stage("export", keys["export"], self._export,
+                         f"ONNX opset {b.opset} for {self.task.name}, dynamic axes by name")
+        io = json.loads((exp / IO_FILE).read_text())
         opt = self.stage("optimize", keys["optimize"],
                          lambda d: export.optimize_onnx(exp / ONNX_FILE, d / OPT_FILE),
                          "ONNX Runtime offline optimization (EXTENDED)")
@@ -164,114 +216,100 @@ class _Build:
             self.skipped["compile"] = skip
             self.say("compile", f"skipped: {skip}")
         else:
-            comp = self.stage("compile", keys["compile"], lambda d: self._compile(exp, names, d),
+            comp = self.stage("compile", keys["compile"], lambda d: self._compile(exp, io, d),
                               f"TensorRT {self.hw.tensorrt_version} for {self.hw.sm}")
-        ver = self.stage("verify", keys["verify"], lambda d: self._verify(exp, opt, names, d),
-                         "parity PyTorch vs ONNX Runtime (plain and optimized graphs)")
+        ver = self.stage("verify", keys["verify"], lambda d: self._verify(exp, opt, io, d),
+                         f"parity PyTorch vs ONNX Runtime on {self.task.name} outputs "
+                         "(plain and optimized graphs)")
+        self.say("publish", f"{self.ep.name}/{key}")
+        parts = (snap, exp, opt) + ((comp,) if comp else ())
+        return self.publish(key, files, parts, lambda staging: self._manifest(
+            key, files, io, staging, ver, comp))
 
-        self.say("publish", f"{ep.name}/{key}")
-        staging = self.store.staging_dir(ep.name)
+    def publish(self, key: str, files: dict[str, str], parts: tuple[Path, ...],
+                manifest: Callable[[Path], Any]) -> Path:
+        """Link `parts` into a staging folder with the task's preprocessing files, write the
+        manifest (`manifest(staging)`) and publish it atomically."""
+        staging = self.store.staging_dir(self.ep.name)
         try:
-            for part in (snap, exp, opt) + ((comp,) if comp else ()):
+            for part in parts:
                 link_into(part, staging)
-            (staging / "inputs.json").unlink(missing_ok=True)
-            (staging / "engine.json").unlink(missing_ok=True)
-            tok_dir = staging / TOKENIZER_DIR
-            tok_dir.mkdir()
-            for name in TOKENIZER_FILES:
-                if (self.folder / name).is_file():
-                    shutil.copyfile(self.folder / name, tok_dir / name)
-            manifest = self._manifest(key, files, names, staging, ver, comp)
-            manifest.write(staging)
-            path = self.store.publish(ep.name, key, staging)
+            for name in (IO_FILE, "engine.json"):
+                (staging / name).unlink(missing_ok=True)
+            if (self.task and self.task.files_dir and self.folder is not None
+                    and not self.ep.own_runtime):
+                dst = staging / self.task.files_dir
+                dst.mkdir()
+                for name in self.task.publish_files():
+                    if (self.folder / name).is_file():
+                        shutil.copyfile(self.folder / name, dst / name)
+            manifest(staging).write(staging)
+            return self.store.publish(self.ep.name, key, staging)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
-        return BuildResult(ep.name, key, path, False, time.perf_counter() - t0,
-                           tuple(self.cached), dict(self.skipped))
 
     def _export(self, d: Path) -> None:
         from floodway.build import export
 
-        names = export.input_names(self.model())
-        export.export_onnx(self.model(), d / ONNX_FILE, names=names, opset=self.ep.build.opset)
-        (d / "inputs.json").write_text(json.dumps(list(names)))
+        ctx, task = self.ctx(), self.task
+        specs = task.graph_inputs(ctx)
+        names = [s.name for s in specs]
+        outputs = self.src.outputs if isinstance(self.src, TorchModel) else task.outputs
+        axes = {s.name: s.dynamic_axes() for s in specs}
+        axes.update(task.output_axes(ctx))
+        graph = export.graph_module(self.model(), names, outputs,
+                                    keywords=not isinstance(self.src, TorchModel))
+        export.export_onnx(graph, d / ONNX_FILE, example=task.example_inputs(ctx), names=names,
+                           outputs=outputs, axes=axes, opset=self.ep.build.opset)
+        (d / IO_FILE).write_text(json.dumps(export.read_io(d / ONNX_FILE)))
 
-    def _compile(self, exp: Path, names: tuple[str, ...], d: Path) -> None:
+    def _compile(self, exp: Path, io: dict[str, Any], d: Path) -> None:
         from floodway.build import trt
 
         b = self.ep.build
-        shapes = trt.profile_shapes(names, b.max_batch_rows, b.max_seq_len,
+        shapes = trt.profile_shapes([(s["name"], s["shape"]) for s in io["inputs"]],
+                                    b.max_batch_rows, b.max_seq_len,
                                     self.ep.batching.max_batch_rows)
         rel = (f"engines/trt-{self.hw.tensorrt_version}/{self.hw.sm}/"
                f"{trt.profile_id(shapes)}/model.plan")
         info = trt.compile_engine(exp / ONNX_FILE, d / rel, shapes)
         (d / "engine.json").write_text(json.dumps({"path": rel, "profile": shapes, **info}))
 
-    def _verify(self, exp: Path, opt: Path, names: tuple[str, ...], d: Path) -> None:
+    def _verify(self, exp: Path, opt: Path, io: dict[str, Any], d: Path) -> None:
         import onnxruntime as ort
 
         from floodway.build import export
-        from floodway.build.manifest import ParityCheck
-        from floodway.functions.loaded import Loaded
 
-        b = self.ep.build
-        max_len = export.read_max_seq_len(self.folder, b.max_seq_len)
-        tok = make_tokenizer(self.folder, max_len)
-        probe = Loaded(backend="probe", tokenizer=tok, runner=lambda f: {}, input_names=names,
-                       max_seq_len=max_len, artifact_dir=d)
-        checks: list[ParityCheck] = []
-        for folder, graph in ((exp, ONNX_FILE), (opt, OPT_FILE)):
-            session = ort.InferenceSession(str(folder / graph),
+        ctx, task = self.ctx(), self.task
+        max_len = task.max_seq_len(ctx)
+        names = [s["name"] for s in io["inputs"]]
+        outputs = [s["name"] for s in io["outputs"]]
+        graph = export.graph_module(self.model(), names, outputs,
+                                    keywords=not isinstance(self.src, TorchModel))
+        cases = task.parity_cases(ctx, max_len)
+        checks = list(task.extra_checks(ctx))
+        for folder, file in ((exp, ONNX_FILE), (opt, OPT_FILE)):
+            session = ort.InferenceSession(str(folder / file),
                                            providers=["CPUExecutionProvider"])
-            checks += export.check_parity(self.model(), session, probe.encode,
-                                          max_rows=b.max_batch_rows, max_seq_len=max_len,
-                                          atol=b.parity_atol, graph=graph)
+            checks += [c.model_dump() for c in export.check_parity(
+                graph, session, cases, names=names, outputs=outputs, per_token=task.per_token,
+                atol=self.atol, graph_file=file)]
         (d / "parity.json").write_text(json.dumps({
-            "max_seq_len": max_len, "checks": [c.model_dump() for c in checks]}))
+            "max_seq_len": max_len, "checks": checks, "labels": list(task.labels(ctx))}))
 
-    def _manifest(self, key: str, files: dict[str, str], names: tuple[str, ...], staging: Path,
+    def _manifest(self, key: str, files: dict[str, str], io: dict[str, Any], staging: Path,
                   ver: Path, comp: Path | None) -> Any:
-        from floodway.build import export
-        from floodway.build.manifest import (
-            EngineEntry,
-            FileEntry,
-            Hardware,
-            IOSignature,
-            Manifest,
-            ParityCheck,
-            SourceInfo,
-            TensorSpec,
-        )
+        from floodway.build.manifest_build import engine_entry, make_manifest, task_info
 
-        ep, src = self.ep, self.ep.model
         parity = json.loads((ver / "parity.json").read_text())
-        engines = []
-        if comp is not None:
-            info = json.loads((comp / "engine.json").read_text())
-            engines.append(EngineEntry(path=info["path"], profile=info["profile"],
-                                       tensorrt_version=info["tensorrt_version"],
-                                       compute_capability=self.hw.compute_capability or "",
-                                       gpu_name=self.hw.gpu_name or ""))
-        artifacts = {str(p.relative_to(staging)): FileEntry(bytes=p.stat().st_size,
-                                                            sha256=sha256_path(p))
-                     for p in sorted(staging.rglob("*")) if p.is_file()}
-        return Manifest(
-            endpoint=ep.name, build_key=key, created_at=datetime.now(UTC).isoformat(),
-            source=SourceInfo(kind="hf" if isinstance(src, HFModel) else "local",
-                              display=src.display, repo_id=getattr(src, "repo_id", None),
-                              revision=getattr(src, "revision", None), files=files),
-            build=dataclasses.asdict(ep.build), toolchain=self.tools,
-            hardware=Hardware(hardware_class=self.hw.hardware_class, gpu_name=self.hw.gpu_name,
-                              compute_capability=self.hw.compute_capability,
-                              tensorrt_version=self.hw.tensorrt_version),
-            io=IOSignature(
-                inputs=[TensorSpec(name=n, dtype="int64", shape=["batch", "seq"]) for n in names],
-                outputs=[TensorSpec(name=export.OUTPUT_NAME, dtype="float32",
-                                    shape=["batch", "seq", "hidden"])]),
-            max_seq_len=parity["max_seq_len"], artifacts=artifacts, engines=engines,
-            skipped=self.skipped, parity=[ParityCheck(**c) for c in parity["checks"]],
-            timings_s=self.timings)
+        engines = ([engine_entry(json.loads((comp / "engine.json").read_text()), self.hw)]
+                   if comp is not None else [])
+        return make_manifest(ep=self.ep, key=key, files=files, tools=self.tools, hw=self.hw,
+                             staging=staging, io=io, max_seq_len=parity["max_seq_len"],
+                             task=task_info(self.task, self.atol, tuple(parity["labels"])),
+                             engines=engines, skipped=self.skipped, parity=parity["checks"],
+                             timings=self.timings)
 
 
 def build_endpoint(ep: Endpoint, store: ArtifactStore | None = None, *,

@@ -110,8 +110,9 @@ def ort_runner(folder: Path, graph_file: str, files: tuple[str, ...], *, cuda: b
 
 
 class Prefetch:
-    """On threads: sha256 of the optimized graph's files and of the tokenizer files (started
-    at construction); the CPU session on that graph and the tokenizer (`start_session`)."""
+    """On threads: sha256 of the optimized graph's files and of the preprocessing files
+    (``tokenizer/``, ``processor/``; started at construction); the CPU session on that graph
+    (`start_session`) and the tokenizer, where the build has one (`start_tokenizer`)."""
 
     def __init__(self, folder: Path, *, threads: int, mode: str):
         self.folder, self.threads, self.mode = Path(folder), threads, mode
@@ -121,13 +122,15 @@ class Prefetch:
         self.tokenizer: Any = None
         self.max_seq_len = 0
         self.tok_files: tuple[str, ...] = ()
+        self.has_tokenizer = False
         self.error: BaseException | None = None
         self._threads: list[threading.Thread] = []
         try:
             raw = json.loads((self.folder / "manifest.json").read_bytes())
             arts = raw.get("artifacts", {})
             self.max_seq_len = int(raw.get("max_seq_len", 0))
-            self.tok_files = tuple(r for r in arts if r.startswith("tokenizer/"))
+            self.tok_files = tuple(r for r in arts if r.startswith(("tokenizer/", "processor/")))
+            self.has_tokenizer = "tokenizer/tokenizer.json" in arts
             if OPT_FILE in arts:
                 files = tuple(f for f in (OPT_FILE, OPT_DATA) if f in arts)
                 # a short file would make ORT fail: leave it to load() to report
@@ -147,7 +150,7 @@ class Prefetch:
 
     def start_tokenizer(self) -> None:
         """Start the tokenizer thread. Import tokenizers on the calling thread first."""
-        if self.files:
+        if self.files and self.has_tokenizer:
             self._start(self._tokenizer)
 
     def _start(self, fn) -> None:
@@ -200,15 +203,18 @@ def start_prefetch(artifact_dir: str | Path, *, threads: int | None = None) -> P
     folder = Path(artifact_dir)
     threads = threads if threads is not None else ort_threads()
     pre = Prefetch(folder, threads=threads, mode=read_mode(folder))
+    if not pre.files:   # no optimized graph (e.g. an endpoint with its own runtime)
+        return pre
     # Import the extension modules here, on the calling thread, before the threads that use
     # them start: numpy's C extension fails to initialize when two threads import it at once
     # ("partially initialized module numpy._core._multiarray_umath"), seen here.
     import onnxruntime  # noqa: F401
 
     pre.start_session()   # the session takes longest: it overlaps the tokenizers import
-    import tokenizers  # noqa: F401
+    if pre.has_tokenizer:
+        import tokenizers  # noqa: F401
 
-    pre.start_tokenizer()
+        pre.start_tokenizer()
     return pre
 
 

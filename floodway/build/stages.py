@@ -51,13 +51,16 @@ class StageCache:
 
 
 def link_into(src: Path, dst: Path) -> None:
-    """Hard-link (or copy, across filesystems) every file of `src` into `dst`."""
+    """Hard-link (or copy, across filesystems) every file of `src` into `dst`. A symbolic
+    link (a Hugging Face cache snapshot is made of them) is followed: its target's bytes
+    are linked, never the link, whose relative target would dangle in `dst`."""
     for f in src.rglob("*"):
         if not f.is_file() or f.name == DONE:
             continue
         target = dst / f.relative_to(src)
         target.parent.mkdir(parents=True, exist_ok=True)
+        real = f.resolve() if f.is_symlink() else f
         try:
-            os.link(f, target)
+            os.link(real, target)
         except OSError:
-            shutil.copyfile(f, target)
+            shutil.copyfile(real, target)

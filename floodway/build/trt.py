@@ -13,6 +13,7 @@ Nothing here runs on a machine without a CUDA GPU and the tensorrt wheel.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,20 +28,46 @@ def trt_major(trt: Any) -> int:
     return int(str(trt.__version__).split(".")[0])
 
 
-def profile_shapes(names: tuple[str, ...], max_rows: int, max_seq: int,
-                   opt_rows: int) -> dict[str, list[int]]:
-    """Optimization profile per input: [min_rows, min_seq, opt_rows, opt_seq, max_rows, max_seq].
+def profile_shapes(inputs: Sequence[str | tuple[str, Sequence[int | str]]], max_rows: int,
+                   max_seq: int, opt_rows: int) -> dict[str, list[int]]:
+    """Optimization profile per input: its min, opt and max shapes, flattened
+    ([min dims..., opt dims..., max dims...]; for (batch, seq) inputs:
+    [min_rows, min_seq, opt_rows, opt_seq, max_rows, max_seq]).
 
-    min 1x1, opt at the dynamic batcher's batch size and half the sequence cap, max at the
-    build caps (Build.max_batch_rows x Build.max_seq_len).
+    `inputs`: (name, shape) pairs, a str in a shape naming a dynamic axis; a bare name is a
+    (batch, seq) input. The batch axis runs from 1, with its opt at the dynamic batcher's
+    batch size, to the build cap (Build.max_batch_rows); any other dynamic axis from 1, opt
+    at half, to Build.max_seq_len; a fixed axis is its size throughout.
     """
-    opt_seq = max(1, max_seq // 2)
-    return {n: [1, 1, min(opt_rows, max_rows), opt_seq, max_rows, max_seq] for n in names}
+    def axis(d: int | str) -> tuple[int, int, int]:
+        if d == "batch":
+            return 1, min(opt_rows, max_rows), max_rows
+        if isinstance(d, str):
+            return 1, max(1, max_seq // 2), max_seq
+        return int(d), int(d), int(d)
+
+    out = {}
+    for spec in inputs:
+        name, shape = (spec, ("batch", "seq")) if isinstance(spec, str) else spec
+        lo, opt, hi = zip(*(axis(d) for d in shape), strict=True)
+        out[name] = [*lo, *opt, *hi]
+    return out
+
+
+def split_profile(flat: Sequence[int]) -> tuple[tuple[int, ...], tuple[int, ...],
+                                                  tuple[int, ...]]:
+    """A `profile_shapes` entry -> its (min, opt, max) shapes."""
+    n = len(flat) // 3
+    return tuple(flat[:n]), tuple(flat[n:2 * n]), tuple(flat[2 * n:])
 
 
 def profile_id(shapes: dict[str, list[int]]) -> str:
-    first = next(iter(shapes.values()))
-    return f"b{first[4]}-s{first[5]}-o{first[2]}x{first[3]}"
+    """A folder name for a profile: ``b<max rows>-s<max seq>-o<opt rows>x<opt seq>`` for
+    (batch, seq) inputs, ``b<max rows>-<other max dims>-o<opt dims>`` otherwise."""
+    _, opt, hi = split_profile(next(iter(shapes.values())))
+    if len(hi) == 2:
+        return f"b{hi[0]}-s{hi[1]}-o{opt[0]}x{opt[1]}"
+    return f"b{hi[0]}-{'x'.join(map(str, hi[1:])) or 'row'}-o{'x'.join(map(str, opt))}"
 
 
 def compile_engine(onnx_path: Path, plan_path: Path, shapes: dict[str, list[int]], *,
@@ -71,7 +98,7 @@ def compile_engine(onnx_path: Path, plan_path: Path, shapes: dict[str, list[int]
         config.set_flag(trt.BuilderFlag.FP16)
     profile = builder.create_optimization_profile()
     for name, s in shapes.items():
-        profile.set_shape(name, (s[0], s[1]), (s[2], s[3]), (s[4], s[5]))
+        profile.set_shape(name, *split_profile(s))
     config.add_optimization_profile(profile)
     cache_path = plan_path.parent / "timing.cache"
     cache = config.create_timing_cache(cache_path.read_bytes() if cache_path.exists() else b"")
@@ -168,10 +195,11 @@ def ort_trt_provider(cache_root: Path, model_sha256: str, shapes: dict[str, list
     cache.mkdir(parents=True, exist_ok=True)
 
     def fmt(i: int) -> str:
-        return ",".join(f"{n}:{s[i]}x{s[i + 1]}" for n, s in shapes.items())
+        return ",".join(f"{n}:{'x'.join(map(str, split_profile(s)[i]))}"
+                        for n, s in shapes.items())
 
     return "TensorrtExecutionProvider", {
         "trt_engine_cache_enable": "True", "trt_engine_cache_path": str(cache),
         "trt_timing_cache_enable": "True", "trt_timing_cache_path": str(cache),
         "trt_fp16_enable": str(fp16), "trt_profile_min_shapes": fmt(0),
-        "trt_profile_opt_shapes": fmt(2), "trt_profile_max_shapes": fmt(4)}
+        "trt_profile_opt_shapes": fmt(1), "trt_profile_max_shapes": fmt(2)}

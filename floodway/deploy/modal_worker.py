@@ -18,6 +18,13 @@ session is in the snapshot: a CPU endpoint, and a GPU endpoint with
 ``snap=True`` hooks run and its memory is snapshotted too,
 https://modal.com/docs/guide/memory-snapshots#gpu-memory-snapshots).
 
+An endpoint that brings its own runtime (`load=`, or no model source) is split the same way:
+``load`` opens its build (`floodway.build.artifacts.open_artifacts`: sizes and sha256, all
+before the snapshot; its module, imported by then, is in the snapshot with whatever it
+imports at top level), and its `load` hook runs where the device is attached: in ``load``
+for a CPU endpoint or with GPU memory snapshots (the hook's result is then in the snapshot),
+else in ``to_gpu`` after the restore (a hook that puts weights on the GPU needs the GPU).
+
 The ``@modal.batched`` method ``predict`` runs a batch, a failing item answering
 ``{ITEM_ERROR: ...}`` alone instead of failing its whole batch. With input concurrency
 (``@modal.concurrent`` on the class, `modal_objects`), Modal runs up to that many batches at
@@ -52,6 +59,86 @@ def _fresh_hardware() -> Any:
     return fresh_detect()
 
 
+class _Hooks:
+    """What the GPU class's hooks do, undecorated; `worker_class` binds it to one endpoint
+    (the class attributes `ep`, `artifacts_path`, `expect`, `early_open`, `detect_now`)."""
+
+    ep: Endpoint
+    artifacts_path: str
+    expect: str
+    early_open: bool
+    model: Any = None
+    prepared: Any = None
+    artifacts: Any = None
+    opened: bool = False
+    hooks_ran: tuple[str, ...] = ()
+    load_wall: tuple[float, float] = (0.0, 0.0)
+    timings_s: dict[str, float] = {}     # replaced, never mutated
+
+    def detect_now(self) -> Any:
+        return _fresh_hardware()
+
+    def _open(self) -> None:
+        """Open the backend (or call the endpoint's own `load` hook) on this device."""
+        t0 = time.perf_counter()
+        if self.ep.own_runtime:
+            from floodway.build.artifacts import call_load
+
+            self.model = call_load(self.ep, self.artifacts)
+            self.timings_s = {**self.timings_s, "load_hook": time.perf_counter() - t0}
+        else:
+            from floodway.build.loader import finish
+
+            self.model = finish(self.prepared, hardware=self.detect_now())
+            self.prepared = None
+        self.opened = True
+
+    def _enter_snap(self) -> None:
+        from floodway.build.store import ArtifactStore
+
+        ep = self.ep
+        w0, t0 = time.time(), time.perf_counter()
+        folder = ArtifactStore(_store_root(self.artifacts_path)).latest(ep.name)
+        if ep.own_runtime:
+            from floodway.build.artifacts import open_artifacts
+
+            self.artifacts = open_artifacts(folder)
+            self.artifacts.check()   # hashed before the snapshot, not after each restore
+        else:
+            from floodway.build.loader import prepare
+
+            self.prepared = prepare(folder, expect=self.expect)
+        if self.early_open:
+            self._open()
+            if not ep.own_runtime:
+                self.model.timings_s["enter_snap"] = time.perf_counter() - t0
+        self.timings_s = {**self.timings_s, "enter_snap": time.perf_counter() - t0}
+        self.load_wall = (w0, time.time())
+        self.hooks_ran = (*self.hooks_ran, "snap")
+
+    def _enter_gpu(self) -> None:
+        w0, t0 = time.time(), time.perf_counter()
+        if not self.opened:
+            self._open()
+        if not self.ep.own_runtime:
+            self.model.timings_s["enter_gpu"] = time.perf_counter() - t0
+        self.timings_s = {**self.timings_s, "enter_gpu": time.perf_counter() - t0}
+        self.hooks_ran = (*self.hooks_ran, "gpu")
+        if not modal.is_local():
+            record_cold_start(self.ep.name, *self.load_wall, w0, time.time())
+
+    def _predict(self, inputs: list) -> list:
+        from floodway.runtime.worker import run_batch
+
+        done, errors = run_batch(self.ep.fn, self.model, list(enumerate(inputs)))
+        outputs: list[Any] = [None] * len(inputs)
+        for i, value in done:
+            outputs[i] = value
+        for i, message in errors:
+            outputs[i] = {ITEM_ERROR: message}
+        return outputs
+
+
 def worker_class(ep: Endpoint, artifacts_path: str, *,
                  hardware: Callable[[], Any] | None = None) -> type:
     """The plain Python class behind an endpoint's Modal class (not yet decorated by the App).
@@ -60,72 +147,42 @@ def worker_class(ep: Endpoint, artifacts_path: str, *,
     `floodway.build.hardware.fresh_detect`, looked up when it runs).
     """
     batching = ep.batching
-    early_open = opens_before_snapshot(ep)
-    expect = "gpu" if ep.gpu else "cpu"
-    detect_now = hardware or _fresh_hardware
+    bound = {"ep": ep, "artifacts_path": artifacts_path, "expect": "gpu" if ep.gpu else "cpu",
+             "early_open": opens_before_snapshot(ep)}
+    if hardware is not None:
+        bound["detect_now"] = staticmethod(hardware)
 
-    class Worker:
-        model: Any = None
-        prepared: Any = None
-        hooks_ran: tuple[str, ...] = ()
-        load_wall: tuple[float, float] = (0.0, 0.0)
-
-        def _open(self) -> None:
-            from floodway.build.loader import finish
-
-            self.model = finish(self.prepared, hardware=detect_now())
-            self.prepared = None
-
+    class Worker(_Hooks):
         @modal.enter(snap=True)
         def load(self) -> None:
-            """Before the memory snapshot: `prepare` the latest build (and open it where the
-            device is already attached, see the module doc).
+            """Before the memory snapshot: `prepare` the latest build, or open it for an
+            endpoint with its own runtime (and open it, or call `load`, where the device is
+            already attached, see the module doc).
 
             A new build reaches containers on the next `modal deploy` (which also retakes the
             snapshot). Raises ArtifactError when there is no build.
             """
-            from floodway.build.loader import prepare
-            from floodway.build.store import ArtifactStore
-
-            w0, t0 = time.time(), time.perf_counter()
-            folder = ArtifactStore(_store_root(artifacts_path)).latest(ep.name)
-            self.prepared = prepare(folder, expect=expect)
-            if early_open:
-                self._open()
-                self.model.timings_s["enter_snap"] = time.perf_counter() - t0
-            self.load_wall = (w0, time.time())
-            self.hooks_ran = (*self.hooks_ran, "snap")
+            self._enter_snap()
 
         @modal.enter(snap=False)
         def to_gpu(self) -> None:
             """After restore, with the GPU attached: open the backend for the hardware found
-            now, unless the snapshot holds it already; on Modal, record this start for the
-            router's cold-start estimate."""
-            w0, t0 = time.time(), time.perf_counter()
-            if self.model is None:
-                self._open()
-            self.model.timings_s["enter_gpu"] = time.perf_counter() - t0
-            self.hooks_ran = (*self.hooks_ran, "gpu")
-            if not modal.is_local():
-                record_cold_start(ep.name, *self.load_wall, w0, time.time())
+            now (or call the endpoint's own `load` hook), unless the snapshot holds it
+            already; on Modal, record this start for the router's cold-start estimate."""
+            self._enter_gpu()
 
-        @modal.batched(max_batch_size=batching.max_batch_rows, wait_ms=int(batching.wait_ms))
+        # Modal takes whole milliseconds: the nearest, not the floor (2.7 ms -> 3, not 2).
+        @modal.batched(max_batch_size=batching.max_batch_rows, wait_ms=round(batching.wait_ms))
         def predict(self, inputs: list) -> list:
             """A batch of N input rows -> N outputs, in order (callers send one row each).
 
             A raising batch is re-run item by item; an item that still raises answers
             ``{ITEM_ERROR: "Type: message"}`` instead of failing every row of its batch.
             """
-            from floodway.runtime.worker import run_batch
+            return self._predict(inputs)
 
-            done, errors = run_batch(ep.fn, self.model, list(enumerate(inputs)))
-            outputs: list[Any] = [None] * len(inputs)
-            for i, value in done:
-                outputs[i] = value
-            for i, message in errors:
-                outputs[i] = {ITEM_ERROR: message}
-            return outputs
-
+    for name, value in bound.items():
+        setattr(Worker, name, value)
     return Worker
 
 

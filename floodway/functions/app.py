@@ -10,9 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from floodway.config import Batching, Build, HFModel, LocalModel, Route, WarmPool
+from floodway.config import Batching, Build, Route, WarmPool
 from floodway.errors import ConfigError, Problem
 from floodway.functions.endpoint import Endpoint, make_endpoint
+from floodway.sources import ModelSource
 
 
 class App:
@@ -29,16 +30,24 @@ class App:
         self.name = name
         self._endpoints: dict[str, Endpoint] = {}
 
-    def endpoint(self, *, model: HFModel | LocalModel, name: str | None = None,
+    def endpoint(self, *, model: ModelSource | None = None, name: str | None = None,
                  build: Build | None = None, gpu: str | None = None,
                  warm: WarmPool | None = None, route: Route | None = None,
                  batching: Batching | None = None, gpu_memory_snapshot: bool = False,
+                 load: Callable[[Any], Any] | None = None,
                  ) -> Callable[[Callable[..., Any]], Endpoint]:
         """Define an endpoint from a function `fn(model, inputs: list[T]) -> list[R]`.
 
-        `gpu`: a Modal GPU type (None: CPU). `gpu_memory_snapshot`: on Modal, snapshot the
-        GPU's memory too, so that a restored container starts with its engine or CUDA session
-        already loaded (Modal's GPU Memory Snapshots, an alpha feature; needs `gpu`).
+        `model`: where the model comes from (`fw.HFModel`, `fw.LocalModel`, `fw.TorchModel`);
+        floodway builds it into a graph and `fn` receives a `fw.Loaded`. `load`: a function
+        ``load(artifacts) -> anything`` for an endpoint that brings its own runtime (vLLM,
+        diffusers, plain PyTorch, ...): the build then holds the source's files
+        (`floodway.build.artifacts.Artifacts`) and `fn` receives what `load` returned. With
+        neither, `fn` receives None. floodway routes, batches, warms and measures every kind
+        alike. `gpu`: a Modal GPU type (None: CPU). `gpu_memory_snapshot`: on Modal, snapshot
+        the GPU's memory too, so that a restored container starts with its engine, CUDA
+        session or `load` result already on the GPU (Modal's GPU Memory Snapshots, an alpha
+        feature; needs `gpu`).
         Raises ConfigError naming the endpoint, each bad field, its value and the allowed range.
         """
 
@@ -46,7 +55,7 @@ class App:
             ep = make_endpoint(fn, name=name, model=model, build=build or Build(), gpu=gpu,
                                warm=warm or WarmPool(), route=route or Route(),
                                batching=batching or Batching(),
-                               gpu_memory_snapshot=gpu_memory_snapshot)
+                               gpu_memory_snapshot=gpu_memory_snapshot, load=load)
             if ep.name in self._endpoints:
                 used = Problem("name", ep.name, f"a name not already used in App {self.name!r}")
                 raise ConfigError(ep.name, [used])

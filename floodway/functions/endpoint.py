@@ -13,8 +13,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from floodway.config import Batching, Build, HFModel, LocalModel, Route, WarmPool
+from floodway.config import Batching, Build, Route, WarmPool
 from floodway.errors import ConfigError, Problem
+from floodway.functions.items import ITEM_TYPES, ItemTypeError, check
+from floodway.sources import HFModel, LocalModel, ModelSource, TorchModel
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 # Modal's GPU type names (modal.gpu docs); an optional ":N" asks for N GPUs.
@@ -27,15 +29,18 @@ _GPU_RE = re.compile(r"^(?P<kind>[A-Za-z0-9!-]+?)(:(?P<count>[1-8]))?$")
 class Endpoint:
     """One model endpoint.
 
-    `fn(model: Loaded, inputs: list[T]) -> list[R]` returns one output per input, in order.
-    `input_type` is T (from the annotation; `Any` if absent) and is what the router validates
-    each item of a request's ``inputs`` against. `gpu_memory_snapshot`: on Modal, the GPU's
-    memory is snapshotted too (only with `gpu`; see `floodway.deploy.modal_worker`).
+    `fn(model, inputs: list[T]) -> list[R]` returns one output per input, in order. `model`
+    is a `floodway.Loaded` (the built graph, opened by floodway) unless the endpoint brings
+    its own runtime (`own_runtime`): then it is what `load(artifacts)` returned, or None
+    when there is neither `load` nor a model source. `input_type` is T (from the annotation,
+    `Annotated` metadata kept; `Any` if absent) and is what the router validates each item of
+    a request's ``inputs`` against. `gpu_memory_snapshot`: on Modal, the GPU's memory is
+    snapshotted too (only with `gpu`; see `floodway.deploy.modal_worker`).
     """
 
     name: str
     fn: Callable[..., list[Any]]
-    model: HFModel | LocalModel
+    model: ModelSource | None
     build: Build
     gpu: str | None
     warm: WarmPool
@@ -43,9 +48,16 @@ class Endpoint:
     batching: Batching
     input_type: Any
     gpu_memory_snapshot: bool = False
+    load: Callable[[Any], Any] | None = None
 
     def __call__(self, model: Any, inputs: list[Any]) -> list[Any]:
         return self.fn(model, inputs)
+
+    @property
+    def own_runtime(self) -> bool:
+        """Whether the endpoint brings its own runtime: a `load` hook, or no model source
+        (floodway then builds and opens no graph)."""
+        return self.load is not None or self.model is None
 
     @property
     def module_file(self) -> str | None:
@@ -65,7 +77,11 @@ def _input_type(fn: Callable[..., Any], out: list[Problem]) -> Any:
                            "a function of exactly two parameters: (model, inputs: list[T])"))
         return Any
     try:
-        hints = typing.get_type_hints(fn)
+        hints = typing.get_type_hints(fn, include_extras=True)   # keep fw.Image's spec
+    except ItemTypeError as e:   # e.g. fw.Array[...] misspelled under lazy annotations
+        raw = getattr(fn, "__annotations__", {}).get(params[1].name)
+        out.append(Problem(f"function.{params[1].name}", raw, str(e)))
+        return Any
     except Exception:
         hints = {}
     ann = hints.get(params[1].name, Any)
@@ -73,6 +89,11 @@ def _input_type(fn: Callable[..., Any], out: list[Problem]) -> Any:
         return Any
     if typing.get_origin(ann) is list:
         args = typing.get_args(ann)
+        why = check(args[0]) if args else None
+        if why is not None:
+            out.append(Problem(f"function.{params[1].name}", ann,
+                               f"list[T], T an item type: {ITEM_TYPES} ({why})"))
+            return Any
         return args[0] if args else Any
     out.append(Problem(f"function.{params[1].name}", ann,
                        "an annotation of the form list[T] (one T per input row)"))
@@ -96,9 +117,25 @@ def _check_gpu_snapshot(value: object, gpu: object, out: list[Problem]) -> None:
                            "False on a CPU endpoint (GPU memory snapshots need gpu=...)"))
 
 
+def _check_load(load: object, model: object, build: object, out: list[Problem]) -> None:
+    """`load`: None, or a function of one positional parameter (the build's Artifacts); an
+    endpoint with its own runtime has no graph for TensorRT to compile."""
+    if load is not None:
+        try:
+            inspect.signature(load).bind(None)  # type: ignore[arg-type]
+        except (TypeError, ValueError):   # not callable, or not with one argument
+            out.append(Problem("load", load, "None, or a function load(artifacts) -> anything "
+                                             "(one positional parameter)"))
+    own = load is not None or model is None
+    if own and isinstance(build, Build) and build.tensorrt is True:
+        why = "a load= hook" if load is not None else "no model source"
+        out.append(Problem("build.tensorrt", True, f"False for an endpoint with {why} "
+                                                   "(floodway builds no graph for it)"))
+
+
 def make_endpoint(fn: Callable[..., Any], *, name: str | None, model: object, build: object,
                   gpu: object, warm: object, route: object, batching: object,
-                  gpu_memory_snapshot: object = False) -> Endpoint:
+                  gpu_memory_snapshot: object = False, load: object = None) -> Endpoint:
     """Validate everything about one definition and return its Endpoint.
 
     Raises ConfigError listing every problem found (not just the first).
@@ -112,7 +149,8 @@ def make_endpoint(fn: Callable[..., Any], *, name: str | None, model: object, bu
     if not callable(fn):
         out.append(Problem("function", fn, "a callable"))
         raise ConfigError(str(ep_name), out)
-    typed = (("model", model, (HFModel, LocalModel), "fw.HFModel(...) or fw.LocalModel(...)"),
+    typed = (("model", model, (HFModel, LocalModel, TorchModel, type(None)),
+              "None, fw.HFModel(...), fw.LocalModel(...) or fw.TorchModel(...)"),
              ("build", build, (Build,), "fw.Build(...)"),
              ("warm", warm, (WarmPool,), "fw.WarmPool(...)"),
              ("route", route, (Route,), "fw.Route(...)"),
@@ -120,12 +158,14 @@ def make_endpoint(fn: Callable[..., Any], *, name: str | None, model: object, bu
     for label, obj, kinds, allowed in typed:
         if not isinstance(obj, kinds):
             out.append(Problem(label, obj, allowed))
-        else:
+        elif obj is not None:
             out.extend(obj.problems(label))
     _check_gpu(gpu, out)
     _check_gpu_snapshot(gpu_memory_snapshot, gpu, out)
+    _check_load(load, model, build, out)
     input_type = _input_type(fn, out)
-    if isinstance(build, Build) and isinstance(batching, Batching):
+    graph = load is None and model is not None
+    if graph and isinstance(build, Build) and isinstance(batching, Batching):
         b_rows, e_rows = batching.max_batch_rows, build.max_batch_rows
         if isinstance(b_rows, int) and isinstance(e_rows, int) and b_rows > e_rows:
             out.append(Problem("batching.max_batch_rows", b_rows,
@@ -135,4 +175,4 @@ def make_endpoint(fn: Callable[..., Any], *, name: str | None, model: object, bu
         raise ConfigError(str(ep_name), out)
     return Endpoint(name=ep_name, fn=fn, model=model, build=build, gpu=gpu, warm=warm,
                     route=route, batching=batching, input_type=input_type,
-                    gpu_memory_snapshot=gpu_memory_snapshot)
+                    gpu_memory_snapshot=gpu_memory_snapshot, load=load)

@@ -1,8 +1,12 @@
-"""`Loaded`: what an endpoint function receives as its model.
+"""`Loaded`: what an endpoint function receives as its model when floodway opens the build.
 
 The contract is numpy in, numpy out, whatever backend the cold-start loader picked
 (ONNX Runtime CPU or CUDA, TensorRT, or PyTorch from safetensors), so one endpoint function runs
-unchanged on every backend and the serve path never needs torch.
+unchanged on every backend and the serve path never needs torch. The preprocessing of the
+build's task (`floodway.tasks`) comes with it, so that an endpoint function stays short:
+
+    feeds = model.prepare(items)          # texts, text pairs, images or arrays, per the task
+    logits = model.run(feeds)["logits"]
 """
 
 from __future__ import annotations
@@ -14,7 +18,12 @@ from typing import Any
 
 import numpy as np
 
-CHARS_PER_TOKEN_BOUND = 101   # longest WordPiece word (100) + the space after it
+from floodway.tasks.text import CHARS_PER_TOKEN_BOUND
+from floodway.tasks.text import clip as _clip
+from floodway.tasks.text import encode as _encode
+from floodway.tasks.text import encode_pairs as _encode_pairs
+
+__all__ = ["CHARS_PER_TOKEN_BOUND", "Loaded"]
 
 
 @dataclass
@@ -22,9 +31,14 @@ class Loaded:
     """A model loaded from built artifacts.
 
     - `backend`: which artifact path was taken, e.g. ``"onnxruntime-cpu"``.
-    - `tokenizer`: a `tokenizers.Tokenizer` with truncation at `max_seq_len` and padding on.
-    - `runner`: maps named int64 arrays of shape (rows, seq) to named float32 outputs.
-    - `manifest`: the build manifest (a pydantic model), `artifact_dir`: where it was loaded from.
+    - `task`: the build's task, e.g. ``"text-classification"`` (`floodway.tasks`).
+    - `tokenizer`: for text tasks, a `tokenizers.Tokenizer` with truncation at `max_seq_len`
+      and padding on (else None); `image_processor`: for image tasks, the
+      `floodway.tasks.image_processing.ImageProcessor` of the model's
+      preprocessor_config.json (else None).
+    - `runner`: maps the named input arrays to the named float32 outputs.
+    - `labels`: class names by output index, for classification tasks (the config's id2label).
+    - `manifest`: the build manifest (`ManifestView`), `artifact_dir`: where it was loaded from.
     """
 
     backend: str
@@ -36,36 +50,52 @@ class Loaded:
     manifest: Any = None
     path_taken: tuple[str, ...] = ()      # each load path tried, and what happened
     timings_s: dict[str, float] = field(default_factory=dict)
+    task: str = "feature-extraction"
+    image_processor: Any = None
+    labels: tuple[str, ...] = ()
 
     def encode(self, texts: Sequence[str]) -> dict[str, np.ndarray]:
-        """Tokenize `texts` into int64 arrays of shape (len(texts), longest), padded with 0s.
+        """Tokenize `texts` into int64 arrays of shape (len(texts), longest), padded.
 
         Only the inputs the graph declares are returned (e.g. token_type_ids when it has one).
         Texts are cut to `max_chars` before tokenizing, so a huge input costs no more than a
         long one (the tokenizer would otherwise process all of it, then truncate).
         """
-        encs = self.tokenizer.encode_batch([self.clip(t) for t in texts])
-        arrays = {
-            "input_ids": np.asarray([e.ids for e in encs], dtype=np.int64),
-            "attention_mask": np.asarray([e.attention_mask for e in encs], dtype=np.int64),
-            "token_type_ids": np.asarray([e.type_ids for e in encs], dtype=np.int64),
-        }
-        return {k: v for k, v in arrays.items() if k in self.input_names}
+        return _encode(self.tokenizer, texts, self.input_names, self.max_chars)
+
+    def encode_pairs(self, pairs: Sequence[Sequence[str]]) -> dict[str, np.ndarray]:
+        """Tokenize (first, second) text pairs, one row each, as cross-encoders take them:
+        the tokenizer's pair template (BERT: ``[CLS] a [SEP] b [SEP]``, token_type_ids 0
+        then 1), truncated longest-first at `max_seq_len`. Shapes as `encode`. Raises
+        ValueError for an item that is not a pair of strings."""
+        return _encode_pairs(self.tokenizer, pairs, self.input_names, self.max_chars)
+
+    def preprocess_images(self, images: Sequence[Any]) -> dict[str, np.ndarray]:
+        """PIL RGB images -> ``{"pixel_values": float32 (N, 3, H, W)}``: resized, cropped,
+        rescaled and normalized as the model's preprocessor_config.json says (numpy and
+        Pillow; matches transformers' image processor). Raises ValueError on a build whose
+        task takes no images."""
+        if self.image_processor is None:
+            raise ValueError(f"this build's task ({self.task}) takes no images")
+        return {"pixel_values": self.image_processor(images)}
+
+    def prepare(self, items: Sequence[Any]) -> dict[str, np.ndarray]:
+        """Request items -> the graph's named inputs, as the build's task prepares them:
+        texts (`encode`), text pairs (`encode_pairs`), PIL images (`preprocess_images`), or
+        numpy arrays stacked into a batch (a user's module; a dict per item when its graph
+        has several inputs)."""
+        from floodway import tasks
+
+        return tasks.get(self.task).prepare(self, items)
 
     @property
     def max_chars(self) -> int:
         return self.max_seq_len * CHARS_PER_TOKEN_BOUND
 
     def clip(self, text: str) -> str:
-        """`text` cut so that it still yields at least `max_seq_len` tokens if it had them.
-
-        Whitespace runs are collapsed first (whitespace-splitting tokenizers discard them), and
-        no token of a WordPiece/BPE vocabulary spans more than CHARS_PER_TOKEN_BOUND characters
-        (BERT maps words over 100 characters to one [UNK]).
-        """
-        if len(text) <= self.max_chars:
-            return text
-        return " ".join(text[: self.max_chars * 4].split())[: self.max_chars]
+        """`text` cut so that it still yields at least `max_seq_len` tokens if it had them
+        (`floodway.tasks.text.clip`)."""
+        return _clip(text, self.max_chars)
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Run the graph on `feeds` (named arrays) and return its outputs by name."""

@@ -22,6 +22,7 @@ from starlette.requests import ClientDisconnect, Request
 from floodway.errors import RequestError
 from floodway.functions.app import App
 from floodway.functions.endpoint import Endpoint
+from floodway.functions.items import decodes_images
 from floodway.http.clock import within
 from floodway.http.errors import ClientClosed, Overloaded
 from floodway.http.metrics import Metrics
@@ -120,9 +121,10 @@ class Admission:
         except TimeoutError:
             raise RequestError(f"the request body did not arrive within {BODY_TIMEOUT_S:g} s",
                                status=408) from None
-        if len(body) > PARSE_IN_THREAD_BYTES:
-            # Parsing and validating a large body takes milliseconds to a second of CPU:
-            # off the event loop, so that other requests' deadlines keep being served.
+        if len(body) > PARSE_IN_THREAD_BYTES or decodes_images(ep.input_type):
+            # Parsing and validating a large body takes milliseconds to a second of CPU, and
+            # so does verifying an image (a small PNG may hold 40 megapixels): off the event
+            # loop, so that other requests' deadlines keep being served.
             inputs = await asyncio.to_thread(parse_predict, body, ep.input_type,
                                              max_inputs=ep.route.max_inputs)
         else:

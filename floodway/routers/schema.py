@@ -3,18 +3,26 @@
 
 `parse_predict` turns raw body bytes into validated inputs or raises RequestError whose
 message names what was wrong (malformed JSON, a missing or unknown field, an empty list, the
-index and problem of a bad item).
+index and problem of a bad item). Items are validated against the endpoint's item type
+(`floodway.functions.items`: str, text pairs, images, arrays, ...) and returned in their wire
+form, which the container decodes into what the endpoint function receives.
 """
 
 from __future__ import annotations
 
 import json
+import typing
 from functools import lru_cache
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 from floodway.errors import RequestError
+from floodway.functions.items import BAD_ITEM, MODE_KEY, TOO_LARGE, WIRE
+
+# Items are verified on the router and kept in their JSON wire form (an image as its base64
+# text, an array as {"b64", "dtype", "shape"}): the form that travels to the container.
+_WIRE_CONTEXT = {MODE_KEY: WIRE}
 
 
 class PredictRequest(BaseModel):
@@ -37,8 +45,15 @@ class ErrorResponse(BaseModel):
 
 
 @lru_cache(maxsize=64)
-def _items_adapter(item_type: Any) -> TypeAdapter:
+def _cached_adapter(item_type: Any) -> TypeAdapter:
     return TypeAdapter(list[item_type])
+
+
+def _items_adapter(item_type: Any) -> TypeAdapter:
+    try:
+        return _cached_adapter(item_type)
+    except TypeError:   # unhashable Annotated metadata: built each time
+        return TypeAdapter(list[item_type])
 
 
 def _loc(loc: tuple[Any, ...]) -> str:
@@ -77,12 +92,16 @@ def _precheck(data: dict, max_inputs: int | None) -> None:
 
 def parse_predict(body: bytes, item_type: Any = Any, *,
                   max_inputs: int | None = None) -> list[Any]:
-    """Validate a request body; return its inputs (each validated as `item_type`).
+    """Validate a request body; return its inputs, each validated as `item_type` and kept
+    as plain JSON values (`floodway.functions.items`: an image as its base64 text, an array
+    as ``{"b64", "dtype", "shape"}``, a pair as a list).
 
     Raises RequestError(400) for a body that is not a JSON object (or nested too deeply),
-    RequestError(413) for more than `max_inputs` items, RequestError(422) for a
-    missing/unknown field, an empty `inputs`, an item of the wrong type, or a string that is
-    not valid Unicode (a lone surrogate from a ``\\ud800`` escape).
+    RequestError(413) for more than `max_inputs` items or an item over its size limit (an
+    image's bytes or pixels), RequestError(422) for a missing/unknown field, an empty
+    `inputs`, an item of the wrong type (not base64, a corrupt image, an array of another
+    shape or dtype, ...), or a string that is not valid Unicode (a lone surrogate from a
+    ``\\ud800`` escape). Item errors name the item: ``inputs[3]: ...``.
     """
     try:
         data = json.loads(body)
@@ -122,17 +141,46 @@ def parse_predict(body: bytes, item_type: Any = Any, *,
             except UnicodeEncodeError as e:
                 raise RequestError(f"inputs[{i}]: not valid Unicode ({e.reason} at character "
                                    f"{e.start})", status=422, field=f"inputs[{i}]") from None
+    adapter = _items_adapter(item_type)
     try:
-        return _items_adapter(item_type).validate_python(req.inputs)
+        items = adapter.validate_python(req.inputs, context=_WIRE_CONTEXT)
     except ValidationError as e:
-        errs = e.errors()
-        first = errs[0]
-        field = "inputs" + _loc(tuple(first["loc"]))
-        more = f" (and {len(errs) - 1} more)" if len(errs) > 1 else ""
-        got = repr(first.get('input'))
-        got = got if len(got) <= 80 else got[:77] + '...'
-        raise RequestError(f"{field}: {first['msg']}, got {got}{more}",
-                           status=422, field=field) from None
+        raise _item_error(e.errors(), item_type) from None
+    if item_type is str or item_type is Any:
+        return items
+    # Plain JSON again (a pair as a list, a pydantic model as an object): what travels to
+    # the container, a job row or a Modal call; the container validates it into T.
+    return adapter.dump_python(items, mode="json")
+
+
+def _tuple_wanted(item_type: Any) -> str | None:
+    """What a fixed-length tuple item looks like on the wire (``tuple[str, str]``: a JSON
+    array of 2 items [str, str]), or None for other item types."""
+    args = typing.get_args(item_type)
+    if typing.get_origin(item_type) is not tuple or not args or ... in args:
+        return None
+    names = ", ".join(getattr(a, "__name__", str(a)) for a in args)
+    return f"a JSON array of {len(args)} items [{names}]"
+
+
+def _item_error(errs: list[Any], item_type: Any) -> RequestError:
+    """The RequestError for per-item validation errors: the first one, named by its index
+    (413 for an item over a size limit, else 422)."""
+    first = errs[0]
+    field = "inputs" + _loc(tuple(first["loc"]))
+    more = f" (and {len(errs) - 1} more)" if len(errs) > 1 else ""
+    if first["type"] in (BAD_ITEM, TOO_LARGE):   # the message says what came and was expected
+        return RequestError(f"{field}: {first['msg']}{more}", field=field,
+                            status=413 if first["type"] == TOO_LARGE else 422)
+    pair = _tuple_wanted(item_type)
+    if pair and first["type"] in ("missing", "too_long", "tuple_type") \
+            and len(first["loc"]) <= 2:
+        # pydantic names the missing position ("inputs[1][1]: Field required"): name the item.
+        field = f"inputs[{first['loc'][0]}]"
+        first = {**first, "msg": f"expected {pair}"}
+    got = repr(first.get('input'))
+    got = got if len(got) <= 80 else got[:77] + '...'
+    return RequestError(f"{field}: {first['msg']}, got {got}{more}", status=422, field=field)
 
 
 def error_body(kind: str, message: str, field: str | None = None) -> dict[str, Any]:

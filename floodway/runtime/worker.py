@@ -12,11 +12,13 @@ by item and each item's event goes out as it is known, so that a bad item fails 
 the good ones are not held back by the re-runs.
 
 Cold-start phases (seconds): process_start (spawn -> interpreter running this module),
-imports (user module and floodway), artifact_load, warmup (first inference).
+imports (user module and floodway), artifact_load, load_hook (an endpoint that brings its own
+runtime: its `load=`), warmup (first inference).
 """
 
 from __future__ import annotations
 
+import numbers
 import os
 import signal
 import sys
@@ -36,42 +38,105 @@ WARMUP_INPUTS_ENV = "FLOODWAY_WARMUP_INPUTS"
 Send = Callable[[list[Any]], None]   # writes protocol messages, then flushes
 
 
+_PLAIN = (str, int, float, bool, type(None))
+_PLAIN_TYPES = frozenset(_PLAIN)
+
+
 def _to_jsonable(value):
+    """An output as plain JSON values: numpy arrays and scalars (anything with `tolist`) as
+    lists and numbers, tuples as lists, dicts (str or int keys) and lists walked. Raises
+    ContractError for what JSON cannot carry."""
+    if type(value) in _PLAIN_TYPES:
+        return value
     tolist = getattr(value, "tolist", None)
-    return tolist() if callable(tolist) else value
+    if callable(tolist):
+        kind = getattr(getattr(value, "dtype", None), "kind", "f")
+        if kind == "O":   # an object array: its elements walked
+            return _to_jsonable(tolist())
+        if kind not in "biufU":
+            raise ContractError(f"returned an array of dtype {value.dtype}, which JSON cannot "
+                                "carry (numbers, booleans or strings)")
+        return tolist()
+    if isinstance(value, list | tuple):
+        if _PLAIN_TYPES.issuperset(map(type, value)):   # the common case, at C speed: no walk
+            return value if isinstance(value, list) else list(value)
+        return [_to_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {_key(k): _to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, _PLAIN):   # a subclass, e.g. a str or int enum
+        return value
+    raise ContractError(f"returned a {type(value).__name__}, which JSON cannot carry (allowed: "
+                        "numbers, strings, booleans, None, lists, dicts, numpy arrays)")
 
 
-def _shape(value) -> tuple:
+def _key(k) -> str:
+    if isinstance(k, str):
+        return k
+    if isinstance(k, numbers.Integral):   # as json.dumps writes int keys (numpy's too)
+        return str(int(k))
+    raise ContractError(f"returned a dict with a {type(k).__name__} key (JSON keys are strings)")
+
+
+def _shape(value) -> tuple | None:
+    """An array output's shape; None for other outputs (lists and dicts are the function's
+    own answers and may differ per item, e.g. the entities found in each text)."""
     shape = getattr(value, "shape", None)
-    if shape is not None:
-        return tuple(shape)
-    if isinstance(value, (list, tuple)):
-        return (len(value), *(_shape(value[0]) if value else ()))
-    return ()
+    return tuple(shape) if isinstance(shape, tuple) else None
 
 
 def _call(fn, model, inputs: list) -> list:
-    """`fn` on one batch, its contract checked: one output per input, all of one shape."""
+    """`fn` on one batch, its contract checked: one output per input, array outputs all of
+    one shape (rows of one result), every output JSON (`_to_jsonable`)."""
     out = fn(model, inputs)
     n = len(out) if hasattr(out, "__len__") else -1
     if n != len(inputs):
         raise ContractError(f"returned {n} outputs for {len(inputs)} inputs")
-    outs = [_to_jsonable(o) for o in out]
-    shapes = {_shape(o) for o in outs}
+    shapes = {s for s in map(_shape, out) if s is not None}
     if len(shapes) > 1:
         raise ContractError(f"returned outputs of different shapes {sorted(shapes)}")
-    return outs
+    return [_to_jsonable(o) for o in out]
 
 
 class ContractError(Exception):
-    """The endpoint function broke its contract (output count or shape)."""
+    """The endpoint function broke its contract (output count, shapes or types)."""
+
+
+def _decoded(fn, batch_id: int, items: list) -> tuple[list, list]:
+    """(items with each input as `fn` receives it, ItemErrors of those that do not decode).
+    Inputs arrive in their wire form (`floodway.routers.schema.parse_predict`); an image is
+    decoded and an array built here, in the container (`floodway.functions.items`)."""
+    from floodway.functions.items import item_decoder
+
+    decode = item_decoder(fn)
+    if decode is None:
+        return items, []
+    from floodway.runtime.protocol import ItemError
+
+    ok, failed = [], []
+    for item_id, x in items:
+        try:
+            ok.append((item_id, decode(x)))
+        except Exception as e:  # noqa: BLE001 - a bad item fails alone
+            why = e.errors()[0]["msg"] if hasattr(e, "errors") else str(e)
+            failed.append(ItemError(batch_id, item_id, f"{type(e).__name__}: {why}"))
+    return ok, failed
 
 
 def item_events(fn, model, batch_id: int, items: list) -> Iterator[list]:
-    """Run `items` ((item_id, input) pairs) as one batch. Yields lists of ItemResult /
-    ItemError events as they become known: one list for the whole batch when it runs, else
-    (a batch of several items raised) one list per item, each item re-run alone. A broken
-    contract (wrong output count or shapes) fails every item of the batch."""
+    """Run `items` ((item_id, input) pairs, inputs in their wire form) as one batch. Yields
+    lists of ItemResult / ItemError events as they become known: first those of inputs that
+    do not decode, then one list for the rest when the batch runs, else (a batch of several
+    items raised) one list per item, each item re-run alone. A broken contract (output
+    count, shapes or types) fails every item of the batch."""
+    decoded, failed = _decoded(fn, batch_id, items)
+    if failed:
+        yield failed
+        if not decoded:
+            return
+    yield from _run(fn, model, batch_id, decoded)
+
+
+def _run(fn, model, batch_id: int, items: list) -> Iterator[list]:
     from floodway.runtime.protocol import ItemError, ItemResult
 
     ids, inputs = [i for i, _ in items], [x for _, x in items]
@@ -85,7 +150,7 @@ def item_events(fn, model, batch_id: int, items: list) -> Iterator[list]:
         yield [ItemResult(batch_id, i, o) for i, o in zip(ids, outs, strict=True)]
         return
     for item in items:
-        yield from item_events(fn, model, batch_id, [item])
+        yield from _run(fn, model, batch_id, [item])
 
 
 def run_batch(fn, model, items: list) -> tuple[list, list]:
@@ -119,9 +184,31 @@ def _die_with_parent() -> None:
         os._exit(1)
 
 
+def _warmup_inputs(ep, model) -> list:
+    """The warm-up batch: ``FLOODWAY_WARMUP_INPUTS`` (a JSON list of items as the function
+    receives them), else one sample item of the function's declared type ("warm-up" for str,
+    a pair of them, a gray image, zeros of an array's shape); for an undeclared type (Any),
+    one the build's task takes (`floodway.tasks.base.Task.sample_item`), or "warm-up" for an
+    endpoint with its own runtime; else none."""
+    raw = os.environ.get(WARMUP_INPUTS_ENV)
+    if raw:
+        return loads(raw)
+    if ep.input_type is Any and not ep.own_runtime:
+        from floodway import tasks
+
+        return [tasks.get(model.task).sample_item(model)]
+    from floodway.functions.items import sample_item
+
+    item = sample_item(ep.fn)
+    return [] if item is None else [item]
+
+
 def boot(app_spec: str, ep_name: str, store_root: str, send: Send) -> tuple[Any, Any] | None:
     """Import, load and warm up endpoint `ep_name` -> (fn, model), having sent Phase and
-    Ready; None, having sent Failed, when any step raised."""
+    Ready; None, having sent Failed, when any step raised. The model is the build opened by
+    the loader (`floodway.build.loader.load`), or, for an endpoint that brings its own
+    runtime, what its `load` hook returned (`floodway.build.artifacts.load_own`; cold-start
+    phases then split artifact_load from load_hook)."""
     timings = {"process_start": max(0.0, _T_MAIN - float(os.environ.get(SPAWN_ENV, _T_MAIN)))}
     early = None
     try:
@@ -140,12 +227,19 @@ def boot(app_spec: str, ep_name: str, store_root: str, send: Send) -> tuple[Any,
         _, (ep,) = load_app(f"{app_spec}::{ep_name}")
         timings["imports"] = time.perf_counter() - t
         t = time.perf_counter()
-        model = load(folder, prefetch=early)
-        timings["artifact_load"] = time.perf_counter() - t
+        if ep.own_runtime:   # load= hook, or no model source: no graph to open
+            from floodway.build.artifacts import load_own
+
+            model, backend, phases = load_own(ep, folder)
+            timings.update(phases)
+        else:
+            model = load(folder, prefetch=early)
+            backend = model.backend
+            timings["artifact_load"] = time.perf_counter() - t
         send([Phase("warming")])
         t = time.perf_counter()
-        warm = loads(os.environ.get(WARMUP_INPUTS_ENV, '["warm-up"]'))
-        out = ep.fn(model, warm)
+        warm = _warmup_inputs(ep, model)
+        out = ep.fn(model, warm) if warm else []
         if len(out) != len(warm):
             raise RuntimeError(f"warm-up returned {len(out)} outputs for {len(warm)} inputs")
         timings["warmup"] = time.perf_counter() - t
@@ -156,7 +250,7 @@ def boot(app_spec: str, ep_name: str, store_root: str, send: Send) -> tuple[Any,
         if early is not None:
             early.join()
         return None
-    send([Ready(timings, model.backend, "torch" in sys.modules, os.getpid())])
+    send([Ready(timings, backend, "torch" in sys.modules, os.getpid())])
     return ep.fn, model
 
 

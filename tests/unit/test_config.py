@@ -187,3 +187,78 @@ def test_route_tenant_rate_and_stuck_limits_are_checked():
         "allowed: a number in (0, 86400]",
     ]
     assert define(route=fw.Route(tenant_rate_per_s=2.5, tenant_burst=5))[1].route.tenant_burst == 5
+
+
+def test_model_task_is_checked_and_defaults_to_feature_extraction(tmp_path):
+    assert MODEL.task == "feature-extraction"
+    _, ep = define(model=fw.HFModel("org/model", revision="a" * 40, task="text-classification"))
+    assert ep.model.task == "text-classification"
+    (msg,) = problems(model=fw.LocalModel(tmp_path, task="summarization"))
+    assert "model.task = 'summarization'" in msg and "token-classification" in msg
+    (msg,) = problems(model=fw.HFModel("org/model", revision="a" * 40, task="text-generation"))
+    assert "model.task = 'text-generation'" in msg and "generative endpoints" in msg
+    (msg,) = problems(model=fw.HFModel("org/model", revision="a" * 40, task="torch-module"))
+    assert "fw.TorchModel" in msg
+
+
+def test_an_endpoint_without_a_model_source_or_with_a_load_hook():
+    app = fw.App("t")
+
+    @app.endpoint()
+    def plain(model, texts: list[str]) -> list[str]:
+        return texts
+
+    assert plain.model is None and plain.load is None and plain.own_runtime
+
+    def load(artifacts):
+        return {"ready": True}
+
+    @app.endpoint(model=MODEL, load=load, batching=fw.Batching(max_batch_rows=128))
+    def custom(state, texts: list[str]) -> list[str]:
+        return texts
+
+    # no graph is built for it, so Build.max_batch_rows does not bound its batches
+    assert custom.load is load and custom.own_runtime and not define()[1].own_runtime
+
+
+def test_load_hook_and_tensorrt_are_checked_for_own_runtime_endpoints():
+    (msg,) = problems(load="not a function")
+    assert "load = 'not a function'" in msg and "load(artifacts)" in msg
+    (msg,) = problems(load=lambda artifacts, device: None)
+    assert "endpoint 'embed': load = <function" in msg and "one positional parameter" in msg
+    (msg,) = problems(model=None, build=fw.Build(tensorrt=True))
+    assert "build.tensorrt = True" in msg and "no model source" in msg
+    (msg,) = problems(load=lambda a: a, build=fw.Build(tensorrt=True))
+    assert "a load= hook" in msg
+    (msg,) = problems(model="org/model")
+    assert "None, fw.HFModel(...), fw.LocalModel(...) or fw.TorchModel(...)" in msg
+    assert define(load=lambda *args: None)[1].load is not None
+
+
+def test_torch_model_source_is_checked(tmp_path):
+    from floodway.config import TensorSpec, TorchModel
+
+    image = TensorSpec("image", "float32", (None, 3, 224, 224))
+    assert image.axes == ("batch", 3, 224, 224)
+    assert TensorSpec("ids", "int64", ["batch", "seq"]).axes == ("batch", "seq")
+    assert TensorSpec("x", shape=(None, None)).axes == ("batch", "x_1")
+    ok = TorchModel("pkg.mod:make", inputs=[image], outputs=["logits"])
+    assert define(model=ok)[1].model.task == "torch-module" and ok.weights_kind == "none"
+    assert TorchModel("m:f", weights="org/w", revision="b" * 40).weights_kind == "hf"
+    msgs = problems(model=TorchModel("pkg.mod.make", weights=tmp_path / "none.safetensors",
+                                     inputs=[TensorSpec("a", "uint8", (4, 3)), image, image],
+                                     outputs=[]))
+    joined = "\n".join(msgs)
+    assert "model.factory = 'pkg.mod.make'" in joined and "'package.module:function'" in joined
+    assert "model.weights = " in joined and "revision=<40-hex commit sha>" in joined
+    assert "model.inputs[0].dtype = 'uint8'" in joined
+    assert "model.inputs[0].shape[0] = 4" in joined and "axis 0 holds one row" in joined
+    assert "model.inputs = ['image']" in joined and "distinct names" in joined
+    assert "model.outputs = ()" in joined
+    (msg,) = problems(model=TorchModel("m:f", weights="org/w", revision="main", inputs=[image]))
+    assert "model.revision = 'main'" in msg
+    (msg,) = problems(model=TorchModel("m:f", weights=tmp_path, revision="a" * 40,
+                                       inputs=[image]))
+    assert "model.revision" in msg and "None unless weights name a Hub repo" in msg
+    (msg,) = problems(model=TorchModel("m:f"))
+    assert "model.inputs = ()" in msg and "fw.TensorSpec" in msg

@@ -23,6 +23,19 @@ def test_agrees_with_pydantic_on_a_real_manifest(raw):
     assert view.max_seq_len == full.max_seq_len and view.skipped == full.skipped
     assert {k: (v.bytes, v.sha256) for k, v in view.artifacts.items()} == {
         k: (v.bytes, v.sha256) for k, v in full.artifacts.items()}
+    assert view.task == full.task.name == "feature-extraction" and view.runtime == full.runtime
+    assert [(i.name, i.dtype, list(i.shape)) for i in view.input_specs] == [
+        (i.name, i.dtype, i.shape) for i in full.io.inputs]
+    assert view.outputs == tuple(o.name for o in full.io.outputs) == ("last_hidden_state",)
+
+
+def test_a_manifest_without_the_task_fields_reads_as_feature_extraction(raw):
+    old = copy.deepcopy(raw)
+    for key in ("task", "runtime"):
+        del old[key]
+    view, full = ManifestView.parse(json.dumps(old)), Manifest.model_validate(old)
+    assert view.task == full.task.name == "feature-extraction"
+    assert view.runtime == full.runtime == "floodway"
 
 
 def _set(d, path, value):
@@ -44,6 +57,8 @@ def _set(d, path, value):
     (("io", "inputs"), "input_ids", "io.inputs should be a list"),
     (("max_seq_len",), 0, "max_seq_len = 0"),
     (("endpoint",), KeyError, "endpoint = None"),
+    (("runtime",), "vllm", "runtime = 'vllm'"),
+    (("io", "inputs", 0, "shape"), [None], "should hold sizes and axis names"),
 ])
 def test_rejects_what_pydantic_rejects(raw, path, value, needle):
     bad = copy.deepcopy(raw)

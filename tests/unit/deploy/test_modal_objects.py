@@ -326,7 +326,7 @@ def test_names_defaults_and_cpu_endpoint(tmp_path, monkeypatch):
     assert (auto.min_containers, auto.buffer_containers, auto.scaledown_window) == (0, 0, 60)
     big = _service_function(module.BigModelV2)
     assert big.info().gpus == [("A100", 2)]
-    assert big.info().batching_info.wait_ms == 12
+    assert big.info().batching_info.wait_ms == 13          # 12.7 ms, rounded
     assert _deploy_settings(big)["autoscaler_settings"].scaledown_window == 30
     assert _deploy_settings(module.router)["autoscaler_settings"].min_containers == 0
     assert _impl(module.router)._source_info.module_name == "fw_deploy_two"

@@ -152,3 +152,58 @@ def test_no_build_fails_clearly(tmp_path, monkeypatch):
     monkeypatch.setenv("FLOODWAY_STORE", str(tmp_path))
     with pytest.raises(ArtifactError, match="floodway build"):
         Hooks(EMBED).before_snapshot()
+
+
+# ---------------------------------------------------------------- endpoints with their own runtime
+
+@pytest.fixture(scope="module")
+def own_store(tmp_path_factory):
+    """A store with `tests.unit.build.own_apps`' endpoints built; (app module, store root)."""
+    from floodway.functions.discover import import_target
+    from tests.unit.build import own_apps
+
+    root = tmp_path_factory.mktemp("own")
+    path = own_apps.app_file(root / "own_modal_app.py", own_apps.source_folder(root / "src"))
+    return import_target(str(path)), own_apps.build_all(path, root / "store")
+
+
+def _own(own_store, monkeypatch, name, **changes):
+    module, store = own_store
+    monkeypatch.setenv("FLOODWAY_STORE", str(store))
+    module.CALLS.clear()
+    return module, dataclasses.replace(module.app[name], **changes)
+
+
+def test_a_gpu_load_hook_runs_after_the_restore_with_its_files_hashed_before(own_store,
+                                                                             monkeypatch):
+    module, ep = _own(own_store, monkeypatch, "describe", gpu="L4")
+    hooks = Hooks(ep)
+    hooks.before_snapshot()                 # no GPU yet: only the build is opened and hashed
+    assert module.CALLS == [] and hooks.obj.model is None
+    assert hooks.obj.artifacts is not None and hooks.obj.artifacts._hashing is None
+    hooks.after_restore()                   # the GPU is attached: now the hook runs, once
+    assert len(module.CALLS) == 1 and hooks.obj.hooks_ran == ("snap", "gpu")
+    assert set(hooks.obj.timings_s) == {"enter_snap", "load_hook", "enter_gpu"}
+    assert hooks.predict(["a", "b"])[1].endswith(":b")
+
+
+@pytest.mark.parametrize("changes", [{"gpu": None}, {"gpu": "L4", "gpu_memory_snapshot": True}])
+def test_a_load_hook_runs_before_the_snapshot_where_the_device_is_there(own_store,
+                                                                        monkeypatch, changes):
+    module, ep = _own(own_store, monkeypatch, "describe", **changes)
+    hooks = Hooks(ep)
+    hooks.before_snapshot()
+    assert len(module.CALLS) == 1 and hooks.obj.model["config"].startswith("{")
+    hooks.after_restore()                   # restored with its state: not called again
+    assert len(module.CALLS) == 1
+    assert hooks.predict(["x"]) == [f"3:{hooks.obj.model['onnxruntime']}:"
+                                    f"{'torch' in __import__('sys').modules}:x"]
+
+
+def test_a_sourceless_endpoint_serves_with_no_model(own_store, monkeypatch):
+    _, ep = _own(own_store, monkeypatch, "shout", gpu="L4")
+    hooks = Hooks(ep)
+    hooks.before_snapshot()
+    hooks.after_restore()
+    assert hooks.obj.model is None and hooks.obj.opened
+    assert hooks.predict(["quiet", "please"]) == ["QUIET", "PLEASE"]

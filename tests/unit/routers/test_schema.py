@@ -1,10 +1,20 @@
 """Wire format validation: each bad body gets a 4xx whose message names the problem."""
 
-from typing import Any
+import base64
+import io
+import json
+import struct
+import zlib
+from typing import Annotated, Any
 
+import numpy as np
+import PIL.Image
 import pytest
+from pydantic import BaseModel
 
+import floodway as fw
 from floodway.errors import RequestError
+from floodway.functions import images
 from floodway.routers.schema import error_body, parse_predict
 
 
@@ -93,3 +103,165 @@ def test_a_body_that_is_not_an_object_names_the_json_type():
     assert "got array" in str(err(b'["a"]'))
     assert "got null" in str(err(b"null"))
     assert "got string" in str(err(b'"a"'))
+
+
+# ---------------------------------------------------------------- item types (wire formats)
+
+def png_declaring(width: int, height: int, rows: int = 8) -> bytes:
+    """A PNG whose header declares `width` x `height` 1-bit pixels and whose data holds only
+    its first `rows` (Pillow refuses it from the header): a decompression bomb in a few KB."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return (struct.pack(">I", len(data)) + kind + data
+                + struct.pack(">I", zlib.crc32(kind + data)))
+
+    row = b"\x00" * (1 + (width + 7) // 8)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 1, 0,
+                                                               0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(row * rows, 9)) + chunk(b"IEND", b""))
+
+
+def b64(raw: bytes) -> str:
+    return base64.b64encode(raw).decode()
+
+
+def image_file(fmt: str = "PNG", size=(32, 24), noise: bool = False) -> bytes:
+    img = PIL.Image.effect_noise(size, 60) if noise else PIL.Image.new("RGB", size, 90)
+    buf = io.BytesIO()
+    img.save(buf, format=fmt)
+    return buf.getvalue()
+
+
+def body(*items) -> bytes:
+    return json.dumps({"inputs": list(items)}).encode()
+
+
+def refused(items: tuple, item_type: Any) -> RequestError:
+    with pytest.raises(RequestError) as info:
+        parse_predict(body(*items), item_type)
+    return info.value
+
+
+GOOD = b64(image_file())
+
+
+def test_good_images_pass_as_their_base64_text():
+    jpeg, gif = b64(image_file("JPEG")), b64(image_file("GIF"))
+    wrapped = "\n".join(GOOD[i:i + 76] for i in range(0, len(GOOD), 76))   # `base64 FILE`
+    got = parse_predict(body(GOOD, "data:image/png;base64," + GOOD, jpeg, wrapped,
+                             GOOD.rstrip("=")), fw.Image)
+    assert got == [GOOD, GOOD, jpeg, GOOD, GOOD]
+    if "WEBP" in images.formats():
+        webp = b64(image_file("WEBP"))
+        assert parse_predict(body(webp), fw.Image) == [webp]
+    e = refused((GOOD, gif), fw.Image)   # a real image, but not a format we open
+    assert (e.status, e.field) == (422, "inputs[1]") and "not a PNG, JPEG" in str(e)
+
+
+@pytest.mark.parametrize("item,status,needle", [
+    (3, 422, "expected base64 text of a PNG, JPEG"),
+    (["a"], 422, "got array"),
+    ("not base64 at all!", 422, "not valid base64"),
+    (b64(b"plain text, not an image"), 422, "not a PNG, JPEG"),
+    ("data:text/plain;base64," + GOOD, 422, "a data URL must read data:image/"),
+    (b64(image_file()[:-40]), 422, "a corrupt or truncated PNG image of 32x24"),
+    (b64(image_file("JPEG", (64, 64))[:300]), 422, "a corrupt or truncated image"),
+    (b64(image_file("JPEG", (64, 64), noise=True)[:-900]), 422,
+     "a corrupt or truncated JPEG image of 64x64"),
+    (b64(png_declaring(50_000, 50_000)), 413, "declares 2,500,000,000 pixels; the limit is "
+                                              "40,000,000 (a decompression bomb?)"),
+    (b64(png_declaring(8_000, 6_000)), 413, "8000x6000 = 48,000,000 pixels; the limit is "
+                                            "40,000,000"),
+])
+def test_bad_images_are_refused_naming_the_item(item, status, needle):
+    e = refused((GOOD, GOOD, GOOD, item), fw.Image)
+    assert (e.status, e.field) == (status, "inputs[3]")
+    assert str(e).startswith("inputs[3]: ") and needle in str(e)
+
+
+def test_the_decompression_bomb_is_a_few_kb_that_pillow_itself_refuses():
+    bomb = png_declaring(50_000, 50_000)
+    assert len(bomb) < 4096
+    with pytest.raises(PIL.Image.DecompressionBombError):
+        PIL.Image.open(io.BytesIO(bomb))
+
+
+def test_image_limits_are_configurable():
+    small = Annotated[PIL.Image.Image, fw.ImageSpec(max_encoded_bytes=100, max_pixels=500)]
+    e = refused((b64(image_file(size=(10, 10))), b64(image_file(size=(400, 300)))), small)
+    assert (e.status, e.field) == (413, "inputs[1]")
+    assert "the image is" in str(e) and "bytes; the limit is 100" in str(e)
+    e = refused((b64(image_file(size=(30, 30))),), Annotated[fw.Image, fw.ImageSpec(
+        max_pixels=500)])
+    assert e.status == 413 and "30x30 = 900 pixels; the limit is 500" in str(e)
+
+
+def test_text_pairs():
+    # Validated, then kept as JSON (a list): the container hands the function tuples.
+    assert parse_predict(body(["q", "p"], ["a", "b"]), tuple[str, str]) == [["q", "p"],
+                                                                             ["a", "b"]]
+    for item, needle in ((["q"], "expected a JSON array of 2 items [str, str], got ['q']"),
+                         (["q", "p", "x"], "2 items [str, str], got ['q', 'p', 'x']"),
+                         ("q p", "2 items [str, str], got 'q p'"),
+                         ({"q": "p"}, "2 items [str, str]")):
+        e = refused((["ok", "ok"], item), tuple[str, str])
+        assert (e.status, e.field) == (422, "inputs[1]") and needle in str(e)
+    e = refused((["ok", "ok"], ["q", 3]), tuple[str, str])
+    assert (e.status, e.field) == (422, "inputs[1][1]") and "valid string" in str(e)
+
+
+GRID = fw.Array[np.float32, (2, 3)]
+
+
+def test_arrays_pass_in_their_b64_form():
+    (got,) = parse_predict(body([[1, 2, 3], [4, 5.5, 6]]), GRID)
+    assert got["dtype"] == "float32" and got["shape"] == [2, 3]
+    assert np.frombuffer(base64.b64decode(got["b64"]), "<f4").tolist() == [1, 2, 3, 4, 5.5, 6]
+    assert parse_predict(body(got), GRID) == [got]   # the b64 form is taken as it is
+    rows = fw.Array[np.uint8, (None, 2)]
+    assert parse_predict(body([[1, 2]] * 5), rows)[0]["shape"] == [5, 2]
+
+
+@pytest.mark.parametrize("item,needle", [
+    ("text", 'a nested list of numbers or {"b64", "dtype", "shape"}, got string'),
+    ([[1, 2, 3], [4, 5]], "got a ragged nested list"),
+    ([[1, 2, 3]], "got shape (1, 3)"),
+    ([1, 2, 3, 4, 5, 6], "got shape (6,)"),
+    ([[1, 2, 3], [4, "5", 6]], "got strings"),
+    ([[1, 2, 3], [4, None, 6]], "got nulls"),
+    ([[1, 2, 3], [4, 5, 1e39]], "beyond float32's range"),
+    ({"b64": b64(bytes(24)), "dtype": "float64", "shape": [2, 3]}, "got dtype 'float64'"),
+    ({"b64": b64(bytes(20)), "dtype": "float32", "shape": [2, 3]}, "'b64' holds 20 bytes"),
+    ({"b64": b64(bytes(24)), "dtype": "float32", "shape": [3, 2]}, "got shape (3, 2)"),
+    ({"b64": "%%%", "dtype": "float32", "shape": [2, 3]}, "'b64' is not valid base64"),
+    ({"data": [1]}, "got an object with keys ['data']"),
+])
+def test_bad_arrays_are_422_naming_the_item_and_what_was_expected(item, needle):
+    e = refused(([[0, 0, 0], [0, 0, 0]], item), GRID)
+    assert (e.status, e.field) == (422, "inputs[1]")
+    assert str(e).startswith("inputs[1]: expected a float32 array of shape (2, 3)")
+    assert needle in str(e)
+
+
+def test_structured_items_travel_as_plain_json():
+    class Query(BaseModel):
+        text: str
+        top_k: int = 3
+
+    got = parse_predict(body({"text": "q"}, {"text": "r", "top_k": "5"}), Query)
+    assert got == [{"text": "q", "top_k": 3}, {"text": "r", "top_k": 5}]
+    assert json.loads(json.dumps(got)) == got
+    mixed = tuple[fw.Image, str]
+    assert parse_predict(body(["data:image/png;base64," + GOOD, "caption"]), mixed) == [
+        [GOOD, "caption"]]
+    e = refused(([GOOD, "ok"], ["%%%", "bad"]), mixed)
+    assert (e.status, e.field) == (422, "inputs[1][0]") and "not valid base64" in str(e)
+
+
+def test_integer_arrays_take_integers_in_range_only():
+    ints = fw.Array[np.uint8, (3,)]
+    assert parse_predict(body([0, 255, 7]), ints)[0]["b64"] == b64(bytes([0, 255, 7]))
+    assert "got non-integer numbers" in str(refused(([1, 2.5, 3],), ints))
+    assert "got 256, out of uint8's range [0, 255]" in str(refused(([1, 256, 3],), ints))
+    assert "got booleans" in str(refused(([True, False, True],), ints))
+    flags = fw.Array[np.bool_, (2,)]
+    assert parse_predict(body([True, False]), flags)[0]["b64"] == b64(b"\x01\x00")

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import base64
 import io
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
+import floodway as fw
+from floodway.codec import dumps, loads
+from floodway.functions.arrays import to_wire
 from floodway.runtime import worker
 from floodway.runtime.protocol import (
     FROM_WORKER,
@@ -22,6 +26,7 @@ from floodway.runtime.protocol import (
     Ready,
     decode_all,
     encode,
+    encode_all,
 )
 
 
@@ -187,3 +192,110 @@ def test_boot_loads_warms_up_and_reports_ready(tmp_path, monkeypatch):
     assert set(ready.timings_s) == {"process_start", "imports", "artifact_load", "warmup"}
     assert ready.backend == "fake" and ready.pid > 0
     assert fn(model, ["x"]) == ["X"]
+
+
+# ------------------------------------------------------------ outputs and decoded inputs
+
+def through_the_pipe(fn, inputs: list) -> list:
+    """`fn` on `inputs` through `serve`, the messages encoded and decoded as the router reads
+    them -> one ItemResult output or ItemError message per input, in order."""
+    wire = Wire()
+    batch = Batch(1, tuple((f"r:{i}", x) for i, x in enumerate(inputs)))
+    worker.serve(fn, None, lines(batch), lambda msgs: wire(decode_all(encode_all(msgs),
+                                                                     FROM_WORKER)))
+    by_id = {m.item_id: m for m in wire.messages if isinstance(m, ItemResult | ItemError)}
+    return [by_id[f"r:{i}"].output if isinstance(by_id[f"r:{i}"], ItemResult)
+            else by_id[f"r:{i}"].message for i in range(len(inputs))]
+
+
+KINDS = {   # an output of each kind, and the JSON it travels as
+    "array": (np.arange(4, dtype=np.int8).reshape(2, 2), [[0, 1], [2, 3]]),
+    "half": (np.array([0.5, -2], dtype=np.float16), [0.5, -2.0]),
+    "scalar": (np.float32(0.5), 0.5),
+    "labels": ({"label": "cat", "score": np.float64(0.25), 3: [np.bool_(True)]},
+               {"label": "cat", "score": 0.25, "3": [True]}),
+    "tuple": ((1, 2.5, None), [1, 2.5, None]),
+    "top_k": ([{"label": "a", "score": np.float32(0.5)}, {"label": "b", "score": 0.25}],
+              [{"label": "a", "score": 0.5}, {"label": "b", "score": 0.25}]),
+    "strings": (np.array(["x", "y"]), ["x", "y"]),
+    "objects": (np.array([1, "two"], dtype=object), [1, "two"]),
+    "nan": (float("nan"), None),
+    "float64": (np.float64(0.75), 0.75),   # a float subclass: a plain float on the wire
+}
+
+
+def test_outputs_of_every_kind_travel_as_plain_json():
+    def kinds(model, names):
+        return [KINDS[n][0] for n in names]
+
+    for name, (_, want) in KINDS.items():   # one batch each: arrays of a batch share a shape
+        assert through_the_pipe(kinds, [name]) == [want], name
+        assert type(worker._to_jsonable(KINDS[name][0])) in (list, dict, float, type(None)), name
+        # The Modal class's path: plain values, which the router's JSON writes the same way.
+        assert loads(dumps(worker.run_batch(kinds, None, [[0, name]]))) == [[[0, want]], []]
+    mixed = ["labels", "tuple", "top_k", "nan", "scalar"]
+    assert through_the_pipe(kinds, mixed) == [KINDS[n][1] for n in mixed]
+
+
+def test_list_outputs_may_differ_per_item_but_arrays_of_one_batch_may_not():
+    def entities(model, texts):
+        return [[{"word": w, "score": 1.0} for w in t.split()] for t in texts]
+
+    assert through_the_pipe(entities, ["a b", "c"]) == [
+        [{"word": "a", "score": 1.0}, {"word": "b", "score": 1.0}], [{"word": "c", "score": 1.0}]]
+
+
+@pytest.mark.parametrize("bad", [{1, 2}, b"bytes", np.array([1 + 2j]), {(1, 2): "tuple key"},
+                                 object()])
+def test_an_output_json_cannot_carry_breaks_the_contract_not_the_worker(bad):
+    def odd(model, texts):
+        return [bad if t == "odd" else t for t in texts]
+
+    got = through_the_pipe(odd, ["odd", "fine"])
+    assert all(m.startswith("ContractError: returned a") for m in got)
+    assert "JSON" in got[0]
+    assert through_the_pipe(odd, ["fine"]) == ["fine"]   # the worker goes on
+
+
+def png_b64(mode="RGBA", size=(5, 3)) -> str:
+    import PIL.Image
+
+    buf = io.BytesIO()
+    PIL.Image.new(mode, size).save(buf, format="PNG")
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def test_the_function_receives_decoded_images_arrays_and_pairs():
+    import PIL.Image
+
+    def sizes(model, inputs: list[fw.Image]):
+        assert all(isinstance(i, PIL.Image.Image) and i.mode == "RGB" for i in inputs)
+        return [{"w": i.width, "h": i.height} for i in inputs]
+
+    def sums(model, inputs: list[fw.Array[np.int16, (None, 2)]]):
+        assert all(x.dtype == np.int16 for x in inputs)
+        return [x.sum(axis=0) for x in inputs]
+
+    def joined(model, inputs: list[tuple[str, str]]):
+        assert all(isinstance(p, tuple) for p in inputs)
+        return [" | ".join(p) for p in inputs]
+
+    assert through_the_pipe(sizes, [png_b64(), png_b64("L", (2, 7))]) == [
+        {"w": 5, "h": 3}, {"w": 2, "h": 7}]
+    grid = np.array([[1, 2], [3, 4], [5, 6]], dtype=np.int16)
+    assert through_the_pipe(sums, [to_wire(grid), [[1, 1]]]) == [[9, 12], [1, 1]]
+    assert through_the_pipe(joined, [["q", "p"]]) == ["q | p"]
+
+
+def test_an_input_that_does_not_decode_fails_alone():
+    seen = []
+
+    def sizes(model, inputs: list[fw.Image]):
+        seen.append(len(inputs))
+        return [i.width for i in inputs]
+
+    got = through_the_pipe(sizes, [png_b64(), "bm90IGFuIGltYWdl", png_b64(size=(9, 9))])
+    assert got[0] == 5 and got[2] == 9 and seen == [2]   # the good ones ran as one batch
+    assert got[1].startswith("ValidationError: not a PNG, JPEG")
+    assert through_the_pipe(sizes, ["bm90IGFuIGltYWdl"])[0].startswith("ValidationError")
+    assert seen == [2]   # a batch left empty is not run

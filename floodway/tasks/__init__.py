@@ -1,0 +1,60 @@
+"""Tasks: what a model is exported as, and how its inputs are prepared when it serves.
+
+The registry has one entry per task, each a `floodway.tasks.base.Task` defined in its family's
+module (`text`, `vision`, `tensor`); `get(name)` imports only that module, so a container
+serving text never imports Pillow, and none imports torch. An entry names the model class to
+export, the graph's inputs and outputs (with their dynamic axes), the parity check (the
+outputs compared, over which positions, and the default tolerance) and the preprocessing
+for serving (`Task.prepare`).
+
+    task                  source             exported outputs              items served
+    feature-extraction    HFModel/LocalModel last_hidden_state (N,seq,H)   str
+    text-classification   HFModel/LocalModel logits (N,labels)             str or (str, str)
+    token-classification  HFModel/LocalModel logits (N,seq,labels)         str
+    image-classification  HFModel/LocalModel logits (N,labels)             PIL RGB images
+    torch-module          TorchModel         the declared outputs          numpy arrays
+
+A new task is one more entry here and a `Task` in its family's module; "text-generation"
+will be one (it needs a decode loop, not one graph call).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from floodway.tasks.base import Task
+
+FEATURE_EXTRACTION = "feature-extraction"
+TORCH_MODULE = "torch-module"
+
+# name -> (module, attribute) of its Task
+_REGISTRY = {
+    FEATURE_EXTRACTION: ("floodway.tasks.text", "FEATURE_EXTRACTION"),
+    "text-classification": ("floodway.tasks.text", "TEXT_CLASSIFICATION"),
+    "token-classification": ("floodway.tasks.text", "TOKEN_CLASSIFICATION"),
+    "image-classification": ("floodway.tasks.vision", "IMAGE_CLASSIFICATION"),
+    TORCH_MODULE: ("floodway.tasks.tensor", "TORCH_MODULE"),
+}
+# The tasks a Hugging Face source (HFModel, LocalModel) may name.
+HF_TASKS = tuple(n for n in _REGISTRY if n != TORCH_MODULE)
+# Named, not yet served: why, for the decorator's error message.
+PLANNED = {"text-generation": "text generation comes with generative endpoints (a decode "
+                              "loop, not one graph call); not served yet"}
+
+
+def get(name: str) -> Task:
+    """The registry entry of task `name`. Raises KeyError naming the known tasks."""
+    try:
+        module, attr = _REGISTRY[name]
+    except KeyError:
+        raise KeyError(f"unknown task {name!r}; known: {', '.join(_REGISTRY)}") from None
+    return getattr(importlib.import_module(module), attr)
+
+
+def names() -> tuple[str, ...]:
+    return tuple(_REGISTRY)
+
+
+__all__ = ["FEATURE_EXTRACTION", "HF_TASKS", "PLANNED", "TORCH_MODULE", "get", "names"]
