@@ -20,7 +20,8 @@ Every policy sees the same simulated endpoint, the same arrivals and the same mo
 - service: a batch of up to 16 rows (one request = one row) takes the function's average
   execution time from azure_functions_2019_200_run.csv, capped at 1 s (the trace's times
   are heavier than GPU inference; the cap keeps sizing realistic), 100 ms if absent;
-- routing: the real decide() with 4 batches in flight per container, a queue of 1000, a
+- routing: the real decide() with max_inflight_per_container=4 (a pipe of
+  pipeline_slots(4) = 2 batches per container, as the routers keep), a queue of 1000, a
   600 s deadline and spill to cold only, so that every request is served and a request that
   finds no warm container waits for a cold start (which is what the cold-start rate counts);
 - the policy runs every minute on the minutes that have ended (no look-ahead).

@@ -78,6 +78,14 @@ class Plan:
                      if a.do == Do.STOP and a.container is not None)
 
 
+def starts_needed(keep: int, live: int, *, may_start: bool = True) -> int:
+    """Rule 1 alone: how many containers to start now when `live` are live and the warm
+    target keeps `keep` (0 while starts back off). `reconcile` answers the same starts; a
+    runtime that knows only the live count changed (the simulator, when a container gets
+    busy and the buffer asks for one more) calls this instead of building every `Box`."""
+    return max(0, keep - live) if may_start else 0
+
+
 def reconcile(keep: int, containers: Sequence[Box], now_s: float,
               scaledown_window_s: float, *, may_start: bool = True) -> Plan:
     """The actions that move `containers` towards `keep` live ones at `now_s` (see the
@@ -85,10 +93,9 @@ def reconcile(keep: int, containers: Sequence[Box], now_s: float,
     live = [c for c in containers if c.state in LIVE]
     n = len(live)
     if n < keep:
-        if not may_start:
-            return Plan(())
         why = f"{n} live, the warm target keeps {keep}"
-        return Plan(tuple(Action(Do.START, None, why) for _ in range(keep - n)))
+        return Plan(tuple(Action(Do.START, None, why)
+                          for _ in range(starts_needed(keep, n, may_start=may_start))))
     actions: list[Action] = []
     next_check = math.inf
     idle = sorted((c for c in live if c.state == "ready" and not c.busy),
@@ -105,4 +112,4 @@ def reconcile(keep: int, containers: Sequence[Box], now_s: float,
     return Plan(tuple(actions), next_check)
 
 
-__all__ = ["EPS_S", "LIVE", "Action", "Box", "Do", "Plan", "reconcile"]
+__all__ = ["EPS_S", "LIVE", "Action", "Box", "Do", "Plan", "reconcile", "starts_needed"]

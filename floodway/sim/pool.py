@@ -20,7 +20,7 @@ import math
 import time
 from collections import deque
 
-from floodway.core.reconcile import EPS_S, Box, Do, reconcile
+from floodway.core.reconcile import EPS_S, Box, Do, reconcile, starts_needed
 from floodway.sim.trace import MINUTE_S
 from floodway.warmers.target import History, WarmTarget
 
@@ -139,8 +139,11 @@ class Pool:
         if len(bs) == 1:
             self.working += 1
             # Modal's buffer: idle containers on top of the busy ones, started as one gets busy.
-            if len(self.live) < self.target.keep(self.working, self.cap):
-                self.reconcile(now)
+            # Only the busy count changed, so reconcile's plan is rule 1 alone (its idle
+            # checks are already scheduled): `starts_needed` without building every Box.
+            for _ in range(starts_needed(self.target.keep(self.working, self.cap),
+                                         len(self.live))):
+                self.start_box(now)
             self._begin(box, b, now if b.rows >= self.mbr else now + self.wait_s)
         return True
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from floodway.core.reconcile import Box, Do, reconcile
 
 
@@ -49,3 +51,15 @@ def test_busy_and_starting_containers_are_never_stopped():
 def test_a_container_due_exactly_now_is_due():
     plan = reconcile(0, [Box("a", "ready", idle_since_s=40.0)], 100.0, 60.0)
     assert plan.stops == ("a",)
+
+
+@pytest.mark.parametrize("may_start", [True, False])
+def test_starts_needed_is_reconciles_rule_one(may_start):
+    """The simulator's shortcut for a busy count change answers reconcile's starts exactly."""
+    from floodway.core.reconcile import starts_needed
+
+    for keep in range(5):
+        for n in range(5):
+            boxes = [Box(str(i), "busy", busy=True) for i in range(n)]
+            plan = reconcile(keep, boxes, 100.0, 60.0, may_start=may_start)
+            assert starts_needed(keep, n, may_start=may_start) == plan.starts
