@@ -40,7 +40,7 @@ run: seed
 	$(VENV)/bin/floodway serve modal_app.py --port $(PORT) --show-example
 
 lint: $(STAMP)
-	$(PY) -m ruff check floodway tests benchmarks modal_app.py
+	$(PY) -m ruff check floodway tests benchmarks modal_app.py examples
 
 test: $(STAMP) lint
 	$(PY) -m pytest -q

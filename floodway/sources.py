@@ -12,6 +12,7 @@ Each validates at decorator time like the other configs (`floodway.config`). Re-
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,6 +67,14 @@ class HFModel(Config):
         return f"hf://{self.repo_id}@{self.revision}"
 
 
+def in_modal_container() -> bool:
+    """Whether this process is a Modal container (Modal sets ``MODAL_IS_REMOTE=1`` there;
+    ``modal.is_local()`` reads the same variable). A container imports the deploy file again
+    but serves from the artifact Volume, so local folders and weight files the decorator names
+    (which exist only where the app was built) are not checked there."""
+    return os.environ.get("MODAL_IS_REMOTE") == "1"
+
+
 @dataclass(frozen=True)
 class LocalModel(Config):
     """A local folder in Hugging Face format (config.json, tokenizer files or
@@ -78,7 +87,7 @@ class LocalModel(Config):
     def _check(self, out: list[Problem], p: str) -> None:
         if not isinstance(self.path, (str, Path)) or not str(self.path):
             out.append(Problem(f"{p}.path", self.path, "a path to an existing folder"))
-        elif not Path(self.path).is_dir():
+        elif not Path(self.path).is_dir() and not in_modal_container():
             out.append(Problem(f"{p}.path", str(self.path), "a path to an existing folder"))
         check_bool(out, f"{p}.allow_pickle", self.allow_pickle)
         _check_task(out, p, self.task)
@@ -181,7 +190,8 @@ class TorchModel(Config):
 
     def _check_weights(self, out: list[Problem], p: str) -> None:
         w, rev = self.weights, self.revision
-        if w is None or (isinstance(w, (str, Path)) and str(w) and Path(w).exists()):
+        if w is None or (isinstance(w, (str, Path)) and str(w)
+                         and (Path(w).exists() or in_modal_container())):
             if rev is not None:
                 out.append(Problem(f"{p}.revision", rev, "None unless weights name a Hub repo"))
             return

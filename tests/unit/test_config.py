@@ -262,3 +262,18 @@ def test_torch_model_source_is_checked(tmp_path):
     assert "model.revision" in msg and "None unless weights name a Hub repo" in msg
     (msg,) = problems(model=TorchModel("m:f"))
     assert "model.inputs = ()" in msg and "fw.TensorSpec" in msg
+
+
+def test_local_paths_are_not_checked_inside_a_modal_container(tmp_path, monkeypatch):
+    """A Modal container imports the deploy file again but serves from the artifact Volume:
+    the folder and weight files named at build time are not there, and must not stop it."""
+    missing = tmp_path / "only-on-the-building-machine"
+    with pytest.raises(fw.ConfigError, match="a path to an existing folder"):
+        fw.App("here").endpoint(model=fw.LocalModel(missing), name="e")(lambda m, x: x)
+    monkeypatch.setenv("MODAL_IS_REMOTE", "1")
+    ep = fw.App("there").endpoint(model=fw.LocalModel(missing), name="e")(lambda m, x: x)
+    assert ep.model.path == missing
+    spec = fw.TensorSpec("x", "float32", (None, 4))
+    fw.App("torch-there").endpoint(
+        model=fw.TorchModel("pkg.mod:make", weights=str(missing / "w.safetensors"),
+                            inputs=[spec]), name="t")(lambda m, x: x)
