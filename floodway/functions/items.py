@@ -26,16 +26,20 @@ import dataclasses
 import enum
 import functools
 import inspect
+import sys
 import types
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, Any
-
-from pydantic import BaseModel, TypeAdapter
-from pydantic_core import PydanticCustomError, core_schema
+from typing import TYPE_CHECKING, Annotated, Any
 
 from floodway.errors import FloodwayError
+
+if TYPE_CHECKING:
+    from pydantic_core import PydanticCustomError, core_schema
+
+# pydantic is imported only where an item type other than str / Any is validated: a text
+# endpoint's container (which imports this module with its app) never pays for it.
 
 # Pillow's own decompression-bomb threshold, PIL.Image.MAX_IMAGE_PIXELS (1024 * 1024 * 1024
 # // 4 // 3 = 89,478,485 pixels: about 0.25 GB as 24-bit RGB). Pillow warns above it and
@@ -61,11 +65,15 @@ class ItemTypeError(FloodwayError, TypeError):
 
 def bad(message: str) -> PydanticCustomError:
     """A 422 for one item: `message` says what was expected."""
+    from pydantic_core import PydanticCustomError
+
     return PydanticCustomError(BAD_ITEM, "{why}", {"why": message})
 
 
 def too_large(message: str) -> PydanticCustomError:
     """A 413 for one item (an image over its byte or pixel limit)."""
+    from pydantic_core import PydanticCustomError
+
     return PydanticCustomError(TOO_LARGE, "{why}", {"why": message})
 
 
@@ -99,6 +107,8 @@ class ImageSpec:
                 raise ItemTypeError(f"ImageSpec.{name}: an integer in [1, {top}] (not {v!r})")
 
     def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> core_schema.CoreSchema:
+        from pydantic_core import core_schema
+
         return core_schema.with_info_plain_validator_function(self._validate)
 
     def _validate(self, value: Any, info: core_schema.ValidationInfo) -> Any:
@@ -128,6 +138,8 @@ class ArraySpec:
         object.__setattr__(self, "shape", _shape(self.shape))
 
     def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> core_schema.CoreSchema:
+        from pydantic_core import core_schema
+
         return core_schema.with_info_plain_validator_function(self._validate)
 
     def _validate(self, value: Any, info: core_schema.ValidationInfo) -> Any:
@@ -228,9 +240,14 @@ def problem(t: Any) -> str | None:
 
 
 def _class_problem(t: Any) -> str | None:
-    if inspect.isclass(t) and (issubclass(t, BaseModel | enum.Enum) or dataclasses.is_dataclass(t)
+    if inspect.isclass(t) and (issubclass(t, enum.Enum) or dataclasses.is_dataclass(t)
                                or typing.is_typeddict(t)):
         return None
+    if inspect.isclass(t) and "pydantic" in sys.modules:
+        from pydantic import BaseModel  # a pydantic model's module imported pydantic
+
+        if issubclass(t, BaseModel):
+            return None
     name = f"{getattr(t, '__module__', '')}.{getattr(t, '__qualname__', repr(t))}"
     if name == "numpy.ndarray":
         return "a numpy array needs its dtype and shape: fw.Array[np.float32, (3, 224, 224)]"
@@ -244,7 +261,9 @@ def _class_problem(t: Any) -> str | None:
 def check(t: Any) -> str | None:
     """`problem(t)`, then whether pydantic can build a validator for ``list[t]``."""
     why = problem(t)
-    if why is None:
+    if why is None and not _needs_no_decoding(t):
+        from pydantic import TypeAdapter
+
         try:
             TypeAdapter(list[t])
         except Exception as e:  # noqa: BLE001 - any failure to build is the same problem
@@ -273,6 +292,8 @@ def _needs_no_decoding(t: Any) -> bool:
 def _decoder(t: Any) -> Callable[[Any], Any] | None:
     if _needs_no_decoding(t):
         return None
+    from pydantic import TypeAdapter
+
     adapter = TypeAdapter(t)
     context = {MODE_KEY: DECODE}
     return functools.partial(adapter.validate_python, context=context)
