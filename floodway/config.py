@@ -189,7 +189,10 @@ class Route(_Config):
     A request holds at most `max_inputs` items and `max_body_bytes` bytes (413 beyond).
     Each tenant (API key) may send `tenant_rate_per_s` requests per second on average with
     bursts of `tenant_burst` (token bucket; None: unlimited; 429 beyond). A container with
-    work in flight and no completion for `stuck_after_s` is declared stuck and replaced.
+    work in flight and no completion for `stuck_after_s` is declared stuck and replaced; one
+    not ready `start_timeout_s` after it was started (a load hook that hangs, a download that
+    stalls) is killed as a failed start (on Modal: the class's ``startup_timeout``; 300 s is
+    Modal's default, a function's ``timeout``).
     """
 
     max_inflight_per_container: int = 8
@@ -201,6 +204,7 @@ class Route(_Config):
     tenant_rate_per_s: float | None = None
     tenant_burst: int = 10
     stuck_after_s: float = 60.0
+    start_timeout_s: float = 300.0
 
     def __post_init__(self) -> None:
         if isinstance(self.spill, list):
@@ -217,6 +221,7 @@ class Route(_Config):
                       lo_open=True)
         check_int(out, f"{p}.tenant_burst", self.tenant_burst, 1, 1_000_000)
         check_num(out, f"{p}.stuck_after_s", self.stuck_after_s, 0, 86400, lo_open=True)
+        check_num(out, f"{p}.start_timeout_s", self.start_timeout_s, 1, 86400)
         ok = isinstance(self.spill, tuple) and all(s in SPILL_TARGETS for s in self.spill) \
             and len(set(self.spill)) == len(self.spill)
         if not ok:

@@ -181,6 +181,7 @@ def class_options(ep: Endpoint) -> dict[str, Any]:
         "buffer_containers": capped_buffer(ep, warm.min_containers),
         "scaledown_window": round(warm.scaledown_window_s),
         "max_containers": warm.max_containers,
+        "startup_timeout": round(ep.route.start_timeout_s),
     }
 
 

@@ -60,6 +60,7 @@ class EndpointPool:
         self.policy: PolicyState | None = None
         self.floor = 0
         self.failures = 0
+        self.last_error: str | None = None     # why the last container that failed did
         self.replacing = 0
         self.latest: str | None = None
         self.events: Counter[str] = Counter()
@@ -139,9 +140,11 @@ class EndpointPool:
 
     def health_checks(self, now_s: float) -> tuple[health.Check, ...]:
         facts = (health.Liveness(str(c.id), str(c.state), len(c.inflight),
-                                 c.last_progress_s, c.ping_sent_s, c.last_pong_s)
+                                 c.last_progress_s, c.ping_sent_s, c.last_pong_s,
+                                 now_s - c.history[0][0] if c.state in STARTING else 0.0)
                  for c in self.containers)
-        return health.checks(facts, now_s, self.endpoint.route.stuck_after_s)
+        route = self.endpoint.route
+        return health.checks(facts, now_s, route.stuck_after_s, route.start_timeout_s)
 
     def rolling(self) -> bool:
         """A new build is being rolled out (the rollout sets the container count)."""
@@ -187,6 +190,8 @@ class EndpointPool:
                        "buffer_containers": t.buffer_containers,
                        "scaledown_window_s": t.scaledown_window_s, "reason": t.reason},
             "events": dict(self.events),
+            "failures": {"failed_starts_in_a_row": self.failures,
+                         "last_error": self.last_error},
         }
 
 

@@ -1,6 +1,6 @@
 """Container health: which containers are stuck or silent, and how a dead one is replaced.
 
-    check(container, now_s, stuck_after_s) -> Check(verdict, reason)
+    check(container, now_s, stuck_after_s, start_timeout_s=) -> Check(verdict, reason)
     after_exit(started, failures, live, floor) -> Exit(failures, replace_in_s)
 
 Pure functions of a container's facts and a clock (seconds on the runtime's monotonic
@@ -8,6 +8,8 @@ clock); the pool carries out what they say (ping, kill, replace).
 
 - stuck: work in flight and no completion for `Route.stuck_after_s` -> kill (its batches
   fail over: the batcher retries each once elsewhere).
+- slow start: not ready `Route.start_timeout_s` after it was started (a load hook that
+  hangs) -> kill; it counts as a failed start, so the next start backs off.
 - silent: an idle ready container is pinged every `PING_EVERY_S`; one that has not answered
   within ``min(stuck_after_s, PING_TIMEOUT_S)`` (a hung or stopped process) -> kill, before a
   request finds it. An idle worker's reply needs no model work, so that is long enough.
@@ -20,9 +22,11 @@ clock); the pool carries out what they say (ping, kill, replace).
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from floodway.core.snapshot import STARTING
 from floodway.routers.decide import WARM
 
 PING_EVERY_S = 2.0
@@ -43,7 +47,8 @@ class Liveness:
 
     `inflight`: batches sent and not answered; `last_progress_s`: its last completion (or
     when work was first sent to it idle); `ping_sent_s`: the outstanding ping (None: none);
-    `last_pong_s`: when the last ping was answered."""
+    `last_pong_s`: when the last ping was answered; `starting_for_s`: seconds since a
+    container that is not ready yet was started (0 once ready)."""
 
     id: str
     state: str
@@ -51,6 +56,7 @@ class Liveness:
     last_progress_s: float
     ping_sent_s: float | None
     last_pong_s: float
+    starting_for_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -60,8 +66,12 @@ class Check:
     reason: str = ""
 
 
-def check(c: Liveness, now_s: float, stuck_after_s: float) -> Check:
+def check(c: Liveness, now_s: float, stuck_after_s: float,
+          start_timeout_s: float = math.inf) -> Check:
     """The verdict on one container at `now_s` (see the module docstring)."""
+    if c.state in STARTING and c.starting_for_s > start_timeout_s:
+        return Check(c.id, Verdict.KILL, f"not ready {c.starting_for_s:.0f}s after its start "
+                                         f"(start_timeout_s={start_timeout_s:g})")
     if c.inflight and c.state in WARM:
         quiet_s = now_s - c.last_progress_s
         if quiet_s > stuck_after_s:
@@ -81,10 +91,10 @@ def check(c: Liveness, now_s: float, stuck_after_s: float) -> Check:
     return Check(c.id, Verdict.OK)
 
 
-def checks(containers: Iterable[Liveness], now_s: float, stuck_after_s: float
-           ) -> tuple[Check, ...]:
+def checks(containers: Iterable[Liveness], now_s: float, stuck_after_s: float,
+           start_timeout_s: float = math.inf) -> tuple[Check, ...]:
     """The verdicts that ask for something (ping or kill), in the containers' order."""
-    found = (check(c, now_s, stuck_after_s) for c in containers)
+    found = (check(c, now_s, stuck_after_s, start_timeout_s) for c in containers)
     return tuple(v for v in found if v.verdict != Verdict.OK)
 
 

@@ -173,6 +173,7 @@ class Pool:
         if self._closing or c.state == State.STOPPED:
             return
         ep.events["failed"] += 1
+        ep.last_error = c.error
         out = health.after_exit(started, ep.failures, len(ep.live()), ep.floor)
         ep.failures = out.failures
         if out.replace_in_s is None:
@@ -372,15 +373,18 @@ class Pool:
                                   tenant=tenant)
 
     def readiness(self) -> dict[str, Any]:
-        """``{"ready", "endpoints", "queues", "warm_targets", "container_events"}``: ready
-        once every endpoint has a warm container (or is scaled to zero by its policy)."""
+        """``{"ready", "endpoints", "queues", "warm_targets", "container_events",
+        "failures"}``: ready once every endpoint has a warm container (or is scaled to zero by
+        its policy); `failures`: failed starts in a row and the last container error, per
+        endpoint (why nothing becomes ready)."""
         detail = {name: ep.describe() for name, ep in self.endpoints.items()}
         return {"ready": all(ep.ready() for ep in self.endpoints.values()),
                 "endpoints": {name: d["containers"] for name, d in detail.items()},
                 "queues": {name: d["queue"] for name, d in detail.items()
                            if self.endpoints[name].batcher is not None},
                 "warm_targets": {name: d["target"] for name, d in detail.items()},
-                "container_events": {name: d["events"] for name, d in detail.items()}}
+                "container_events": {name: d["events"] for name, d in detail.items()},
+                "failures": {name: d["failures"] for name, d in detail.items()}}
 
 
 __all__ = ["BUILD_CHECK_S", "POLICY_PARAMS", "TICK_S", "Pending", "Pool"]

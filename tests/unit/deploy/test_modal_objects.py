@@ -89,6 +89,15 @@ def test_embed_class_settings(modal_app):
     auto = deploy["autoscaler_settings"]
     assert (auto.min_containers, auto.buffer_containers, auto.scaledown_window,
             auto.max_containers) == (1, 1, 120, 8)
+    assert deploy["startup_timeout"] == 300          # Route.start_timeout_s
+
+
+def test_start_timeout_is_the_class_startup_timeout(tmp_path, monkeypatch):
+    app = fw.App("slowstart")
+    app.endpoint(model=fw.LocalModel(tmp_path), name="e", gpu="T4",
+                 route=fw.Route(start_timeout_s=912.4))(lambda model, inputs: inputs)
+    module = _run_in_module(tmp_path, "fw_deploy_slowstart", app, monkeypatch)
+    assert _deploy_settings(_service_function(module.E))["startup_timeout"] == 912
 
 
 def test_class_concurrency_is_what_the_router_models(modal_app):

@@ -79,3 +79,16 @@ def test_no_replacement_at_or_above_the_floor():
     assert after_exit(False, 0, live=1, floor=1).replace_in_s is None
     assert after_exit(False, 0, live=1, floor=1).failures == 1
     assert after_exit(True, 0, live=2, floor=1).replace_in_s is None
+
+
+@pytest.mark.parametrize("state", ["starting", "warming"])
+def test_a_container_not_ready_within_start_timeout_s_is_killed(state):
+    def starting(for_s: float) -> Liveness:
+        return Liveness("1", state, 0, 0.0, None, 0.0, starting_for_s=for_s)
+
+    assert check(starting(300.0), 300.0, 60.0, 300.0).verdict == Verdict.OK
+    slow = check(starting(300.5), 300.5, 60.0, 300.0)
+    assert slow.verdict == Verdict.KILL
+    assert slow.reason == "not ready 300s after its start (start_timeout_s=300)"
+    # Without a start timeout a starting container is left alone, as before.
+    assert check(starting(1e6), 1e6, 60.0).verdict == Verdict.OK

@@ -203,6 +203,28 @@ def test_a_stuck_container_is_killed_and_replaced_in_the_same_tick(tmp_path):
     assert events == {"start": 2, "stuck": 1, "failed": 1} and n == 1
 
 
+def test_a_container_that_never_becomes_ready_is_killed_as_a_failed_start(tmp_path):
+    """A load hook that hangs: the container is killed `start_timeout_s` after its start,
+    and the failed start makes the next one back off."""
+    async def go():
+        app = app_with(warm=fw.WarmPool(min_containers=1), route=fw.Route(start_timeout_s=30))
+        pool, clock = make_pool(app, tmp_path)
+        await pool.start()
+        (c,) = pool.containers["embed"]
+        pool.tick(clock.advance(30.0))           # not past start_timeout_s yet
+        alive = c.state
+        pool.tick(clock.advance(0.5))
+        await settle()
+        out = alive, c.state, c.error, pool.readiness()["failures"]["embed"]
+        await pool.stop()
+        return out
+
+    alive, state, error, failures = run(go())
+    assert alive == State.STARTING and state == State.FAILED
+    assert error == "not ready 30s after its start (start_timeout_s=30)"
+    assert failures == {"failed_starts_in_a_row": 1, "last_error": error}   # in /readyz
+
+
 def test_a_silent_idle_container_is_pinged_then_killed(tmp_path):
     async def go():
         pool, clock = make_pool(app_with(warm=fw.WarmPool(min_containers=1)), tmp_path)
