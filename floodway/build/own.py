@@ -14,6 +14,8 @@ Publishing, the build key and the no-op rebuild are the pipeline's (`floodway.bu
 
 from __future__ import annotations
 
+import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +26,32 @@ WHY_SKIPPED = "the endpoint brings its own runtime (load=)"
 WHY_NO_SOURCE = "the endpoint has no model source"
 
 
-def _copy_source(folder: Path, d: Path) -> None:
-    from floodway.build.stages import link_into
+def is_hub_blob(path: Path) -> bool:
+    """Whether `path` is a Hugging Face cache blob (``models--org--name/blobs/<hash>``): named
+    by its content's hash and never rewritten, so a build may share it (a hard link)."""
+    repo = path.parent.parent.name
+    return path.parent.name == "blobs" and repo.startswith(("models--", "datasets--"))
 
-    link_into(folder, d / SOURCE_DIR)
+
+def _copy_source(folder: Path, d: Path) -> None:
+    """Every file of `folder` into ``d/source/``, as bytes: a copy, so that editing the
+    user's own folder after a build never alters the build (a hard link would share the
+    file); only a Hub cache blob, immutable, is hard-linked (`is_hub_blob`). A symbolic link
+    (a Hub snapshot is made of them) is followed, never kept: its relative target would
+    dangle in the build."""
+    for f in sorted(folder.rglob("*")):
+        if not f.is_file():
+            continue
+        target = d / SOURCE_DIR / f.relative_to(folder)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        real = f.resolve()
+        if is_hub_blob(real):
+            try:
+                os.link(real, target)
+                continue
+            except OSError:   # another filesystem: a copy
+                pass
+        shutil.copyfile(real, target)
 
 
 def build_own(run: Any, key: str, files: dict[str, str], snap_key: str) -> Path:
@@ -61,4 +85,4 @@ def build_own(run: Any, key: str, files: dict[str, str], snap_key: str) -> Path:
     return run.publish(key, files, parts, manifest)
 
 
-__all__ = ["SOURCE_DIR", "WHY_NO_SOURCE", "WHY_SKIPPED", "build_own"]
+__all__ = ["SOURCE_DIR", "WHY_NO_SOURCE", "WHY_SKIPPED", "build_own", "is_hub_blob"]

@@ -15,7 +15,15 @@ from typing import Any
 
 from floodway.config import Batching, Build, Route, WarmPool
 from floodway.errors import ConfigError, Problem
-from floodway.functions.items import ITEM_TYPES, ItemTypeError, check
+from floodway.functions.items import (
+    ITEM_TYPES,
+    ArraySpec,
+    ImageSpec,
+    ItemTypeError,
+    carries,
+    check,
+    spec_of,
+)
 from floodway.sources import HFModel, LocalModel, ModelSource, TorchModel
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
@@ -100,6 +108,38 @@ def _input_type(fn: Callable[..., Any], out: list[Problem]) -> Any:
     return Any
 
 
+def _check_task_items(fn: Callable[..., Any], model: object, input_type: Any,
+                      out: list[Problem]) -> None:
+    """The items a graph endpoint's task prepares (`floodway.tasks.FAMILIES`) against the
+    function's item type: an image task takes fw.Image (its `prepare` wants decoded images,
+    which only an fw.Image annotation has the container make), a text task no image or
+    array (it tokenizes text)."""
+    from floodway.tasks import FAMILIES
+
+    task = getattr(model, "task", None)
+    family = FAMILIES.get(task) if isinstance(task, str) else None
+    if family == "image":
+        ok, allowed = isinstance(spec_of(input_type), ImageSpec), "list[fw.Image]"
+    elif family == "text":
+        ok = not (carries(input_type, ImageSpec) or carries(input_type, ArraySpec))
+        allowed = "list[str], list[tuple[str, str]] or list[Any] (text; no fw.Image, fw.Array)"
+    else:
+        return
+    if not ok:
+        params = list(inspect.signature(fn).parameters)
+        field = f"function.{params[1] if len(params) > 1 else 'inputs'}"
+        shown = "list[Any] (or none)" if input_type is Any else f"list[{input_type}]"
+        out.append(Problem(field, _Shown(shown), f"{allowed}: task {task!r} prepares "
+                                                 f"{family} items"))
+
+
+class _Shown(str):
+    """An annotation as its text (a Problem's value is shown with repr)."""
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
 def _check_gpu(gpu: object, out: list[Problem]) -> None:
     if gpu is None:
         return
@@ -163,8 +203,11 @@ def make_endpoint(fn: Callable[..., Any], *, name: str | None, model: object, bu
     _check_gpu(gpu, out)
     _check_gpu_snapshot(gpu_memory_snapshot, gpu, out)
     _check_load(load, model, build, out)
+    n_problems = len(out)
     input_type = _input_type(fn, out)
     graph = load is None and model is not None
+    if graph and len(out) == n_problems:   # the function's signature itself is fine
+        _check_task_items(fn, model, input_type, out)
     if graph and isinstance(build, Build) and isinstance(batching, Batching):
         b_rows, e_rows = batching.max_batch_rows, build.max_batch_rows
         if isinstance(b_rows, int) and isinstance(e_rows, int) and b_rows > e_rows:

@@ -1,10 +1,12 @@
 """Image items: `Image` (the annotation) and `validate`, which the router runs to verify an
-item (`WIRE`: the image is decoded once, then dropped; the base64 text goes on) and the
-container runs to decode it (`DECODE`: a PIL image in mode RGB, upright).
+item (`WIRE`: from the file's header only; the base64 text goes on) and the container runs to
+decode it (`DECODE`: a PIL image in mode RGB, upright).
 
 The order of the checks keeps a hostile item cheap: the base64 text's size, then the file's
-header (width x height against the pixel limit, before any pixel is decoded), then the full
-decode. Pillow opens PNG, JPEG and WebP only (`Image.open(formats=...)`), never its other
+header (its format, and width x height against the pixel limit; no pixel decoded), then the
+pixels summed over the request (router) or the batch (container) in a `pixel_tally`, and
+only in the container the full decode, where a corrupt or truncated image fails its own item
+alone. Pillow opens PNG, JPEG and WebP only (`Image.open(formats=...)`), never its other
 decoders.
 """
 
@@ -20,11 +22,13 @@ from typing import Annotated, Any
 import PIL.Image
 from PIL import ImageOps, UnidentifiedImageError, features
 
-from floodway.functions.items import DECODE, ImageSpec, bad, too_large
+from floodway.functions.items import DECODE, ImageSpec, bad, tally_pixels, too_large
 
 Image = Annotated[PIL.Image.Image, ImageSpec()]
 
 EXIF_ORIENTATION = 0x0112   # the EXIF tag that says how a camera held the image
+# Pillow's modes of grayscale wider than 8 bits (a 16-bit PNG opens as "I" or "I;16").
+WIDE_GRAY = ("I", "I;16", "I;16B", "I;16L")
 _PIXELS_RE = re.compile(r"\((\d+) pixels\)")   # in Pillow's DecompressionBombError message
 _WS_RE = re.compile(r"\s")
 
@@ -91,10 +95,10 @@ def _bomb(e: Exception, spec: ImageSpec) -> Exception:
                      "(a decompression bomb?)")
 
 
-def open_verified(raw: bytes, spec: ImageSpec) -> PIL.Image.Image:
-    """The image in `raw`, fully decoded. Raises `too_large` when its header declares more
-    than `spec.max_pixels`, `bad` when it is not one of `formats()` or is corrupt or
-    truncated."""
+def open_header(raw: bytes, spec: ImageSpec) -> PIL.Image.Image:
+    """The image in `raw`, opened from its header only (no pixel decoded). Raises
+    `too_large` when it declares more than `spec.max_pixels`, `bad` when it is not one of
+    `formats()` or its header is broken."""
     try:
         img = PIL.Image.open(io.BytesIO(raw), formats=formats())
     except PIL.Image.DecompressionBombError as e:
@@ -109,31 +113,77 @@ def open_verified(raw: bytes, spec: ImageSpec) -> PIL.Image.Image:
         img.close()
         raise too_large(f"the image is {w}x{h} = {w * h:,} pixels; the limit is "
                         f"{spec.max_pixels:,}")
+    return img
+
+
+def _charge(img: PIL.Image.Image, spec: ImageSpec, mode: str) -> None:
+    """Count `img`'s pixels in the current `pixel_tally` (a request's on the router, a
+    batch's in the container). Raises `too_large` (and closes `img`) past its limit."""
+    w, h = img.size
+    total = tally_pixels(w * h)
+    limit = spec.batch_pixels if mode == DECODE else spec.request_pixels
+    if total is None or total <= limit:
+        return
+    img.close()
+    if mode == DECODE:
+        raise too_large(f"the images of this batch would hold {total:,} pixels decoded with "
+                        f"this {w}x{h} one; the limit is {limit:,} (ImageSpec."
+                        "max_batch_pixels): send it again in a smaller request")
+    raise too_large(f"the request's images hold {total:,} pixels up to this {w}x{h} one; "
+                    f"the limit per request is {limit:,} (ImageSpec.max_request_pixels): "
+                    "split the request")
+
+
+def load(img: PIL.Image.Image, spec: ImageSpec) -> PIL.Image.Image:
+    """`img` (from `open_header`) fully decoded. Raises `bad` when it is corrupt or
+    truncated, `too_large` for a decompression bomb."""
     try:
         img.load()
     except PIL.Image.DecompressionBombError as e:
         raise _bomb(e, spec) from None
     except Exception as e:  # noqa: BLE001 - truncated or corrupt data, whatever the decoder
+        w, h = img.size
         raise bad(f"a corrupt or truncated {img.format} image of {w}x{h} "
                   f"({type(e).__name__}: {e})") from None
     return img
 
 
+def open_verified(raw: bytes, spec: ImageSpec) -> PIL.Image.Image:
+    """The image in `raw`, fully decoded: `open_header`, then `load`."""
+    return load(open_header(raw, spec), spec)
+
+
 def upright_rgb(img: PIL.Image.Image) -> PIL.Image.Image:
     """`img` turned per its EXIF orientation (`ImageOps.exif_transpose`) and converted to
-    RGB (alpha dropped, palettes and grayscale expanded); no copy when it already is."""
+    RGB (alpha dropped, palettes and grayscale expanded, 16-bit grayscale scaled to 8 bits
+    first: Pillow's own conversion clips it); no copy when it already is RGB."""
     if img.getexif().get(EXIF_ORIENTATION, 1) != 1:
         img = ImageOps.exif_transpose(img)
+    if img.mode in WIDE_GRAY:
+        img = _gray8(img)
     return img if img.mode == "RGB" else img.convert("RGB")
+
+
+def _gray8(img: PIL.Image.Image) -> PIL.Image.Image:
+    """A 16-bit (or 32-bit integer) grayscale image as 8-bit "L": the top byte of each
+    16-bit value (x >> 8, as an 8-bit export of a 16-bit image keeps it)."""
+    import numpy as np
+
+    arr = np.asarray(img)
+    if img.mode == "I":   # 32-bit signed ints: PNG's 16-bit gray opens as "I" in Pillow
+        arr = np.clip(arr, 0, 65535)
+    return PIL.Image.fromarray((arr.astype(np.uint32) >> 8).astype(np.uint8), "L")
 
 
 def validate(value: Any, spec: ImageSpec, mode: str) -> Any:
     """One image item: `DECODE` -> the PIL image in RGB; otherwise (`WIRE`) the item
-    verified -> its plain base64 text. Raises PydanticCustomError (`bad`, `too_large`)."""
+    verified from its header -> its plain base64 text. Raises PydanticCustomError (`bad`,
+    `too_large`)."""
     raw, text = file_bytes(value, spec)
-    img = open_verified(raw, spec)
+    img = open_header(raw, spec)
+    _charge(img, spec, mode)
     if mode == DECODE:
-        return upright_rgb(img)
+        return upright_rgb(load(img, spec))
     img.close()
     return text
 
@@ -145,5 +195,5 @@ def encode(img: PIL.Image.Image, fmt: str = "PNG") -> str:
     return base64.b64encode(buf.getvalue()).decode("ascii")
 
 
-__all__ = ["EXIF_ORIENTATION", "Image", "encode", "file_bytes", "formats", "open_verified",
-           "upright_rgb", "validate"]
+__all__ = ["EXIF_ORIENTATION", "WIDE_GRAY", "Image", "encode", "file_bytes", "formats", "load",
+           "open_header", "open_verified", "upright_rgb", "validate"]

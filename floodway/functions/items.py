@@ -12,16 +12,18 @@ function then receives. The annotation T of ``fn(model, inputs: list[T])`` picks
 
 (also int, float, bool, Literal, unions, lists, tuples and ``dict[str, ...]`` of these, and
 pydantic models). Each item is validated by pydantic in two modes (`MODE_KEY` in the
-validation context): `WIRE` on the router, which verifies every item fully (an image is
-decoded once) and keeps a JSON form of it (`ImageSpec`: the base64 text; `ArraySpec`: the
+validation context): `WIRE` on the router, which verifies every item (an image from its
+header) and keeps a JSON form of it (`ImageSpec`: the base64 text; `ArraySpec`: the
 ``{"b64", "dtype", "shape"}`` form) so that it travels unchanged through the worker pipe, job
 rows and Modal calls; `DECODE` in the container (`item_decoder`), which turns that form into
-what the function receives. A bad item raises PydanticCustomError of type `BAD_ITEM` (422) or
-`TOO_LARGE` (413) whose message says what was expected.
+what the function receives (an image decoded there). A bad item raises PydanticCustomError
+of type `BAD_ITEM` (422) or `TOO_LARGE` (413) whose message says what was expected.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import enum
 import functools
@@ -29,7 +31,7 @@ import inspect
 import sys
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -50,6 +52,11 @@ PILLOW_MAX_IMAGE_PIXELS = 89_478_485
 MAX_IMAGE_PIXELS = 40_000_000
 MAX_IMAGE_BYTES = 10 * 1024 * 1024
 MAX_IMAGE_BYTES_CAP = 1024 * 1024 * 1024
+# The images of one request (on the router) and of one batch (decoded in the container) may
+# hold this many times an image's pixel limit together, by default: 160 megapixels, about
+# 0.64 GB as Pillow holds RGB (4 bytes a pixel).
+IMAGES_PIXELS_FACTOR = 4
+MAX_SUM_PIXELS_CAP = 1 << 40
 
 MODE_KEY = "floodway_mode"
 WIRE, DECODE = "wire", "decode"
@@ -90,21 +97,41 @@ class ImageSpec:
     or a data URL ``data:image/<png|jpeg|webp>;base64,<text>``. `max_encoded_bytes`: the
     decoded file's size limit (the request body's `Route.max_body_bytes` applies first);
     `max_pixels`: width x height, checked from the header before any pixel is decoded, at
-    most PILLOW_MAX_IMAGE_PIXELS. Over a limit: 413; not base64, not an image, corrupt or
-    truncated: 422. The function receives a `PIL.Image.Image` in mode RGB, turned upright per
-    its EXIF orientation (as `transformers.image_utils.load_image` does).
-    Raises ItemTypeError for a limit outside its range.
+    most PILLOW_MAX_IMAGE_PIXELS; `max_request_pixels`: the sum over a request's images (None:
+    IMAGES_PIXELS_FACTOR x max_pixels). Over a limit, or not base64, not an image (from its
+    header): the router refuses the request (413; 422) naming the item. The container decodes
+    each image: a corrupt or truncated one, or one past `max_batch_pixels` decoded in its
+    batch (None: IMAGES_PIXELS_FACTOR x max_pixels), fails alone (an item error). The
+    function receives a `PIL.Image.Image` in mode RGB, turned upright per its EXIF
+    orientation (as `transformers.image_utils.load_image` does), 16-bit grayscale scaled to
+    8 bits. Raises ItemTypeError for a limit outside its range.
     """
 
     max_encoded_bytes: int = MAX_IMAGE_BYTES
     max_pixels: int = MAX_IMAGE_PIXELS
+    max_request_pixels: int | None = None
+    max_batch_pixels: int | None = None
 
     def __post_init__(self) -> None:
         for name, top in (("max_encoded_bytes", MAX_IMAGE_BYTES_CAP),
-                          ("max_pixels", PILLOW_MAX_IMAGE_PIXELS)):
+                          ("max_pixels", PILLOW_MAX_IMAGE_PIXELS),
+                          ("max_request_pixels", MAX_SUM_PIXELS_CAP),
+                          ("max_batch_pixels", MAX_SUM_PIXELS_CAP)):
             v = getattr(self, name)
+            if v is None and name.endswith(("request_pixels", "batch_pixels")):
+                continue
             if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= top:
                 raise ItemTypeError(f"ImageSpec.{name}: an integer in [1, {top}] (not {v!r})")
+
+    @property
+    def request_pixels(self) -> int:
+        """The pixels a request's images may hold together (checked on the router)."""
+        return self.max_request_pixels or IMAGES_PIXELS_FACTOR * self.max_pixels
+
+    @property
+    def batch_pixels(self) -> int:
+        """The pixels a batch's images may hold decoded together (in the container)."""
+        return self.max_batch_pixels or IMAGES_PIXELS_FACTOR * self.max_pixels
 
     def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> core_schema.CoreSchema:
         from pydantic_core import core_schema
@@ -115,6 +142,30 @@ class ImageSpec:
         from floodway.functions import images
 
         return images.validate(value, self, _mode(info))
+
+
+_TALLY: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar(
+    "floodway_pixel_tally", default=None)
+
+
+@contextlib.contextmanager
+def pixel_tally() -> Iterator[None]:
+    """A scope over which image items' pixels are summed (`tally_pixels`): one request's
+    validation on the router, one batch's decoding in the container."""
+    token = _TALLY.set([0])
+    try:
+        yield
+    finally:
+        _TALLY.reset(token)
+
+
+def tally_pixels(n: int) -> int | None:
+    """Add `n` pixels to the current `pixel_tally` -> the sum so far; None outside one."""
+    tally = _TALLY.get()
+    if tally is None:
+        return None
+    tally[0] += n
+    return tally[0]
 
 
 @dataclass(frozen=True)
@@ -209,13 +260,19 @@ def spec_of(t: Any) -> ImageSpec | ArraySpec | None:
     return None
 
 
+def carries(t: Any, kind: type) -> bool:
+    """Whether `t` holds a `kind` (ImageSpec or ArraySpec) item, here or nested
+    (``tuple[fw.Image, str]``)."""
+    if isinstance(spec_of(t), kind):
+        return True
+    args = () if typing.get_origin(t) is typing.Literal else typing.get_args(t)
+    return any(carries(a, kind) for a in args)
+
+
 def decodes_images(t: Any) -> bool:
     """Whether validating `t` decodes images (here or nested: ``tuple[fw.Image, str]``):
     work bounded by the pixel limit, not by the body's size."""
-    if isinstance(spec_of(t), ImageSpec):
-        return True
-    args = () if typing.get_origin(t) is typing.Literal else typing.get_args(t)
-    return any(decodes_images(a) for a in args)
+    return carries(t, ImageSpec)
 
 
 def problem(t: Any) -> str | None:
@@ -338,6 +395,6 @@ def sample_item(fn: Callable[..., Any]) -> Any:
 
 __all__ = ["BAD_ITEM", "DECODE", "DTYPES", "ITEM_TYPES", "MAX_IMAGE_BYTES", "MAX_IMAGE_PIXELS",
            "MODE_KEY", "PILLOW_MAX_IMAGE_PIXELS", "TOO_LARGE", "WIRE", "Array", "ArraySpec",
-           "ImageSpec", "ItemTypeError", "bad", "check", "declared_item_type", "decodes_images",
-           "item_decoder",
-           "problem", "sample_item", "spec_of", "too_large"]
+           "ImageSpec", "ItemTypeError", "bad", "carries", "check", "declared_item_type",
+           "decodes_images", "item_decoder", "pixel_tally", "problem", "sample_item", "spec_of",
+           "tally_pixels", "too_large"]

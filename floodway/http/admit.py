@@ -13,7 +13,10 @@ no upload. Every refusal is raised (`floodway.http.errors` answers it).
 from __future__ import annotations
 
 import asyncio
+import os
+import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +25,7 @@ from starlette.requests import ClientDisconnect, Request
 from floodway.errors import RequestError
 from floodway.functions.app import App
 from floodway.functions.endpoint import Endpoint
-from floodway.functions.items import decodes_images
+from floodway.functions.items import decodes_images, pixel_tally
 from floodway.http.clock import within
 from floodway.http.errors import ClientClosed, Overloaded
 from floodway.http.metrics import Metrics
@@ -42,6 +45,31 @@ BODY_TIMEOUT_S = 30.0
 # Bodies larger than this are parsed on a thread (a 64 KiB body parses in well under a
 # millisecond; a 4 MiB one of many small items took about a second on the event loop).
 PARSE_IN_THREAD_BYTES = 64 * 1024
+
+
+# Threads verifying image requests (their headers, and base64 of up to 10 MiB each).
+IMAGE_THREADS = min(4, os.cpu_count() or 1)
+_image_executor: ThreadPoolExecutor | None = None
+_image_executor_lock = threading.Lock()
+
+
+def image_executor() -> ThreadPoolExecutor:
+    """The executor that parses the requests of endpoints taking images: IMAGE_THREADS
+    threads of its own, apart from asyncio's default pool (other endpoints' parsing)."""
+    global _image_executor
+    with _image_executor_lock:
+        if _image_executor is None:
+            _image_executor = ThreadPoolExecutor(IMAGE_THREADS,
+                                                 thread_name_prefix="floodway-images")
+        return _image_executor
+
+
+def parse_images(body: bytes, ep: Endpoint) -> list[Any]:
+    """`parse_predict` for an endpoint taking images, their pixels summed over the request
+    (`floodway.functions.items.pixel_tally`; 413 naming the item past
+    ImageSpec.max_request_pixels)."""
+    with pixel_tally():
+        return parse_predict(body, ep.input_type, max_inputs=ep.route.max_inputs)
 
 
 @dataclass(frozen=True)
@@ -121,10 +149,14 @@ class Admission:
         except TimeoutError:
             raise RequestError(f"the request body did not arrive within {BODY_TIMEOUT_S:g} s",
                                status=408) from None
-        if len(body) > PARSE_IN_THREAD_BYTES or decodes_images(ep.input_type):
-            # Parsing and validating a large body takes milliseconds to a second of CPU, and
-            # so does verifying an image (a small PNG may hold 40 megapixels): off the event
-            # loop, so that other requests' deadlines keep being served.
+        if decodes_images(ep.input_type):
+            # Images on their own threads (`image_executor`): many image requests at once
+            # never hold up other endpoints' parsing in the default thread pool.
+            inputs = await asyncio.get_running_loop().run_in_executor(
+                image_executor(), parse_images, body, ep)
+        elif len(body) > PARSE_IN_THREAD_BYTES:
+            # Parsing and validating a large body takes milliseconds to a second of CPU: off
+            # the event loop, so that other requests' deadlines keep being served.
             inputs = await asyncio.to_thread(parse_predict, body, ep.input_type,
                                              max_inputs=ep.route.max_inputs)
         else:
@@ -134,4 +166,5 @@ class Admission:
         return Admitted(tenant, priority, budget_s, inputs)
 
 
-__all__ = ["BODY_TIMEOUT_S", "Admission", "Admitted", "read_body"]
+__all__ = ["BODY_TIMEOUT_S", "IMAGE_THREADS", "Admission", "Admitted", "image_executor",
+           "parse_images", "read_body"]

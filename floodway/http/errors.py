@@ -15,6 +15,8 @@ answer ``{"error": {"type", "message", "field"}}`` with the status each exceptio
     NoJobQueue          501 "not_implemented"
     HTTPException       its status: 404 "not_found", 405 "method_not_allowed" (Starlette's
                         routing: unknown path, wrong method)
+    anything else       500 "internal_error", the details only in the log (a bug: never a
+                        plain-text answer)
 
 Every error answer also records its type for the metrics middleware (`Notes.error_type`).
 """
@@ -116,6 +118,13 @@ async def http_error(request: Request, exc: Exception) -> JSONResponse:
                           headers=dict(exc.headers or {}))
 
 
+async def internal_error(request: Request, exc: Exception) -> JSONResponse:
+    """An exception no handler above knows: Starlette's ServerErrorMiddleware calls this
+    (registered for Exception) and re-raises it afterwards, for the server's log."""
+    return error_response(request, 500, "internal_error",
+                          "the router failed on this request (an internal error; see its log)")
+
+
 # Looked up along each exception's MRO, so a subclass finds its base's handler.
 EXCEPTION_HANDLERS = {
     RequestError: request_error,
@@ -125,6 +134,7 @@ EXCEPTION_HANDLERS = {
     ClientClosed: client_closed,
     NoJobQueue: no_job_queue,
     HTTPException: http_error,
+    Exception: internal_error,
 }
 
 __all__ = ["EXCEPTION_HANDLERS", "REQUEST_ERROR_TYPES", "ClientClosed", "NoJobQueue",

@@ -5,9 +5,8 @@ A job is committed (WAL) before `submit` returns, so a `202` means the job survi
 of the router right after it. `sync="NORMAL"` (the default) is enough for that: a committed
 transaction is in the WAL in the OS's hands, and only an OS crash or power loss can lose the
 last ones (https://www.sqlite.org/pragma.html#pragma_synchronous). `sync="FULL"` fsyncs every
-commit and survives those too, at milliseconds per job, serialized: a burst of hundreds of
-jobs spilled at once then waits seconds for its 202s (measured on this project's burst
-probe), which is why it is not the default.
+commit and survives those too, at milliseconds per job, serialized: a burst of hundreds
+of jobs spilled at once waits seconds for its 202s (this project's burst probe).
 
 Delivery is lease-based and at-least-once, like SQS visibility timeouts or Celery's
 ``acks_late``: `claim` hands a job out with a lease (``lease_s``); the owner `renew`s it while
@@ -29,10 +28,10 @@ days), after which the row is deleted and `get` returns None (404): a client pol
 job learns that its result expired, not that it never existed. Queued and running jobs never
 expire.
 
-Times are wall-clock seconds since the epoch from the injectable `clock` (they are stored and
-compared across restarts and processes, so not monotonic). Every method takes one short
-transaction on one connection guarded by a lock; several processes may share the file
-(``BEGIN IMMEDIATE`` makes claims atomic across them, ``busy_timeout`` makes them wait).
+Times are epoch seconds from the injectable `clock` (stored and compared across restarts
+and processes, so not monotonic). Every method takes one short transaction on one
+connection guarded by a lock; several processes may share the file (``BEGIN IMMEDIATE``
+makes claims atomic across them, ``busy_timeout`` makes them wait).
 """
 
 from __future__ import annotations
@@ -186,18 +185,23 @@ class JobStore:
                owner: str | None = None, lease_s: float = 0.0) -> tuple[Job, bool]:
         """Store a new queued job durably; return (job, True). With an `idempotency_key`
         already used by this tenant on this endpoint, return (that job, False) whatever its
-        state. With an `owner`, the new job starts running, leased to it for `lease_s`
-        seconds (its first attempt: work already under way, adopted as a job). Raises
-        RequestError: 409 when the key was used for a different request (endpoint or
-        inputs), 400 for a malformed key, 422 for an unknown priority."""
+        state. With an `owner`, the new job starts running, leased to it for `lease_s` s
+        (its first attempt: work under way, adopted as a job). Raises RequestError: 409 when
+        the key was used for another request (endpoint or inputs), 400 for a malformed key,
+        422 for an unknown priority or inputs JSON cannot store (a lone surrogate)."""
         if priority not in PRIORITIES:
             raise RequestError(f"priority must be one of {sorted(PRIORITIES)}, got {priority!r}",
                                status=422, field="priority")
         if idempotency_key is not None:
             check_key(idempotency_key)
+        try:
+            inputs_json = dumps(inputs).decode()
+        except (TypeError, ValueError) as e:   # escaped: the answer is JSON too
+            why = str(e).encode("utf-8", "backslashreplace").decode()[:200]
+            raise RequestError(f"inputs cannot be stored as JSON: {why}", status=422,
+                               field="inputs") from None
         body_sha = body_sha256(endpoint, inputs)
         scope = _scope(tenant, endpoint, idempotency_key)
-        inputs_json = dumps(inputs).decode()
         with self._write() as db:
             now = self.clock()
             self._maybe_purge(db, now)

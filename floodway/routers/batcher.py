@@ -14,8 +14,8 @@ with higher-priority items is not filled up with low-priority ones.
 Items whose deadline passed or whose caller went away (the future was cancelled) are dropped
 before they reach a model. Results come back keyed by item id and are mapped to the waiting
 futures by id, never by position. A bad item fails alone (the worker re-runs a failing batch
-item by item). A batch lost to a dying container is retried once on another container; a
-second loss fails its items with Unavailable.
+item by item; an input the worker pipe cannot carry fails before it is sent). A batch lost
+to a dying container is retried once elsewhere; a second loss fails it with Unavailable.
 
 Times (deadlines, arrivals, the batch wait) are seconds on an injected clock, `loop.time()`
 by default. The loop re-reads the clock whenever it wakes (`notify()`, a slot freeing, a
@@ -30,53 +30,27 @@ import itertools
 import logging
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
+from floodway.codec import dumps
 from floodway.core.estimators import ArrivalRate
 from floodway.core.snapshot import QueueLoad
 from floodway.errors import EndpointError, Unavailable
+from floodway.routers.batch_item import (
+    ITEM_ERROR,
+    ITEM_RESULT,
+    BatchResultLike,
+    Item,
+    Slot,
+    why,
+)
 
 log = logging.getLogger("floodway.batcher")
-# The wire types of the item events that end an item (floodway.runtime.protocol's TYPE).
-ITEM_RESULT, ITEM_ERROR = "item", "item_error"
 # With no free slot the loop still wakes this often (clock seconds) to drop expired items.
 RECHECK_S = 0.05
-
-
-class BatchResultLike(Protocol):
-    outputs: dict[str, Any]
-    errors: dict[str, str]
-    rows: int
-    compute_s: float
-
-
-class Slot(Protocol):
-    """What the batcher needs of a container: a free slot and `submit`."""
-
-    id: Any
-
-    def submit(self, items: list[tuple[str, Any]],
-               on_item: Callable[[Any], None] | None = None) -> asyncio.Future:
-        """Send a batch; the future resolves to its BatchResultLike. `on_item` hears each
-        item's event as it arrives: an object with `item_id` and its wire `TYPE`
-        (`ITEM_RESULT` with `output`, `ITEM_ERROR` with `message`, or another, e.g. a
-        streamed chunk, that does not end the item)."""
-        ...
-
-
-@dataclass(order=True)
-class Item:
-    sort_key: tuple[int, int]
-    id: str = field(compare=False)
-    value: Any = field(compare=False)
-    request: str = field(compare=False)
-    tenant: str = field(compare=False)
-    deadline_s: float = field(compare=False)
-    enqueued_s: float = field(compare=False)
-    future: asyncio.Future = field(compare=False)
-    tries: int = field(default=0, compare=False)
-    queued: bool = field(default=True, compare=False)
+# A loop that raised is restarted at once, then after a back-off doubling from RECHECK_S up
+# to this (event-loop seconds) while it keeps raising: logged, never a busy spin.
+MAX_RESTART_DELAY_S = 1.0
 
 
 class Batcher:
@@ -103,6 +77,8 @@ class Batcher:
         self._seq = itertools.count()
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
+        self._stopped = False
+        self._crashes = 0   # times the loop raised since a batch last went out
         self._inflight: set[asyncio.Task] = set()
         # Live queue accounting for the decision snapshot.
         self.queued_rows = 0
@@ -202,9 +178,25 @@ class Batcher:
         self._wake.set()
 
     def start(self) -> None:
+        """Run the loop as a task, supervised: a loop that raises is logged and restarted
+        (`MAX_RESTART_DELAY_S`), so an endpoint's queue never stops draining silently."""
+        if self._stopped:
+            return
         self._task = asyncio.create_task(self._run(), name=f"batcher-{self.endpoint}")
+        self._task.add_done_callback(self._supervise)
+
+    def _supervise(self, task: asyncio.Task) -> None:
+        if self._stopped or task.cancelled():
+            return
+        self._crashes += 1
+        delay_s = 0.0 if self._crashes == 1 else min(MAX_RESTART_DELAY_S,
+                                                      RECHECK_S * 2 ** (self._crashes - 2))
+        log.error("batcher of %r raised (%d in a row); restarting it in %.2fs", self.endpoint,
+                  self._crashes, delay_s, exc_info=task.exception())
+        task.get_loop().call_later(delay_s, self.start)
 
     async def stop(self) -> None:
+        self._stopped = True
         if self._task:
             self._task.cancel()
         for item in self._heap:
@@ -280,7 +272,11 @@ class Batcher:
     def _send(self, batch: list[Item]) -> None:
         if not batch:
             return
-        slot = self.pick(all(self._prio(it) == 0 for it in batch))
+        try:
+            slot = self.pick(all(self._prio(it) == 0 for it in batch))
+        except BaseException:
+            self._requeue(batch)   # taken from the queue: back before the loop restarts
+            raise
         if slot is None:   # the slot went away while the batch filled: back to the queue
             self._requeue(batch)
             return
@@ -290,11 +286,39 @@ class Batcher:
         except Unavailable:
             self._requeue(batch)
             return
+        except Exception as e:  # noqa: BLE001 - the batch never went; the loop goes on
+            self._unsendable(batch, e)
+            return
+        self._crashes = 0
         task = asyncio.create_task(self._deliver(batch, slot, fut))
         self._inflight.add(task)
         task.add_done_callback(self._inflight.discard)
         if self.on_send:
             self.on_send(slot)
+
+    def _unsendable(self, batch: list[Item], error: Exception) -> None:
+        """A batch the container refused with `error` before sending it (its encoding for
+        the worker pipe failed, or anything else). The items the pipe cannot carry
+        (`floodway.codec.dumps` raises) fail alone and the others go back to the queue;
+        when no item is to blame, every item of the batch fails with `error`."""
+        bad = {}
+        for it in batch:
+            try:
+                dumps(it.value)
+            except (TypeError, ValueError) as e:
+                bad[it.id] = e
+        if not bad:
+            log.error("batch of %d rows could not be sent to a container of %r: %s",
+                      len(batch), self.endpoint, why(error))
+        for it in batch:
+            if it.future.done() or (bad and it.id not in bad):
+                continue
+            cause = why(bad.get(it.id, error))
+            it.future.set_exception(EndpointError(
+                f"endpoint {self.endpoint!r}: input {it.id} could not be sent to a container "
+                f"({cause})" if bad else f"endpoint {self.endpoint!r}: its batch could not be "
+                f"sent to a container ({cause})"))
+        self._requeue([it for it in batch if bad and it.id not in bad])
 
     def _requeue(self, batch: list[Item]) -> None:
         for item in batch:
@@ -329,17 +353,34 @@ class Batcher:
     async def _deliver(self, batch: list[Item], slot: Slot, fut: asyncio.Future) -> None:
         try:
             result = await fut
-        except Unavailable as e:
-            retry = [it for it in batch if it.tries == 0]
+        except Exception as e:  # noqa: BLE001 - no item may be left waiting forever
+            if isinstance(e, Unavailable):
+                self._lost(batch, slot, e)
+                return
             for it in batch:
-                if it.tries > 0 and not it.future.done():
-                    it.future.set_exception(e)
-            for it in retry:
-                it.tries += 1
-            log.warning("batch of %d rows lost on container %s (%s); retrying once",
-                        len(batch), slot.id, e)
-            self._requeue(retry)
+                if not it.future.done():
+                    it.future.set_exception(EndpointError(
+                        f"endpoint {self.endpoint!r}: its batch failed ({why(e)})"))
+            self.notify()
             return
+        self._answer(batch, result)
+        if self.on_batch:
+            self.on_batch(result, slot)
+        self.notify()
+
+    def _lost(self, batch: list[Item], slot: Slot, e: Unavailable) -> None:
+        """The batch's container died: retry its items once, fail those retried already."""
+        retry = [it for it in batch if it.tries == 0]
+        for it in batch:
+            if it.tries > 0 and not it.future.done():
+                it.future.set_exception(e)
+        for it in retry:
+            it.tries += 1
+        log.warning("batch of %d rows lost on container %s (%s); retrying once",
+                    len(batch), slot.id, e)
+        self._requeue(retry)
+
+    def _answer(self, batch: list[Item], result: BatchResultLike) -> None:
         for it in batch:
             if it.future.done():
                 continue
@@ -351,6 +392,7 @@ class Batcher:
             else:
                 it.future.set_exception(EndpointError(f"endpoint {self.endpoint!r} returned "
                                                       f"no output for item {it.id}"))
-        if self.on_batch:
-            self.on_batch(result, slot)
-        self.notify()
+
+
+__all__ = ["ITEM_ERROR", "ITEM_RESULT", "MAX_RESTART_DELAY_S", "RECHECK_S", "Batcher",
+           "BatchResultLike", "Item", "Slot"]

@@ -11,6 +11,7 @@ form, which the container decodes into what the endpoint function receives.
 from __future__ import annotations
 
 import json
+import re
 import typing
 from functools import lru_cache
 from typing import Any
@@ -44,16 +45,49 @@ class ErrorResponse(BaseModel):
     error: ErrorDetail
 
 
+# A JSON escape of a UTF-16 surrogate (\\uD800-\\uDFFF): the only way a body that decodes as
+# UTF-8 can hold a string that is not valid Unicode. A body without one needs no walk.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89abcdefABCDEF]")
+
+
 @lru_cache(maxsize=64)
 def _cached_adapter(item_type: Any) -> TypeAdapter:
-    return TypeAdapter(list[item_type])
+    return TypeAdapter(item_type)
 
 
-def _items_adapter(item_type: Any) -> TypeAdapter:
+def _item_adapter(item_type: Any) -> TypeAdapter:
     try:
         return _cached_adapter(item_type)
     except TypeError:   # unhashable Annotated metadata: built each time
-        return TypeAdapter(list[item_type])
+        return TypeAdapter(item_type)
+
+
+def _not_json(literal: str) -> Any:
+    raise ValueError(f"{literal} is not a JSON number (JSON has no NaN or infinities)")
+
+
+def _bad_unicode(item: Any) -> tuple[str, UnicodeEncodeError] | None:
+    """The first string (or object key) in `item` that is not valid Unicode (a lone
+    surrogate) -> (where, relative to the item, e.g. ``"[0].k"``; the error), else None.
+    Walked with a stack, not recursion: an item may be nested as deeply as JSON allows."""
+    stack: list[tuple[str, Any]] = [("", item)]
+    while stack:
+        where, value = stack.pop()
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as e:
+                return where, e
+        elif isinstance(value, list):
+            stack.extend((f"{where}[{i}]", v) for i, v in reversed(list(enumerate(value))))
+        elif isinstance(value, dict):
+            for k, v in reversed(list(value.items())):
+                try:
+                    k.encode("utf-8")
+                except UnicodeEncodeError as e:
+                    return f"{where} (a key)", e
+                stack.append((f"{where}.{k}", v))
+    return None
 
 
 def _loc(loc: tuple[Any, ...]) -> str:
@@ -96,15 +130,20 @@ def parse_predict(body: bytes, item_type: Any = Any, *,
     as plain JSON values (`floodway.functions.items`: an image as its base64 text, an array
     as ``{"b64", "dtype", "shape"}``, a pair as a list).
 
-    Raises RequestError(400) for a body that is not a JSON object (or nested too deeply),
+    Items are validated in order and the first bad one is the answer: the items after it
+    are not looked at.
+
+    Raises RequestError(400) for a body that is not a JSON object (or nested too deeply, or
+    holding NaN / Infinity, which are not JSON),
     RequestError(413) for more than `max_inputs` items or an item over its size limit (an
     image's bytes or pixels), RequestError(422) for a missing/unknown field, an empty
     `inputs`, an item of the wrong type (not base64, a corrupt image, an array of another
-    shape or dtype, ...), or a string that is not valid Unicode (a lone surrogate from a
-    ``\\ud800`` escape). Item errors name the item: ``inputs[3]: ...``.
+    shape or dtype, ...), or a string anywhere in an item (a pair's, an object's key) that
+    is not valid Unicode (a lone surrogate from a ``\\ud800`` escape). Item errors name the
+    item: ``inputs[3]: ...``.
     """
     try:
-        data = json.loads(body)
+        data = json.loads(body, parse_constant=_not_json)
     except (ValueError, UnicodeDecodeError) as e:
         why = str(e)
         if "int_max_str_digits" in why:   # Python's own advice means nothing to a client
@@ -134,23 +173,37 @@ def parse_predict(body: bytes, item_type: Any = Any, *,
     if max_inputs is not None and len(req.inputs) > max_inputs:
         raise RequestError(f"'inputs' has {len(req.inputs)} items; this endpoint takes at most "
                            f"{max_inputs} per request (split it)", status=413, field="inputs")
-    for i, item in enumerate(req.inputs):
-        if isinstance(item, str):
-            try:
-                item.encode("utf-8")
-            except UnicodeEncodeError as e:
-                raise RequestError(f"inputs[{i}]: not valid Unicode ({e.reason} at character "
-                                   f"{e.start})", status=422, field=f"inputs[{i}]") from None
-    adapter = _items_adapter(item_type)
-    try:
-        items = adapter.validate_python(req.inputs, context=_WIRE_CONTEXT)
-    except ValidationError as e:
-        raise _item_error(e.errors(), item_type) from None
-    if item_type is str or item_type is Any:
-        return items
-    # Plain JSON again (a pair as a list, a pydantic model as an object): what travels to
-    # the container, a job row or a Modal call; the container validates it into T.
-    return adapter.dump_python(items, mode="json")
+    return _validate_items(req.inputs, item_type,
+                           check_unicode=_SURROGATE_ESCAPE.search(body) is not None)
+
+
+def _validate_items(inputs: list[Any], item_type: Any, *, check_unicode: bool) -> list[Any]:
+    """Each item validated as `item_type`, in order: the first bad one raises, and the items
+    after it are never looked at (an image item's check costs a decode of its header). With
+    `check_unicode`, each item's strings are checked for lone surrogates first, at any depth
+    (they cannot be encoded as UTF-8: not on the worker pipe, nor in a job row)."""
+    adapter = _item_adapter(item_type)
+    plain = item_type is str or item_type is Any
+    out = []
+    for i, item in enumerate(inputs):
+        bad = _bad_unicode(item) if check_unicode else None
+        if bad is not None:
+            where, e = bad
+            where = where if len(where) <= 80 else where[:77] + "..."
+            raise RequestError(f"inputs[{i}]: not valid Unicode ({e.reason} at character "
+                               f"{e.start} of the string at inputs[{i}]{where})", status=422,
+                               field=f"inputs[{i}]")
+        if item_type is Any or (item_type is str and isinstance(item, str)):
+            out.append(item)   # nothing to check: no call into pydantic per item
+            continue
+        try:
+            value = adapter.validate_python(item, context=_WIRE_CONTEXT)
+        except ValidationError as e:
+            raise _item_error(i, e.errors(), item_type) from None
+        # Plain JSON again (a pair as a list, a pydantic model as an object): what travels
+        # to the container, a job row or a Modal call; the container validates it into T.
+        out.append(value if plain else adapter.dump_python(value, mode="json"))
+    return out
 
 
 def _tuple_wanted(item_type: Any) -> str | None:
@@ -163,10 +216,10 @@ def _tuple_wanted(item_type: Any) -> str | None:
     return f"a JSON array of {len(args)} items [{names}]"
 
 
-def _item_error(errs: list[Any], item_type: Any) -> RequestError:
-    """The RequestError for per-item validation errors: the first one, named by its index
-    (413 for an item over a size limit, else 422)."""
-    first = errs[0]
+def _item_error(index: int, errs: list[Any], item_type: Any) -> RequestError:
+    """The RequestError for item `index`'s validation errors: the first one, named by the
+    item's index (413 for an item over a size limit, else 422)."""
+    first = {**errs[0], "loc": (index, *errs[0]["loc"])}
     field = "inputs" + _loc(tuple(first["loc"]))
     more = f" (and {len(errs) - 1} more)" if len(errs) > 1 else ""
     if first["type"] in (BAD_ITEM, TOO_LARGE):   # the message says what came and was expected

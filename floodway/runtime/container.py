@@ -29,6 +29,7 @@ from typing import Any
 from floodway.errors import ProtocolError, Unavailable
 from floodway.runtime.protocol import (
     FROM_WORKER,
+    MAX_LINE_BYTES,
     Batch,
     BatchDone,
     Chunk,
@@ -48,7 +49,7 @@ from floodway.runtime.protocol import (
 from floodway.runtime.worker import SPAWN_ENV
 
 log = logging.getLogger("floodway.container")
-READ_LIMIT = 256 * 1024 * 1024   # one message line can hold a large output
+READ_LIMIT = MAX_LINE_BYTES   # the worker writes no longer line (one large output at most)
 
 
 class State(enum.StrEnum):
@@ -309,10 +310,14 @@ class Container:
         keyed by item id once the whole batch is answered, or raises Unavailable when the
         container dies first. `on_item`, if given, hears each ItemResult / ItemError (and
         Chunk) as it arrives, before the batch ends. Raises Unavailable without a free
-        slot (caller checks free_slots)."""
+        slot (caller checks free_slots), TypeError / ValueError when an input cannot be
+        encoded for the pipe (`floodway.codec.dumps`: e.g. a lone surrogate in a string);
+        either way nothing was sent and no slot is taken."""
         if self.free_slots <= 0 or not self.proc or not self.proc.stdin:
             raise Unavailable(f"container {self.id} has no free slot")
         batch_id = next(self._ids_batch)
+        # Encoded before the batch is in flight: one that cannot be sent holds no slot.
+        line = encode(Batch(batch_id, tuple(items)))
         fut = asyncio.get_running_loop().create_future()
         # A caller that timed out no longer awaits this future: mark its error as seen.
         fut.add_done_callback(lambda f: f.cancelled() or f.exception())
@@ -322,7 +327,7 @@ class Container:
         self.inflight[batch_id] = fut
         self.inflight_rows[batch_id] = len(items)
         self._pending[batch_id] = _Pending(now, on_item)
-        self.proc.stdin.write(encode(Batch(batch_id, tuple(items))))
+        self.proc.stdin.write(line)
         self._settle()
         return fut
 

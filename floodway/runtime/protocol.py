@@ -27,6 +27,9 @@ Cost: a batch that runs whole goes out as one line (its item events and BatchDon
 items of 384 floats that is 0.6% more bytes than one untyped result message per batch, and
 the router reads and decodes it in ~10% more time (~0.46 vs ~0.42 ms, the floats dominate;
 the rest is building and checking 33 messages); one line per item would cost ~20% more.
+A line holds at most `MAX_LINE_BYTES` (the router's read limit): the worker writes a batch
+whose outputs are larger on several lines (`encode_lines`), and one output too large for a
+line fails its item alone.
 """
 
 from __future__ import annotations
@@ -35,10 +38,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from floodway.codec import dumps, loads
+from floodway.codec import FALLBACK_MARK, dumps, loads
 from floodway.errors import ProtocolError
 
 ItemId = str | int
+# The longest line the router reads from a worker (its stream limit), newline included.
+MAX_LINE_BYTES = 256 * 1024 * 1024
+# One item's encoded result at most: the rest of a line's message is far below the 1 MiB left.
+MAX_OUTPUT_BYTES = MAX_LINE_BYTES - 1024 * 1024
 _NUMBER = (int, float)
 _OUTPUT = object   # any JSON value
 
@@ -190,6 +197,60 @@ def encode_all(msgs: Sequence[Message]) -> bytes:
     return dumps([_as_object(m) for m in msgs]) + b"\n"
 
 
+def encode_lines(msgs: Sequence[Message], *, max_line_bytes: int = MAX_LINE_BYTES,
+                 max_output_bytes: int = MAX_OUTPUT_BYTES) -> list[bytes]:
+    """Messages known at the same moment as lines of at most `max_line_bytes` each (newline
+    included), in order: one line as `encode_all` writes it when they fit, else consecutive
+    messages share a line while it fits (a large output gets a line of its own). An
+    ItemResult whose message is over `max_output_bytes` goes as an ItemError for its item,
+    ``"ContractError: output too large (N bytes > cap)"``, as does one whose output JSON
+    cannot encode (a lone surrogate in a string). Raises ValueError for no
+    messages or another message over the line limit, TypeError as `encode`."""
+    if not msgs:
+        raise ValueError("no messages to encode")
+    parts = []
+    for m in msgs:
+        part = _item_part(m, max_output_bytes) if isinstance(m, ItemResult) \
+            else dumps(_as_object(m))
+        if len(part) + 1 > max_line_bytes:
+            raise ValueError(f"a {m.TYPE!r} message of {len(part)} bytes is over the line "
+                             f"limit of {max_line_bytes}")
+        parts.append(part)
+    lines, group, size = [], [], 0
+    for part in parts:
+        # A line of k >= 2 messages: "[" + k parts + (k - 1) commas + "]\n" = size + 2.
+        if group and size + len(part) + 1 + 2 > max_line_bytes:
+            lines.append(_line(group))
+            group, size = [], 0
+        group.append(part)
+        size += len(part) + 1
+    lines.append(_line(group))
+    return lines
+
+
+def _item_part(m: ItemResult, max_output_bytes: int) -> bytes:
+    """An ItemResult's encoding; its item's ItemError's when the output is over
+    `max_output_bytes` or JSON cannot encode it (a string that is not valid Unicode)."""
+    try:
+        part = dumps(_as_object(m))
+    except (TypeError, ValueError) as e:
+        why = str(e).encode("utf-8", "backslashreplace").decode()[:200]
+        why = f"output cannot be encoded as JSON ({type(e).__name__}: {why})"
+    else:
+        if len(part) <= max_output_bytes:
+            return part
+        why = f"output too large ({len(part)} bytes > {max_output_bytes})"
+    return dumps(_as_object(ItemError(m.batch_id, m.item_id, f"ContractError: {why}")))
+
+
+def _line(parts: list[bytes]) -> bytes:
+    if len(parts) == 1:
+        return parts[0] + b"\n"
+    # A part the standard library wrote (marked) marks the line: `loads` reads it alike.
+    mark = FALLBACK_MARK if any(p[:1] == FALLBACK_MARK for p in parts) else b""
+    return mark + b"[" + b",".join(parts) + b"]\n"
+
+
 _ANY: tuple[type, ...] = (*TO_WORKER, *FROM_WORKER)
 
 
@@ -271,4 +332,5 @@ def _clip(text: bytes | str, limit: int = 200) -> str:
 
 __all__ = ["FROM_WORKER", "TO_WORKER", "Batch", "BatchDone", "Chunk", "Failed", "FromWorker",
            "ItemError", "ItemEvent", "ItemId", "ItemResult", "Message", "Phase", "Ping", "Pong",
-           "Ready", "ToWorker", "decode", "decode_all", "encode", "encode_all"]
+           "Ready", "ToWorker", "decode", "decode_all", "encode", "encode_all", "encode_lines",
+           "MAX_LINE_BYTES", "MAX_OUTPUT_BYTES"]

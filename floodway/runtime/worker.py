@@ -9,7 +9,9 @@ so a stray print in user code cannot corrupt the protocol).
 Item events go out as soon as they are known, the events known together on one line: a
 batch that runs whole is one line (its items and BatchDone); a raising batch is re-run item
 by item and each item's event goes out as it is known, so that a bad item fails alone and
-the good ones are not held back by the re-runs.
+the good ones are not held back by the re-runs. Large outputs go on several lines, none over
+the router's read limit; one output too large for a line fails its item alone. Whatever the
+function raises (SystemExit too) or returns fails at most its own batch, never the worker.
 
 Cold-start phases (seconds): process_start (spawn -> interpreter running this module),
 imports (user module and floodway), artifact_load, load_hook (an endpoint that brings its own
@@ -77,35 +79,60 @@ def _key(k) -> str:
     raise ContractError(f"returned a dict with a {type(k).__name__} key (JSON keys are strings)")
 
 
-def _shape(value) -> tuple | None:
-    """An array output's shape; None for other outputs (lists and dicts are the function's
-    own answers and may differ per item, e.g. the entities found in each text)."""
-    shape = getattr(value, "shape", None)
-    return tuple(shape) if isinstance(shape, tuple) else None
+def _what(value) -> str:
+    """A returned value's kind, for a message: ``None``, ``a generator``, ``an int``."""
+    if value is None:
+        return "None"
+    name = type(value).__name__
+    return f"{'an' if name[:1] in 'aeiou' else 'a'} {name}"
 
 
 def _call(fn, model, inputs: list) -> list:
-    """`fn` on one batch, its contract checked: one output per input, array outputs all of
-    one shape (rows of one result), every output JSON (`_to_jsonable`)."""
+    """`fn` on one batch -> its outputs, one per input, as returned (each is checked alone
+    by `_result`: items' outputs may differ in shape or kind, each is its own answer).
+    Raises ContractError when `fn` returned another count, or no list at all."""
     out = fn(model, inputs)
-    n = len(out) if hasattr(out, "__len__") else -1
-    if n != len(inputs):
-        raise ContractError(f"returned {n} outputs for {len(inputs)} inputs")
-    shapes = {s for s in map(_shape, out) if s is not None}
-    if len(shapes) > 1:
-        raise ContractError(f"returned outputs of different shapes {sorted(shapes)}")
-    return [_to_jsonable(o) for o in out]
+    if not hasattr(out, "__len__"):
+        raise ContractError(f"returned {_what(out)}, not a list of {len(inputs)} outputs "
+                            "(one per input)")
+    if len(out) != len(inputs):
+        raise ContractError(f"returned {len(out)} outputs for {len(inputs)} inputs")
+    return list(out)
+
+
+def _result(batch_id: int, item_id, output):
+    """One item's ItemResult, its output as JSON (`_to_jsonable`); an ItemError for that
+    item alone when JSON cannot carry it (the message names only this output's kind)."""
+    from floodway.runtime.protocol import ItemError, ItemResult
+
+    try:
+        return ItemResult(batch_id, item_id, _to_jsonable(output))
+    except BaseException as e:  # noqa: BLE001 - e.g. an output's own `tolist` raising
+        if _fatal(e):
+            raise
+        kind = "ContractError" if isinstance(e, ContractError | RecursionError) \
+            else type(e).__name__
+        return ItemError(batch_id, item_id, f"{kind}: {e}")
+
+
+def _fatal(e: BaseException) -> bool:
+    """What the worker lets end it: Ctrl-C (and a generator's close). Anything else the
+    function raises, SystemExit included, fails its items, not the container."""
+    return isinstance(e, KeyboardInterrupt | GeneratorExit)
 
 
 class ContractError(Exception):
-    """The endpoint function broke its contract (output count, shapes or types)."""
+    """The endpoint function broke its contract (output count, or an output JSON cannot
+    carry)."""
 
 
 def _decoded(fn, batch_id: int, items: list) -> tuple[list, list]:
     """(items with each input as `fn` receives it, ItemErrors of those that do not decode).
     Inputs arrive in their wire form (`floodway.routers.schema.parse_predict`); an image is
-    decoded and an array built here, in the container (`floodway.functions.items`)."""
-    from floodway.functions.items import item_decoder
+    decoded and an array built here, in the container (`floodway.functions.items`): a
+    corrupt image fails alone, and so does each image past the batch's decoded-pixel limit
+    (`ImageSpec.max_batch_pixels`, summed in a `pixel_tally`)."""
+    from floodway.functions.items import item_decoder, pixel_tally
 
     decode = item_decoder(fn)
     if decode is None:
@@ -113,12 +140,15 @@ def _decoded(fn, batch_id: int, items: list) -> tuple[list, list]:
     from floodway.runtime.protocol import ItemError
 
     ok, failed = [], []
-    for item_id, x in items:
-        try:
-            ok.append((item_id, decode(x)))
-        except Exception as e:  # noqa: BLE001 - a bad item fails alone
-            why = e.errors()[0]["msg"] if hasattr(e, "errors") else str(e)
-            failed.append(ItemError(batch_id, item_id, f"{type(e).__name__}: {why}"))
+    with pixel_tally():
+        for item_id, x in items:
+            try:
+                ok.append((item_id, decode(x)))
+            except BaseException as e:  # noqa: BLE001 - a bad item fails alone
+                if _fatal(e):
+                    raise
+                why = e.errors()[0]["msg"] if hasattr(e, "errors") else str(e)
+                failed.append(ItemError(batch_id, item_id, f"{type(e).__name__}: {why}"))
     return ok, failed
 
 
@@ -126,8 +156,8 @@ def item_events(fn, model, batch_id: int, items: list) -> Iterator[list]:
     """Run `items` ((item_id, input) pairs, inputs in their wire form) as one batch. Yields
     lists of ItemResult / ItemError events as they become known: first those of inputs that
     do not decode, then one list for the rest when the batch runs, else (a batch of several
-    items raised) one list per item, each item re-run alone. A broken contract (output
-    count, shapes or types) fails every item of the batch."""
+    items raised) one list per item, each item re-run alone. A wrong output count fails
+    every item of the batch; an output JSON cannot carry fails its own item."""
     decoded, failed = _decoded(fn, batch_id, items)
     if failed:
         yield failed
@@ -137,17 +167,19 @@ def item_events(fn, model, batch_id: int, items: list) -> Iterator[list]:
 
 
 def _run(fn, model, batch_id: int, items: list) -> Iterator[list]:
-    from floodway.runtime.protocol import ItemError, ItemResult
+    from floodway.runtime.protocol import ItemError
 
     ids, inputs = [i for i, _ in items], [x for _, x in items]
     try:
         outs = _call(fn, model, inputs)
-    except Exception as e:  # noqa: BLE001 - a failing batch must not kill the container
+    except BaseException as e:  # noqa: BLE001 - a failing batch must not kill the container
+        if _fatal(e):
+            raise
         if len(items) == 1 or isinstance(e, ContractError):
             yield [ItemError(batch_id, i, f"{type(e).__name__}: {e}") for i in ids]
             return
     else:
-        yield [ItemResult(batch_id, i, o) for i, o in zip(ids, outs, strict=True)]
+        yield [_result(batch_id, i, o) for i, o in zip(ids, outs, strict=True)]
         return
     for item in items:
         yield from _run(fn, model, batch_id, [item])
@@ -243,7 +275,9 @@ def boot(app_spec: str, ep_name: str, store_root: str, send: Send) -> tuple[Any,
         if len(out) != len(warm):
             raise RuntimeError(f"warm-up returned {len(out)} outputs for {len(warm)} inputs")
         timings["warmup"] = time.perf_counter() - t
-    except Exception as e:  # noqa: BLE001 - report any load failure to the parent, then exit
+    except BaseException as e:  # noqa: BLE001 - report any load failure, then exit
+        if _fatal(e):
+            raise
         from floodway.runtime.protocol import Failed
 
         send([Failed(f"{type(e).__name__}: {e}")])
@@ -283,14 +317,20 @@ def serve(fn, model, lines: Iterable[bytes], send: Send) -> int:
     return 0
 
 
-def sender(out) -> Send:
-    """A `Send` writing to binary stream `out`: the messages as one line
-    (`protocol.encode_all`), then a flush."""
+def sender(out, *, max_line_bytes: int | None = None,
+           max_output_bytes: int | None = None) -> Send:
+    """A `Send` writing to binary stream `out` in one write, then a flush: the messages on
+    one line, or on several when their outputs are large, each line at most
+    `max_line_bytes` (default `protocol.MAX_LINE_BYTES`, the router's read limit); an
+    output over `max_output_bytes` (default `protocol.MAX_OUTPUT_BYTES`) is sent as its
+    item's ItemError instead (`protocol.encode_lines`)."""
 
     def send(msgs: list[Any]) -> None:
-        from floodway.runtime.protocol import encode_all
+        from floodway.runtime import protocol
 
-        out.write(encode_all(msgs))
+        out.write(b"".join(protocol.encode_lines(
+            msgs, max_line_bytes=max_line_bytes or protocol.MAX_LINE_BYTES,
+            max_output_bytes=max_output_bytes or protocol.MAX_OUTPUT_BYTES)))
         out.flush()
 
     return send

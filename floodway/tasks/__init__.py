@@ -37,6 +37,11 @@ _REGISTRY = {
     "image-classification": ("floodway.tasks.vision", "IMAGE_CLASSIFICATION"),
     TORCH_MODULE: ("floodway.tasks.tensor", "TORCH_MODULE"),
 }
+# name -> its family (`Task.family`), known without importing the family's module: what its
+# items are ("text": str or (str, str); "image": fw.Image; "tensor": arrays).
+FAMILIES = {FEATURE_EXTRACTION: "text", "text-classification": "text",
+            "token-classification": "text", "image-classification": "image",
+            TORCH_MODULE: "tensor"}
 # The tasks a Hugging Face source (HFModel, LocalModel) may name.
 HF_TASKS = tuple(n for n in _REGISTRY if n != TORCH_MODULE)
 # Named, not yet served: why, for the decorator's error message.
@@ -57,4 +62,4 @@ def names() -> tuple[str, ...]:
     return tuple(_REGISTRY)
 
 
-__all__ = ["FEATURE_EXTRACTION", "HF_TASKS", "PLANNED", "TORCH_MODULE", "get", "names"]
+__all__ = ["FAMILIES", "FEATURE_EXTRACTION", "HF_TASKS", "PLANNED", "TORCH_MODULE", "get", "names"]

@@ -34,6 +34,13 @@ IMAGENET_STANDARD = ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5))
 OPENAI_CLIP = ((0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711))
 BILINEAR, BICUBIC = 2, 3    # PIL.Image.Resampling values, as the configs store them
 CONVNEXT_WARP_FROM = 384    # ConvNeXT warps instead of cropping at this shortest edge and up
+# Resize the whole image (as transformers does, pixel for pixel) up to this many times the
+# window kept (a 4:3 photo's is 1.33x, a 1:16 one's 16x); beyond, only the window
+# (`ImageProcessor._resize_window`), so a thin image costs no more than a square one.
+WHOLE_RESIZE_MAX_FACTOR = 16
+# Each filter's support radius in output pixels, as Pillow's resample filters define them
+# (Pillow's src/libImaging/Resample.c); 3 (Lanczos) for any other.
+FILTER_SUPPORT = {0: 0.5, 2: 1.0, 3: 2.0}
 
 # type -> (resample, (mean, std), size, crop_size or None, do_center_crop, default_to_square)
 DEFAULTS: dict[str, tuple[Any, ...]] = {
@@ -132,24 +139,67 @@ class ImageProcessor:
             return edge, edge
         return None
 
-    def resize(self, image: Any) -> np.ndarray:
-        """One PIL image, RGB -> (H, W, 3) uint8, resized (and ConvNeXT-cropped)."""
-        if getattr(image, "mode", "RGB") != "RGB":
-            image = image.convert("RGB")
+    def _plan(self, w: int, h: int) -> tuple[tuple[int, int], tuple[int, int] | None]:
+        """For a w x h image: the resized (height, width), and the (height, width) of the
+        centered window kept from it (None: all of it)."""
+        crop = self.crop_size if self.do_center_crop and self.crop_size else None
         if not self.do_resize:
-            return np.asarray(image)
-        w, h = image.size
+            return (h, w), crop
         if "height" in self.size:
-            return np.asarray(image.resize((self.size["width"], self.size["height"]),
-                                           resample=self.resample))
+            return (self.size["height"], self.size["width"]), crop
         edge = self.size["shortest_edge"]
         if self.kind == "ConvNextImageProcessor":
             if edge >= CONVNEXT_WARP_FROM:
-                return np.asarray(image.resize((edge, edge), resample=self.resample))
-            short = int(edge / self.crop_pct)
-            out = np.asarray(image.resize(_shortest(w, h, short)[::-1], resample=self.resample))
-            return center_crop(out, edge, edge)
-        return np.asarray(image.resize(_shortest(w, h, edge)[::-1], resample=self.resample))
+                return (edge, edge), crop
+            # ConvNeXT's own crop comes first; a crop_size one after it (never both in
+            # practice) applies to an edge x edge image, so the window stays edge x edge.
+            return _shortest(w, h, int(edge / self.crop_pct)), (edge, edge)
+        return _shortest(w, h, edge), crop
+
+    def resize(self, image: Any) -> np.ndarray:
+        """One PIL image -> (H, W, 3) uint8: resized and center-cropped (ConvNeXT's crop, and
+        `crop_size` where `do_center_crop`). Where the whole resized image would exceed
+        WHOLE_RESIZE_MAX_FACTOR times the window kept, only the window is resampled
+        (`_resize_window`): a 1 x 100,000 image resized to a shortest edge of 224 costs about
+        a 224 x 224 image, not 224 x 22,400,000."""
+        if getattr(image, "mode", "RGB") != "RGB":
+            image = image.convert("RGB")
+        w, h = image.size
+        (rh, rw), crop = self._plan(w, h)
+        if not self.do_resize:
+            arr = np.asarray(image)
+        elif crop is not None and rh * rw > WHOLE_RESIZE_MAX_FACTOR * crop[0] * crop[1]:
+            return self._finish(self._resize_window(image, rh, rw, crop), crop)
+        else:
+            arr = np.asarray(image.resize((rw, rh), resample=self.resample))
+        return self._finish(arr, crop) if crop is not None else arr
+
+    def _finish(self, arr: np.ndarray, crop: tuple[int, int]) -> np.ndarray:
+        out = center_crop(arr, *crop)   # pads where the image is smaller
+        if self.do_center_crop and self.crop_size and crop != self.crop_size:
+            out = center_crop(out, *self.crop_size)   # after ConvNeXT's own crop
+        return out
+
+    def _resize_window(self, image: Any, rh: int, rw: int, crop: tuple[int, int]) -> np.ndarray:
+        """The centered `crop` window (clipped to rh x rw) of `image` resized to rh x rw, as
+        uint8 (H, W, 3), resampling only that window. Pillow's order is kept (the horizontal
+        pass, rounded to 8 bits, then the vertical one), each pass a ``resize(box=...)`` of
+        one axis over the source rows the window reads (its filter's support): pixels equal
+        a whole resize's but for a few that differ by one or two 8-bit levels (the box moves
+        the filter's centers by a rounding error; tests/unit/build/test_image_resize.py)."""
+        w, h = image.size
+        top, bottom = _window(rh, crop[0])
+        left, right = _window(rw, crop[1])
+        sx, sy = w / rw, h / rh
+        margin = math.ceil(FILTER_SUPPORT.get(self.resample, 3) * max(sy, 1.0)) + 2
+        y0 = max(0, math.floor(top * sy) - margin)
+        y1 = min(h, math.ceil(bottom * sy) + margin)
+        rows = image.crop((0, y0, w, y1))
+        rows = rows.resize((right - left, y1 - y0), resample=self.resample,
+                           box=(left * sx, 0, right * sx, y1 - y0))
+        out = rows.resize((right - left, bottom - top), resample=self.resample,
+                          box=(0, top * sy - y0, right - left, bottom * sy - y0))
+        return np.asarray(out)
 
     def __call__(self, images: Sequence[Any]) -> np.ndarray:
         """PIL images (or (H, W, 3) uint8 arrays) -> float32 (N, 3, H, W). Raises ValueError
@@ -160,10 +210,7 @@ class ImageProcessor:
         for img in images:
             if isinstance(img, np.ndarray):
                 img = Image.fromarray(np.asarray(img, dtype=np.uint8))
-            arr = self.resize(img)
-            if self.do_center_crop and self.crop_size:
-                arr = center_crop(arr, *self.crop_size)
-            rows.append(arr)
+            rows.append(self.resize(img))
         if len({r.shape for r in rows}) > 1:
             raise ValueError(f"processed images differ in size {sorted({r.shape for r in rows})}")
         batch = np.stack(rows) if rows else np.zeros((0, 1, 1, 3), np.uint8)
@@ -173,6 +220,15 @@ class ImageProcessor:
             x = (x - np.asarray(self.image_mean, np.float32)) / np.asarray(self.image_std,
                                                                            np.float32)
         return np.ascontiguousarray(x.transpose(0, 3, 1, 2), dtype=np.float32)
+
+
+def _window(size: int, keep: int) -> tuple[int, int]:
+    """[start, end) of the centered `keep` pixels of an axis of `size` (all of it where
+    `size` is smaller: `center_crop` pads it then), as transformers' center_crop picks."""
+    if size <= keep:
+        return 0, size
+    start = (size - keep) // 2
+    return start, start + keep
 
 
 def _shortest(w: int, h: int, short: int) -> tuple[int, int]:

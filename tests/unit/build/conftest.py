@@ -111,11 +111,9 @@ def image_dirs(tmp_path_factory) -> dict[str, Path]:
 @pytest.fixture(scope="session")
 def image_store(image_dirs, tmp_path_factory) -> Path:
     """A store with endpoints "vit" and "resnet": image-classification."""
-    from typing import Any
-
     app = fw.App("images")
     for name, folder in image_dirs.items():
-        def classify(model, images: list[Any]) -> list[list[float]]:
+        def classify(model, images: list[fw.Image]) -> list[list[float]]:
             return model.run(model.prepare(images))["logits"]
 
         app.endpoint(model=LocalModel(folder, task="image-classification"), name=name,

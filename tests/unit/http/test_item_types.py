@@ -8,7 +8,9 @@ import asyncio
 import base64
 import io
 import struct
+import threading
 import zlib
+from typing import Annotated
 
 import numpy as np
 import PIL.Image
@@ -38,13 +40,23 @@ from tests.app.scripted import ScriptedBackend, client
 
 app = fw.App("items-http")
 MODEL = fw.HFModel("org/m", revision="b" * 40)
+IMAGES = fw.HFModel("org/m", revision="b" * 40, task="image-classification")
 
 
-@app.endpoint(model=MODEL)
+@app.endpoint(model=IMAGES)
 def classify(model, images: list[fw.Image]) -> list[dict]:
     return [{"label": "wide" if i.width > i.height else "tall",
              "score": np.float32(i.width / (i.width + i.height)),
              "mean": np.asarray(i).mean(axis=(0, 1))} for i in images]
+
+
+SMALL = Annotated[fw.Image, fw.ImageSpec(max_pixels=100, max_request_pixels=250,
+                                         max_batch_pixels=250)]
+
+
+@app.endpoint(model=IMAGES)
+def thumbs(model, images: list[SMALL]) -> list[int]:
+    return [i.width * i.height for i in images]
 
 
 @app.endpoint(model=MODEL)
@@ -52,7 +64,7 @@ def rerank(model, pairs: list[tuple[str, str]]) -> list[float]:
     return np.array([len(set(q) & set(p)) / 4 for q, p in pairs], dtype=np.float32)
 
 
-@app.endpoint(model=MODEL)
+@app.endpoint(model=None)   # arrays: no text task's items
 def column_sums(model, rows: list[fw.Array[np.float32, (None, 3)]]) -> list:
     return [r.sum(axis=0) for r in rows]
 
@@ -170,7 +182,6 @@ def test_the_modal_class_answers_the_same_outputs():
 
 @pytest.mark.parametrize("name,item,status,kind,needle", [
     ("classify", bomb(), 413, "too_large", "declares 2,500,000,000 pixels"),
-    ("classify", truncated(), 422, "invalid_request", "corrupt or truncated"),
     ("classify", "%%%", 422, "invalid_request", "not valid base64"),
     ("rerank", ["only one"], 422, "invalid_request", "a JSON array of 2 items [str, str]"),
     ("column_sums", [[1, 2]], 422, "invalid_request", "float32 array of shape (*, 3), got "
@@ -215,3 +226,98 @@ def test_images_are_verified_off_the_event_loop_even_in_a_small_body(monkeypatch
 
     assert asyncio.run(go()) == [200, 200]
     assert threads == {0: False, 1: True}   # the image body on a thread, the small text inline
+
+
+def _post(name: str, inputs: list, backend=None):
+    clock = ManualClock()
+    backend = backend or WorkerBackend(app, clock)
+
+    async def go():
+        async with client(make_asgi_app(app, backend, clock=clock)) as c:
+            return await c.post(f"/v1/{name}", json={"inputs": inputs})
+
+    return asyncio.run(go())
+
+
+def test_the_router_verifies_images_from_their_headers_only(monkeypatch):
+    """No pixel is decoded on the router: a truncated file passes it (its header is whole),
+    a file that is no image or declares too many pixels does not."""
+    import PIL.ImageFile
+
+    def no_decoding(self):
+        raise AssertionError("the router decoded an image")
+
+    monkeypatch.setattr(PIL.ImageFile.ImageFile, "load", no_decoding)
+    text = parse_predict(JSONResponse({"inputs": [truncated(), png()]}).body,
+                         app["classify"].input_type)
+    assert text == [truncated(), png()]
+
+
+def test_a_corrupt_image_fails_alone_in_the_container_naming_its_index():
+    r = _post("classify", [png(), truncated(), png()])
+    body = r.json()
+    assert r.status_code == 500 and body["error"]["type"] == "endpoint_error"
+    (err,) = body["item_errors"]
+    assert err["index"] == 1 and "corrupt or truncated PNG image of 32x24" in err["message"]
+    assert body["outputs"][1] is None and body["outputs"][0]["label"] == "wide" \
+        and body["outputs"][2]["label"] == "wide"
+
+
+def test_a_requests_images_are_summed_against_its_pixel_budget():
+    assert fw.ImageSpec().request_pixels == 4 * fw.ImageSpec().max_pixels
+    ok = _post("thumbs", [png((10, 10)), png((10, 10)), png((5, 10))])
+    assert ok.status_code == 200 and ok.json()["outputs"] == [100, 100, 50]
+    r = _post("thumbs", [png((10, 10)), png((10, 10)), png((10, 10)), "%%%"])
+    err = r.json()["error"]
+    assert (r.status_code, err["type"], err["field"]) == (413, "too_large", "inputs[2]")
+    assert "hold 300 pixels up to this 10x10 one; the limit per request is 250" \
+        in err["message"] and "max_request_pixels" in err["message"]
+
+
+def test_a_batch_fails_the_images_past_its_decoded_pixel_budget():
+    """Several requests' images in one batch: those past ImageSpec.max_batch_pixels fail
+    alone (an item error), before they are decoded; the others run."""
+    items = [[f"r{i}", png((10, 10))] for i in range(3)]
+    done, errors = worker.run_batch(app["thumbs"].fn, None, items)
+    assert done == [["r0", 100], ["r1", 100]]
+    ((item_id, message),) = errors
+    assert item_id == "r2" and "would hold 300 pixels decoded" in message \
+        and "max_batch_pixels" in message
+    done, errors = worker.run_batch(app["thumbs"].fn, None, items[:1])   # a fresh tally
+    assert done == [["r0", 100]] and errors == []
+
+
+def test_image_requests_are_parsed_on_threads_of_their_own():
+    """Image parsing never holds up other endpoints' parsing: with every image thread
+    busy, a large text body is parsed (in the default pool) and answered."""
+    import floodway.http.admit as admit
+
+    busy, release = threading.Barrier(admit.IMAGE_THREADS + 1), threading.Event()
+
+    def hold():
+        busy.wait(10)
+        release.wait(10)   # a guard against a hang, not a wait
+
+    held = [admit.image_executor().submit(hold) for _ in range(admit.IMAGE_THREADS)]
+    busy.wait(10)   # every image thread is taken
+    try:
+        pairs = [["abcd" * 100, "abxy" * 100]] * 200   # > PARSE_IN_THREAD_BYTES: on a thread
+        r = _post("rerank", pairs)
+        assert r.status_code == 200 and len(r.json()["outputs"]) == 200
+    finally:
+        release.set()
+    for f in held:
+        f.result(10)
+    names = []
+    parse = admit.parse_images
+
+    def recording(body, ep):
+        names.append(threading.current_thread().name)
+        return parse(body, ep)
+
+    admit.parse_images = recording
+    try:
+        assert _post("classify", [png()]).status_code == 200
+    finally:
+        admit.parse_images = parse
+    assert names and names[0].startswith("floodway-images")

@@ -295,3 +295,15 @@ def test_a_job_submitted_with_an_owner_starts_running_under_its_lease(store: Job
     assert again.id == job.id and again.attempts == 2
     assert store.complete(job.id, "router-a", ["late but first"])   # first result wins
     assert store.get(job.id).outputs == ["late but first"]
+
+
+@pytest.mark.parametrize("inputs", [[{"\udc00": 1}], [["ok", "\ud800"]], ["\udfff"]])
+def test_inputs_json_cannot_store_are_a_422_not_a_crash(store: JobStore, inputs):
+    with pytest.raises(RequestError) as info:
+        store.submit("anyin", inputs, tenant="t")
+    assert info.value.status == 422 and info.value.field == "inputs"
+    assert "\\u" in str(info.value)   # the bad character escaped, never quoted raw
+    str(info.value).encode("utf-8")
+    assert store.counts()["queued"] == 0
+    job, created = store.submit("anyin", ["fine"], tenant="t")   # the store goes on
+    assert created and store.get(job.id).inputs == ["fine"]

@@ -400,3 +400,88 @@ def test_the_item_event_tags_are_the_workers():
     from floodway.runtime.protocol import ItemError, ItemResult
 
     assert (ItemResult.TYPE, ItemError.TYPE) == (ITEM_RESULT, ITEM_ERROR)
+
+
+class EncodingSlot(FakeSlot):
+    """A FakeSlot that encodes its batch for the pipe first, as a container does: a batch
+    that cannot be encoded raises (here: a lone surrogate; or `broken`, any error) before it
+    takes a slot."""
+
+    broken: Exception | None = None
+
+    def submit(self, items, on_item=None):
+        from floodway.codec import dumps
+
+        if self.broken is not None:
+            raise self.broken
+        dumps([list(i) for i in items])
+        return super().submit(items, on_item)
+
+
+def test_an_input_the_pipe_cannot_carry_fails_alone_and_the_batcher_goes_on():
+    async def go():
+        slot, clock = EncodingSlot("a"), FakeClock()
+        b = make([slot], rows=4, wait_ms=0, clock=clock)
+        b.start()
+        bad = b.submit("r1", ["ok", "\ud800"], deadline_s=T0 + 5)
+        other = b.submit("r2", ["fine"], deadline_s=T0 + 5)
+        await settle()
+        assert all(f.done() for f in [*bad, *other])
+        with pytest.raises(EndpointError, match="could not be sent to a container"):
+            bad[1].result()
+        later = b.submit("r3", ["later"], deadline_s=T0 + 5)
+        await settle()
+        assert later[0].done() and not b._task.done()
+        outs = [bad[0].result(), other[0].result(), later[0].result()]
+        await b.stop()
+        return outs, slot
+
+    outs, slot = run(go())
+    assert outs == ["OK", "FINE", "LATER"]   # the good items of the same batch too
+    assert slot.free == 1                     # no slot held by the batch that never went
+
+
+def test_a_batch_that_cannot_be_sent_fails_its_items_and_the_batcher_goes_on():
+    async def go():
+        slot, clock = EncodingSlot("a"), FakeClock()
+        b = make([slot], rows=4, wait_ms=0, clock=clock)
+        b.start()
+        slot.broken = RuntimeError("pipe broke")
+        first = b.submit("r1", ["a", "b"], deadline_s=T0 + 5)
+        await settle()
+        errors = [f.exception() if f.done() else None for f in first]
+        slot.broken = None
+        later = b.submit("r2", ["c"], deadline_s=T0 + 5)
+        await settle()
+        out = later[0].result() if later[0].done() else None
+        await b.stop()
+        return errors, out
+
+    errors, out = run(go())
+    assert all(isinstance(e, EndpointError) and "RuntimeError: pipe broke" in str(e)
+               for e in errors)
+    assert out == "C"
+
+
+def test_the_loop_is_restarted_when_it_raises(caplog):
+    async def go():
+        slot, clock = FakeSlot("a"), FakeClock()
+        b = make([slot], rows=4, wait_ms=0, clock=clock)
+        real_pick, calls = b.pick, []
+
+        def flaky(idle_only=False):
+            calls.append(idle_only)
+            if len(calls) == 1:
+                raise RuntimeError("pick broke")
+            return real_pick(idle_only)
+
+        b.pick = flaky
+        b.start()
+        fs = b.submit("r", ["x"], deadline_s=T0 + 5)
+        await settle()
+        out = fs[0].result() if fs[0].done() else None
+        await b.stop()
+        return out
+
+    assert run(go()) == "X"
+    assert "pick broke" in caplog.text

@@ -38,8 +38,9 @@ def test_valid_inputs_pass_through():
     (b'{"inputs": ["a"], "extra": 1}', 422, "unknown field 'extra'", "extra"),
     (b'{"inputs": "a"}', 422, "inputs: Input should be a valid list", "inputs"),
     (b'{"inputs": []}', 422, "'inputs' is empty", "inputs"),
-    (b'{"inputs": ["a", 3, null]}', 422, "inputs[1]: Input should be a valid string, got 3 "
-                                         "(and 1 more)", "inputs[1]"),
+    # The first bad item is the answer; the items after it are not looked at.
+    (b'{"inputs": ["a", 3, null]}', 422, "inputs[1]: Input should be a valid string, got 3",
+     "inputs[1]"),
 ])
 def test_bad_bodies(body, status, needle, field):
     e = err(body)
@@ -163,10 +164,8 @@ def test_good_images_pass_as_their_base64_text():
     ("not base64 at all!", 422, "not valid base64"),
     (b64(b"plain text, not an image"), 422, "not a PNG, JPEG"),
     ("data:text/plain;base64," + GOOD, 422, "a data URL must read data:image/"),
-    (b64(image_file()[:-40]), 422, "a corrupt or truncated PNG image of 32x24"),
+    # Headers cut short; a body cut short decodes (and fails alone) in the container.
     (b64(image_file("JPEG", (64, 64))[:300]), 422, "a corrupt or truncated image"),
-    (b64(image_file("JPEG", (64, 64), noise=True)[:-900]), 422,
-     "a corrupt or truncated JPEG image of 64x64"),
     (b64(png_declaring(50_000, 50_000)), 413, "declares 2,500,000,000 pixels; the limit is "
                                               "40,000,000 (a decompression bomb?)"),
     (b64(png_declaring(8_000, 6_000)), 413, "8000x6000 = 48,000,000 pixels; the limit is "
@@ -265,3 +264,46 @@ def test_integer_arrays_take_integers_in_range_only():
     assert "got booleans" in str(refused(([True, False, True],), ints))
     flags = fw.Array[np.bool_, (2,)]
     assert parse_predict(body([True, False]), flags)[0]["b64"] == b64(b"\x01\x00")
+
+
+@pytest.mark.parametrize("item_type, raw, field", [
+    (tuple[str, str], b'[["ok", "b"], ["\\ud800", "b"]]', "inputs[1]"),
+    (Any, b'["ok", {"\\udc00": 1}]', "inputs[1]"),
+    (Any, b'["ok", {"k": ["x", "\\udfff"]}]', "inputs[1]"),
+    (dict[str, Any], b'[{"k": 1}, {"a": {"b": "\\ud83d"}}]', "inputs[1]"),
+])
+def test_a_lone_surrogate_at_any_depth_is_422_naming_the_item(item_type, raw, field):
+    e = err(b'{"inputs": ' + raw + b"}", item_type)
+    assert (e.status, e.field) == (422, field) and "not valid Unicode" in str(e)
+    assert str(e).startswith(field + ": ")
+    # A surrogate pair (an emoji written as two escapes) is valid Unicode, at any depth.
+    assert parse_predict(b'{"inputs": [{"k": ["\\ud83d\\ude00"]}]}', Any) == [{"k": ["\U0001F600"]}]
+
+
+def test_items_are_validated_in_order_and_the_first_bad_one_stops_the_rest():
+    seen = []
+
+    def check(x):
+        seen.append(x)
+        if x == "bad":
+            raise ValueError("bad item")
+        return x
+
+    from pydantic import AfterValidator
+
+    checked = Annotated[str, AfterValidator(check)]
+    e = err(body("a", "bad", "expensive", "later"), checked)
+    assert (e.status, e.field) == (422, "inputs[1]") and "bad item" in str(e)
+    assert seen == ["a", "bad"]   # the items after the first bad one were never validated
+    # A surrogate in a later item does not hide an earlier bad item, nor the reverse.
+    e = err(b'{"inputs": ["a", "bad", "\\ud800"]}', checked)
+    assert e.field == "inputs[1]"
+    e = err(b'{"inputs": ["a", "\\ud800", "bad"]}', checked)
+    assert e.field == "inputs[1]" and "not valid Unicode" in str(e)
+
+
+@pytest.mark.parametrize("literal", [b"NaN", b"Infinity", b"-Infinity"])
+def test_nan_and_infinity_are_not_json(literal):
+    e = err(b'{"inputs": [[1.0, ' + literal + b"]]}", list[float])
+    assert e.status == 400 and "not valid JSON" in str(e)
+    assert literal.lstrip(b"-").decode() in str(e)

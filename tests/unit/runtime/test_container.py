@@ -508,3 +508,50 @@ ContainerMachine.TestCase.settings = settings(
     max_examples=200, stateful_step_count=25, deadline=None,
     suppress_health_check=[HealthCheck.too_slow])
 TestContainerMachine = ContainerMachine.TestCase
+
+
+@aio
+async def test_a_batch_that_cannot_be_encoded_raises_before_it_takes_a_slot():
+    c, proc, _ = await ready_container(slots=1)
+    with pytest.raises(ValueError):
+        c.submit([("r1:0", "ok"), ("r1:1", ["\ud800", "b"])])   # a lone surrogate in a pair
+    assert (c.inflight, c.inflight_rows, c._pending) == ({}, {}, {})
+    assert c.free_slots == 1 and c.state == State.READY and proc.stdin.sent == []
+    fut = c.submit([("r2:0", "fine")])   # the slot is still there for the next batch
+    (sent,) = proc.stdin.sent
+    proc.say_together(ItemResult(sent.id, "r2:0", "FINE"), BatchDone(sent.id, 0.01, 1))
+    await settle()
+    assert (await fut).outputs == {"r2:0": "FINE"}
+
+
+@aio
+async def test_a_batcher_on_a_container_serves_on_after_an_input_the_pipe_cannot_carry():
+    from floodway.errors import EndpointError
+    from floodway.routers.batcher import Batcher
+
+    c, proc, _ = await ready_container(slots=1)
+    b = Batcher("embed", max_batch_rows=4, wait_ms=0,
+                pick=lambda idle_only: c if c.free_slots > 0 else None)
+    c.on_change = b.notify
+    b.start()
+    deadline = asyncio.get_running_loop().time() + 60
+
+    async def served(request: str, value: str) -> str:
+        (fut,) = b.submit(request, [value], deadline_s=deadline)
+        await settle()
+        sent = proc.stdin.sent[-1]
+        proc.say_together(ItemResult(sent.id, f"{request}:0", value.upper()),
+                          BatchDone(sent.id, 0.01, 1))
+        return await fut
+
+    bad = b.submit("r1", [["\ud800", "b"], "ok"], deadline_s=deadline)
+    await settle()
+    with pytest.raises(EndpointError, match="r1:0 could not be sent"):
+        await bad[0]
+    sent = proc.stdin.sent[-1]   # the good item of that request went alone
+    assert sent.items == (("r1:1", "ok"),)
+    proc.say_together(ItemResult(sent.id, "r1:1", "OK"), BatchDone(sent.id, 0.01, 1))
+    assert await bad[1] == "OK"
+    assert [await served(f"r{i}", "fine") for i in (2, 3)] == ["FINE", "FINE"]
+    assert c.inflight == {} and c.free_slots == 1 and b.queued_rows == 0
+    await b.stop()

@@ -26,6 +26,7 @@ from floodway.runtime.protocol import (
     decode_all,
     encode,
     encode_all,
+    encode_lines,
 )
 
 EVERY_KIND = [
@@ -170,3 +171,47 @@ def test_long_bad_lines_are_clipped_in_the_message():
 def test_encode_refuses_what_is_not_a_message():
     with pytest.raises(TypeError, match="not a protocol message: dict"):
         encode({"type": "ping"})
+
+
+def test_messages_that_fit_share_one_line_as_encode_all_writes_it():
+    msgs = [ItemResult(1, "a", [0.5] * 3), ItemResult(1, "b", "x"), BatchDone(1, 0.1, 2)]
+    assert encode_lines(msgs) == [encode_all(msgs)]
+    assert encode_lines(msgs[:1]) == [encode(msgs[0])]
+
+
+def test_large_outputs_go_on_lines_of_their_own_within_the_line_limit():
+    big = [ItemResult(7, f"r:{i}", "x" * 900) for i in range(5)]
+    msgs = [*big, ItemResult(7, "r:5", 1), BatchDone(7, 0.5, 6)]
+    lines = encode_lines(msgs, max_line_bytes=2000, max_output_bytes=1500)
+    assert len(lines) > 1 and all(len(line) <= 2000 for line in lines)
+    assert all(line.endswith(b"\n") and line.count(b"\n") == 1 for line in lines)
+    assert [m for line in lines for m in decode_all(line, FROM_WORKER)] == msgs   # in order
+
+
+def test_an_output_over_the_cap_travels_as_that_items_error():
+    msgs = [ItemResult(3, "ok", "small"), ItemResult(3, "huge", "y" * 5000), BatchDone(3, 0, 2)]
+    lines = encode_lines(msgs, max_line_bytes=4000, max_output_bytes=3000)
+    got = [m for line in lines for m in decode_all(line, FROM_WORKER)]
+    assert got[0] == msgs[0] and got[2] == msgs[2]
+    assert isinstance(got[1], ItemError) and got[1].item_id == "huge"
+    n = len(json.dumps({"type": "item", "batch_id": 3, "item_id": "huge", "output": "y" * 5000},
+                       separators=(",", ":")))
+    assert got[1].message == f"ContractError: output too large ({n} bytes > 3000)"
+
+
+def test_integers_beyond_64_bits_survive_a_shared_line():
+    msgs = [ItemResult(1, "a", 2**70), ItemResult(1, "b", [1.5]), BatchDone(1, 0, 2)]
+    (line,) = encode_lines(msgs)
+    assert decode_all(line, FROM_WORKER) == msgs
+    split = encode_lines(msgs, max_line_bytes=100)
+    assert len(split) > 1
+    assert [m for line in split for m in decode_all(line, FROM_WORKER)] == msgs
+
+
+def test_an_output_json_cannot_encode_travels_as_that_items_error():
+    msgs = [ItemResult(2, "a", "fine"), ItemResult(2, "b", ["\ud800"]), BatchDone(2, 0, 2)]
+    got = [m for line in encode_lines(msgs) for m in decode_all(line, FROM_WORKER)]
+    assert got[0] == msgs[0] and got[2] == msgs[2]
+    assert isinstance(got[1], ItemError) and got[1].item_id == "b"
+    assert got[1].message.startswith("ContractError: output cannot be encoded as JSON (")
+    assert "\\ud800" in got[1].message   # escaped, never the raw character

@@ -86,14 +86,42 @@ def test_a_broken_contract_fails_the_whole_batch():
                                                       "for 2 inputs"] * 2
 
 
-def test_outputs_of_different_shapes_break_the_contract():
+def test_array_outputs_of_different_shapes_are_each_items_own_answer():
     def ragged(model, texts):
         return [np.zeros(len(t)) for t in texts]
 
     wire = Wire()
     worker.serve(ragged, None, lines(Batch(1, (("a", "x"), ("b", "yy")))), wire)
-    assert all(isinstance(m, ItemError) and "different shapes" in m.message
-               for m in wire.messages[:2])
+    assert wire.messages[:2] == [ItemResult(1, "a", [0.0]), ItemResult(1, "b", [0.0, 0.0])]
+
+
+@pytest.mark.parametrize("returned, named", [(lambda xs: (x for x in xs), "a generator"),
+                                             (lambda xs: None, "None"),
+                                             (lambda xs: 3, "an int")])
+def test_an_output_that_is_not_a_list_is_named_not_counted(returned, named):
+    wire = Wire()
+    worker.serve(lambda model, xs: returned(xs), None, lines(Batch(1, (("a", "x"),))), wire)
+    (err, _done) = wire.messages
+    assert err.message == (f"ContractError: returned {named}, not a list of 1 outputs "
+                           "(one per input)")
+
+
+def test_system_exit_in_the_function_fails_its_item_and_the_worker_goes_on():
+    import sys
+
+    def exits(model, texts):
+        if "exit" in texts:
+            sys.exit(3)
+        return [t.upper() for t in texts]
+
+    wire = Wire()
+    code = worker.serve(exits, None, lines(Batch(1, (("a", "x"), ("b", "exit"), ("c", "y"))),
+                                           Batch(2, (("d", "z"),))), wire)
+    assert code == 0
+    by_id = {m.item_id: m for m in wire.messages if isinstance(m, ItemResult | ItemError)}
+    assert by_id["b"] == ItemError(1, "b", "SystemExit: 3")
+    assert (by_id["a"].output, by_id["c"].output, by_id["d"].output) == ("X", "Y", "Z")
+    assert [m.batch_id for m in wire.messages if isinstance(m, BatchDone)] == [1, 2]
 
 
 def test_numpy_outputs_travel_as_lists():
@@ -151,6 +179,50 @@ def test_sender_writes_one_line_and_flushes():
     assert decode_all(out.getvalue(), FROM_WORKER) == [ItemResult(1, "a", 1), BatchDone(1, 0.5, 1)]
 
 
+def test_large_outputs_stay_within_the_routers_line_limit_and_one_too_large_fails_alone():
+    def sized(model, sizes):
+        return ["z" * n for n in sizes]
+
+    out = io.BytesIO()
+    send = worker.sender(out, max_line_bytes=3000, max_output_bytes=2500)
+    batch = Batch(1, (("a", 1000), ("b", 1000), ("c", 4000), ("d", 10), ("e", 1000)))
+    assert worker.serve(sized, None, lines(batch, Ping()), send) == 0
+    written = out.getvalue().splitlines(keepends=True)
+    assert len(written) > 2 and all(len(line) <= 3000 for line in written)
+    msgs = [m for line in written for m in decode_all(line, FROM_WORKER)]
+    by_id = {m.item_id: m for m in msgs if isinstance(m, ItemResult | ItemError)}
+    assert [len(by_id[i].output) for i in "abde"] == [1000, 1000, 10, 1000]
+    assert isinstance(by_id["c"], ItemError)
+    assert by_id["c"].message.startswith("ContractError: output too large (")
+    assert by_id["c"].message.endswith(" bytes > 2500)")
+    assert isinstance(msgs[-2], BatchDone) and msgs[-1] == Pong()   # the worker goes on
+
+
+def test_an_output_whose_conversion_raises_or_cannot_be_encoded_fails_alone():
+    class Odd:
+        def tolist(self):
+            raise RuntimeError("cannot leave the device")
+
+    def odd(model, texts):
+        return [Odd() if t == "odd" else "\udc00" if t == "lone" else t for t in texts]
+
+    out = io.BytesIO()
+    send = worker.sender(out)
+    worker.serve(odd, None, lines(Batch(1, (("a", "x"), ("b", "odd"), ("c", "lone"))),
+                                  Batch(2, (("d", "y"),))), send)
+    msgs = [m for line in out.getvalue().splitlines() for m in decode_all(line, FROM_WORKER)]
+    by_id = {m.item_id: m for m in msgs if isinstance(m, ItemResult | ItemError)}
+    assert by_id["a"].output == "x" and by_id["d"].output == "y"
+    assert by_id["b"].message == "RuntimeError: cannot leave the device"
+    assert by_id["c"].message.startswith("ContractError: output cannot be encoded as JSON")
+
+
+def test_the_router_reads_the_lines_the_worker_may_write():
+    from floodway.runtime import container, protocol
+
+    assert container.READ_LIMIT >= protocol.MAX_LINE_BYTES > protocol.MAX_OUTPUT_BYTES
+
+
 def test_boot_reports_a_missing_build_as_failed(tmp_path):
     wire = Wire()
     assert worker.boot("app.py", "embed", str(tmp_path), wire) is None
@@ -192,6 +264,26 @@ def test_boot_loads_warms_up_and_reports_ready(tmp_path, monkeypatch):
     assert set(ready.timings_s) == {"process_start", "imports", "artifact_load", "warmup"}
     assert ready.backend == "fake" and ready.pid > 0
     assert fn(model, ["x"]) == ["X"]
+
+
+def test_boot_reports_system_exit_while_loading_as_failed(tmp_path, monkeypatch):
+    import floodway.build.loader
+    import floodway.build.prefetch
+    import floodway.build.store
+
+    app_file = tmp_path / "tiny_app.py"
+    app_file.write_text(APP.format(folder=str(tmp_path)))
+
+    def load(folder, prefetch=None):
+        raise SystemExit("no GPU here")
+
+    monkeypatch.setattr(floodway.build.store.ArtifactStore, "latest", lambda self, ep: tmp_path)
+    monkeypatch.setattr(floodway.build.prefetch, "start_prefetch", lambda folder: None)
+    monkeypatch.setattr(floodway.build.loader, "load", load)
+    monkeypatch.setattr(worker, "_die_with_parent", lambda: None)
+    wire = Wire()
+    assert worker.boot(str(app_file), "shout", str(tmp_path), wire) is None
+    assert wire.messages == [Failed("SystemExit: no GPU here")]
 
 
 # ------------------------------------------------------------ outputs and decoded inputs
@@ -237,7 +329,7 @@ def test_outputs_of_every_kind_travel_as_plain_json():
     assert through_the_pipe(kinds, mixed) == [KINDS[n][1] for n in mixed]
 
 
-def test_list_outputs_may_differ_per_item_but_arrays_of_one_batch_may_not():
+def test_list_outputs_may_differ_per_item():
     def entities(model, texts):
         return [[{"word": w, "score": 1.0} for w in t.split()] for t in texts]
 
@@ -247,14 +339,15 @@ def test_list_outputs_may_differ_per_item_but_arrays_of_one_batch_may_not():
 
 @pytest.mark.parametrize("bad", [{1, 2}, b"bytes", np.array([1 + 2j]), {(1, 2): "tuple key"},
                                  object()])
-def test_an_output_json_cannot_carry_breaks_the_contract_not_the_worker(bad):
+def test_an_output_json_cannot_carry_fails_its_own_item_only(bad):
     def odd(model, texts):
-        return [bad if t == "odd" else t for t in texts]
+        return [bad if t == "odd" else np.full(len(t), 7) for t in texts]
 
-    got = through_the_pipe(odd, ["odd", "fine"])
-    assert all(m.startswith("ContractError: returned a") for m in got)
-    assert "JSON" in got[0]
-    assert through_the_pipe(odd, ["fine"]) == ["fine"]   # the worker goes on
+    got = through_the_pipe(odd, ["other-clients-secret", "odd", "fine"])
+    assert got[1].startswith("ContractError: returned a") and "JSON" in got[1]
+    assert "secret" not in got[1] and "(20,)" not in got[1]   # nothing of the other items
+    assert got[0] == [7] * 20 and got[2] == [7] * 4            # theirs are answered
+    assert through_the_pipe(odd, ["fine"]) == [[7] * 4]        # the worker goes on
 
 
 def png_b64(mode="RGBA", size=(5, 3)) -> str:
