@@ -110,12 +110,13 @@ def _precheck(data: dict, max_inputs: int | None) -> None:
     """Refuse what needs no per-item validation first: unknown fields and too many items
     cost one look, not a validation of every key or item (a 4 MiB body of a million empty
     items would otherwise take a second to refuse)."""
-    if "inputs" not in data:
-        raise RequestError("missing required field 'inputs': send {\"inputs\": [...]}",
-                           status=422, field="inputs")
     unknown = next((k for k in data if k != "inputs"), None)
+    shown = None if unknown is None else unknown if len(unknown) <= 40 else unknown[:40] + "..."
+    if "inputs" not in data:
+        also = "" if shown is None else f" (and {shown!r} is not a field)"
+        raise RequestError(f"missing required field 'inputs'{also}: send "
+                           "{\"inputs\": [...]}", status=422, field="inputs")
     if unknown is not None:
-        shown = unknown if len(unknown) <= 40 else unknown[:40] + "..."
         raise RequestError(f"unknown field {shown!r}: the only field is 'inputs'", status=422,
                            field=shown)
     items = data.get("inputs")

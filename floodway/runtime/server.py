@@ -22,11 +22,11 @@ from floodway.functions.discover import load_app
 from floodway.http.app import make_asgi_app
 from floodway.jobs.local import LocalJobs, default_jobs_path
 from floodway.routers.admission import API_KEYS_ENV, ApiKeys
+from floodway.runtime.example import describe, example_inputs
 from floodway.runtime.pool import Pool
 from floodway.warmers.history import TrafficHistory
 
 log = logging.getLogger("floodway.serve")
-EXAMPLE_TEXTS = ["floodway keeps latency flat through traffic spikes.", "Hello, world!"]
 
 
 def is_loopback(host: str) -> bool:
@@ -77,11 +77,17 @@ def build_server(app_spec: str, *, store: str | Path | None = None,
 
 
 async def _show_example(base: str, endpoint: str, pool: Pool, timeout_s: float) -> None:
-    """Wait until ready, then print a curl line and the start of its real answer."""
+    """Wait until ready, then print a curl line with items of the endpoint's own type
+    (`floodway.runtime.example`) and the start of its real answer."""
     if not await pool.wait_ready(timeout_s):
         print(f"containers not ready after {timeout_s:g} s: {pool.readiness()}", flush=True)
         return
-    body = {"inputs": EXAMPLE_TEXTS}
+    inputs = example_inputs(pool.app[endpoint].fn)
+    if inputs is None:
+        print(f"\nready. (no example request for {endpoint}'s item type; POST "
+              f"{{\"inputs\": [...]}} to {base}/v1/{endpoint})", flush=True)
+        return
+    body = {"inputs": inputs}
     print(f"\nready. try:\n  curl -s -X POST {base}/v1/{endpoint} "
           f"-H 'Content-Type: application/json' -d '{json.dumps(body)}'", flush=True)
     async with httpx.AsyncClient(timeout=30) as client:
@@ -90,7 +96,7 @@ async def _show_example(base: str, endpoint: str, pool: Pool, timeout_s: float) 
     print(f"answer ({r.status_code}, {len(text)} bytes): {text[:160]}...", flush=True)
     if r.status_code == 200:
         outs = r.json()["outputs"]
-        print(f"  {len(outs)} outputs of {len(outs[0])} floats each. Ctrl-C stops the server.\n",
+        print(f"  {len(outs)} outputs, each {describe(outs[0])}. Ctrl-C stops the server.\n",
               flush=True)
 
 

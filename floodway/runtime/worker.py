@@ -148,7 +148,8 @@ def _decoded(fn, batch_id: int, items: list) -> tuple[list, list]:
                 if _fatal(e):
                     raise
                 why = e.errors()[0]["msg"] if hasattr(e, "errors") else str(e)
-                failed.append(ItemError(batch_id, item_id, f"{type(e).__name__}: {why}"))
+                # The input was bad, not the function (which never saw it).
+                failed.append(ItemError(batch_id, item_id, f"InputError: {why}"))
     return ok, failed
 
 
@@ -271,9 +272,11 @@ def boot(app_spec: str, ep_name: str, store_root: str, send: Send) -> tuple[Any,
         send([Phase("warming")])
         t = time.perf_counter()
         warm = _warmup_inputs(ep, model)
-        out = ep.fn(model, warm) if warm else []
-        if len(out) != len(warm):
-            raise RuntimeError(f"warm-up returned {len(out)} outputs for {len(warm)} inputs")
+        if warm:       # the batch contract, checked as for requests: names a None return
+            try:
+                _call(ep.fn, model, warm)
+            except ContractError as e:
+                raise ContractError(f"endpoint {ep.name!r}, warm-up: {e}") from None
         timings["warmup"] = time.perf_counter() - t
     except BaseException as e:  # noqa: BLE001 - report any load failure, then exit
         if _fatal(e):

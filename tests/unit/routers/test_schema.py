@@ -307,3 +307,11 @@ def test_nan_and_infinity_are_not_json(literal):
     e = err(b'{"inputs": [[1.0, ' + literal + b"]]}", list[float])
     assert e.status == 400 and "not valid JSON" in str(e)
     assert literal.lstrip(b"-").decode() in str(e)
+
+
+def test_a_misspelled_inputs_names_both_fields():
+    with pytest.raises(RequestError) as info:
+        parse_predict(b'{"input": ["a"]}')
+    assert info.value.status == 422 and info.value.field == "inputs"
+    assert str(info.value) == ("missing required field 'inputs' (and 'input' is not a field): "
+                               'send {"inputs": [...]}')

@@ -286,6 +286,28 @@ def test_boot_reports_system_exit_while_loading_as_failed(tmp_path, monkeypatch)
     assert wire.messages == [Failed("SystemExit: no GPU here")]
 
 
+def test_boot_names_a_function_that_returns_none_at_warm_up(tmp_path, monkeypatch):
+    """An endpoint body left as ``...`` returns None: the start fails saying so, instead of
+    a TypeError from len()."""
+    import floodway.build.loader
+    import floodway.build.prefetch
+    import floodway.build.store
+
+    app_file = tmp_path / "tiny_app.py"
+    app_file.write_text(APP.format(folder=str(tmp_path)).replace(
+        "    model.calls.append(list(texts))\n    return [t.upper() for t in texts]", "    ..."))
+    monkeypatch.setattr(floodway.build.store.ArtifactStore, "latest", lambda self, ep: tmp_path)
+    monkeypatch.setattr(floodway.build.prefetch, "start_prefetch", lambda folder: None)
+    monkeypatch.setattr(floodway.build.loader, "load",
+                        lambda folder, prefetch=None: SimpleNamespace(backend="fake"))
+    monkeypatch.setattr(worker, "_die_with_parent", lambda: None)
+    wire = Wire()
+    assert worker.boot(str(app_file), "shout", str(tmp_path), wire) is None
+    assert wire.messages[-1] == Failed(
+        "ContractError: endpoint 'shout', warm-up: returned None, not a list of 1 outputs "
+        "(one per input)")
+
+
 # ------------------------------------------------------------ outputs and decoded inputs
 
 def through_the_pipe(fn, inputs: list) -> list:
@@ -389,6 +411,6 @@ def test_an_input_that_does_not_decode_fails_alone():
 
     got = through_the_pipe(sizes, [png_b64(), "bm90IGFuIGltYWdl", png_b64(size=(9, 9))])
     assert got[0] == 5 and got[2] == 9 and seen == [2]   # the good ones ran as one batch
-    assert got[1].startswith("ValidationError: not a PNG, JPEG")
-    assert through_the_pipe(sizes, ["bm90IGFuIGltYWdl"])[0].startswith("ValidationError")
+    assert got[1].startswith("InputError: not a PNG, JPEG")
+    assert through_the_pipe(sizes, ["bm90IGFuIGltYWdl"])[0].startswith("InputError")
     assert seen == [2]   # a batch left empty is not run
