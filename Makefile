@@ -26,7 +26,11 @@ $(STAMP): pyproject.toml
 	# torch pinned in the same command as what pulls it in, so pip takes the CPU build.
 	$(PY) -m pip install -q "torch==2.13.0" -e ".[build,dev]"
 	# Byte-compile as a regular install would: each container start then skips compiling.
-	$(PY) -m compileall -q floodway modal_app.py
+	# Tests and examples too: Python 3.11 before 3.11.8 can raise a spurious SystemError
+	# ("AST constructor recursion depth mismatch", CPython gh-106905) when compiling source
+	# goes wrong midway, e.g. under a finalizer of a test's background thread; files
+	# already compiled are not compiled again.
+	$(PY) -m compileall -q floodway modal_app.py tests examples benchmarks
 	touch $(STAMP)
 
 install: $(STAMP)

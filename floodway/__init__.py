@@ -17,11 +17,12 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "App": "floodway.functions.app",
     "Endpoint": "floodway.functions.endpoint",
-    "Loaded": "floodway.functions.loaded",
+    "Loaded": "floodway.functions.loaded", "Prompt": "floodway.functions.prompts",
     "Array": "floodway.functions.items", "ArraySpec": "floodway.functions.items",
     "ImageSpec": "floodway.functions.items", "Image": "floodway.functions.images",
     "Batching": "floodway.config",
     "Build": "floodway.config",
+    "Generation": "floodway.config",
     "HFModel": "floodway.config",
     "LocalModel": "floodway.config",
     "Route": "floodway.config",
@@ -44,7 +45,8 @@ _EXPORTS = {
 __all__ = [
     "Array", "ArraySpec", "Artifacts", "Image", "ImageSpec", "TensorSpec", "TorchModel",
     "App", "ArtifactError", "Batching", "Build", "BuildError", "ConfigError", "Endpoint",
-    "EndpointError", "FloodwayError", "HFModel", "Loaded", "LocalModel", "Problem",
+    "EndpointError", "FloodwayError", "Generation", "HFModel", "Loaded", "LocalModel", "Problem",
+    "Prompt",
     "RequestError", "Route", "Unauthorized", "Unavailable", "WarmPool", "Window", "__version__",
 ]
 
@@ -53,6 +55,7 @@ if TYPE_CHECKING:
     from floodway.config import (
         Batching,
         Build,
+        Generation,
         HFModel,
         LocalModel,
         Route,
@@ -77,6 +80,7 @@ if TYPE_CHECKING:
     from floodway.functions.images import Image
     from floodway.functions.items import Array, ArraySpec, ImageSpec
     from floodway.functions.loaded import Loaded
+    from floodway.functions.prompts import Prompt
 
 
 def __getattr__(name: str) -> Any:

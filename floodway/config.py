@@ -242,7 +242,38 @@ class Batching(_Config):
         check_num(out, f"{p}.wait_ms", self.wait_ms, 0, MODAL_MAX_BATCH_WAIT_MS)
 
 
+# ---------------------------------------------------------------- generation
+
+MAX_SEQUENCES_LIMIT = 1024
+MAX_NEW_TOKENS_LIMIT = 32768
+
+
+@dataclass(frozen=True)
+class Generation(_Config):
+    """A streaming endpoint's sequences (an endpoint function that yields chunks).
+
+    A container runs at most `max_sequences` sequences at once (its slots: each request
+    input is one sequence, sent to a container on its own). `kv_cache_tokens`: the built-in
+    engine's KV-cache budget in tokens (None: `max_sequences` x `Build.max_seq_len`).
+    `max_new_tokens`: the default, and the cap, of a request's ``max_new_tokens``.
+    The request deadline (``X-Deadline-Ms``, else `Route.timeout_s`) bounds the time to a
+    sequence's first chunk; from then on it runs until it ends, at most `max_stream_s`.
+    """
+
+    max_sequences: int = 8
+    kv_cache_tokens: int | None = None
+    max_new_tokens: int = 256
+    max_stream_s: float = 600
+
+    def _check(self, out: list[Problem], p: str) -> None:
+        check_int(out, f"{p}.max_sequences", self.max_sequences, 1, MAX_SEQUENCES_LIMIT)
+        if self.kv_cache_tokens is not None:
+            check_int(out, f"{p}.kv_cache_tokens", self.kv_cache_tokens, 1, 1 << 30)
+        check_int(out, f"{p}.max_new_tokens", self.max_new_tokens, 1, MAX_NEW_TOKENS_LIMIT)
+        check_num(out, f"{p}.max_stream_s", self.max_stream_s, 0, 86400, lo_open=True)
+
+
 __all__ = [
-    "VALIDATED_ENV", "Batching", "Build", "HFModel", "LocalModel", "ModelSource", "Route",
-    "TensorSpec", "TorchModel", "WarmPool", "Window",
+    "VALIDATED_ENV", "Batching", "Build", "Generation", "HFModel", "LocalModel", "ModelSource",
+    "Route", "TensorSpec", "TorchModel", "WarmPool", "Window",
 ]

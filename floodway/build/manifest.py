@@ -87,6 +87,19 @@ class TaskInfo(_Model):
     labels: list[str] = Field(default_factory=list)   # class names by output index
 
 
+class GenerationInfo(_Model):
+    """What a text-generation build's engine needs beyond the graph (`floodway.generate`):
+    the cache's shape per layer (heads, head_dim), the vocabulary, the end-of-sequence ids
+    and the id put before an empty prompt."""
+
+    layers: int = Field(ge=1)
+    heads: int = Field(ge=1)
+    head_dim: int = Field(ge=1)
+    vocab_size: int = Field(ge=1)
+    eos_token_ids: list[int] = Field(default_factory=list)
+    bos_token_id: int | None = None
+
+
 class Manifest(_Model):
     """Written last at publish time; its presence marks a complete build.
 
@@ -112,6 +125,7 @@ class Manifest(_Model):
     skipped: dict[str, str] = Field(default_factory=dict)   # stage -> why it did not run
     parity: list[ParityCheck] = Field(default_factory=list)
     timings_s: dict[str, float] = Field(default_factory=dict)
+    generation: GenerationInfo | None = None    # text-generation builds only
 
     def write(self, folder: Path) -> Path:
         path = folder / MANIFEST_NAME

@@ -12,6 +12,7 @@ from typing import Any
 from floodway.build.manifest import (
     EngineEntry,
     FileEntry,
+    GenerationInfo,
     Hardware,
     IOSignature,
     Manifest,
@@ -68,7 +69,8 @@ def make_manifest(*, ep: Any, key: str, files: dict[str, str], tools: dict[str, 
                   engines: list[EngineEntry] | None = None,
                   skipped: dict[str, str] | None = None,
                   parity: list[dict[str, Any]] | None = None,
-                  timings: dict[str, float] | None = None) -> Manifest:
+                  timings: dict[str, float] | None = None,
+                  generation: dict[str, Any] | None = None) -> Manifest:
     """The manifest of the build being published from `staging` (see `Manifest`)."""
     return Manifest(
         endpoint=ep.name, build_key=key, created_at=datetime.now(UTC).isoformat(),
@@ -79,7 +81,8 @@ def make_manifest(*, ep: Any, key: str, files: dict[str, str], tools: dict[str, 
                           tensorrt_version=hw.tensorrt_version),
         io=io_signature(io), max_seq_len=max_seq_len, artifacts=artifacts_of(staging),
         engines=engines or [], skipped=skipped or {},
-        parity=[ParityCheck(**c) for c in parity or []], timings_s=timings or {})
+        parity=[ParityCheck(**c) for c in parity or []], timings_s=timings or {},
+        generation=GenerationInfo(**generation) if generation else None)
 
 
 __all__ = ["artifacts_of", "engine_entry", "io_signature", "make_manifest", "source_info",

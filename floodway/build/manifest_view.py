@@ -46,6 +46,18 @@ class InputRef:
 
 
 @dataclass(frozen=True)
+class GenerationRef:
+    """A text-generation build's cache shape and special ids (`manifest.GenerationInfo`)."""
+
+    layers: int
+    heads: int
+    head_dim: int
+    vocab_size: int
+    eos_token_ids: tuple[int, ...] = ()
+    bos_token_id: int | None = None
+
+
+@dataclass(frozen=True)
 class ManifestView:
     endpoint: str
     build_key: str
@@ -61,6 +73,7 @@ class ManifestView:
     outputs: tuple[str, ...] = ()
     labels: tuple[str, ...] = ()
     factory: str | None = None      # a user's module: "pkg.module:factory"
+    generation: GenerationRef | None = None     # text-generation builds only
 
     @classmethod
     def parse(cls, raw: bytes | str) -> ManifestView:
@@ -120,7 +133,24 @@ class ManifestView:
                             for k, v in skipped.items()},
                    task=_str(task.get("name", "feature-extraction"), "task.name"),
                    runtime=runtime, input_specs=specs, outputs=outputs, labels=labels,
-                   factory=_factory(d))
+                   factory=_factory(d), generation=_generation(d.get("generation")))
+
+
+def _generation(v: Any) -> GenerationRef | None:
+    if v is None:
+        return None
+    g = _obj(v, "generation")
+    dims = {}
+    for k in ("layers", "heads", "head_dim", "vocab_size"):
+        if not _is_int(g.get(k)) or g[k] < 1:
+            raise ArtifactError(f"manifest.json: generation.{k} = {g.get(k)!r} is not a count")
+        dims[k] = g[k]
+    eos = _list(g.get("eos_token_ids", []), "generation.eos_token_ids")
+    bos = g.get("bos_token_id")
+    if not all(_is_int(e) for e in eos) or not (bos is None or _is_int(bos)):
+        raise ArtifactError(f"manifest.json: generation token ids {eos!r}, {bos!r} are not "
+                            "integers")
+    return GenerationRef(**dims, eos_token_ids=tuple(eos), bos_token_id=bos)
 
 
 def _factory(d: dict[str, Any]) -> str | None:

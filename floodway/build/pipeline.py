@@ -255,11 +255,12 @@ class _Build:
         ctx, task = self.ctx(), self.task
         specs = task.graph_inputs(ctx)
         names = [s.name for s in specs]
-        outputs = self.src.outputs if isinstance(self.src, TorchModel) else task.outputs
+        outputs = (self.src.outputs if isinstance(self.src, TorchModel)
+                   else task.output_names(ctx))
         axes = {s.name: s.dynamic_axes() for s in specs}
         axes.update(task.output_axes(ctx))
-        graph = export.graph_module(self.model(), names, outputs,
-                                    keywords=not isinstance(self.src, TorchModel))
+        graph = task.graph(self.model(), names, outputs,
+                           keywords=not isinstance(self.src, TorchModel))
         export.export_onnx(graph, d / ONNX_FILE, example=task.example_inputs(ctx), names=names,
                            outputs=outputs, axes=axes, opset=self.ep.build.opset)
         (d / IO_FILE).write_text(json.dumps(export.read_io(d / ONNX_FILE)))
@@ -285,8 +286,8 @@ class _Build:
         max_len = task.max_seq_len(ctx)
         names = [s["name"] for s in io["inputs"]]
         outputs = [s["name"] for s in io["outputs"]]
-        graph = export.graph_module(self.model(), names, outputs,
-                                    keywords=not isinstance(self.src, TorchModel))
+        graph = task.graph(self.model(), names, outputs,
+                           keywords=not isinstance(self.src, TorchModel))
         cases = task.parity_cases(ctx, max_len)
         checks = list(task.extra_checks(ctx))
         for folder, file in ((exp, ONNX_FILE), (opt, OPT_FILE)):
@@ -309,7 +310,11 @@ class _Build:
                              staging=staging, io=io, max_seq_len=parity["max_seq_len"],
                              task=task_info(self.task, self.atol, tuple(parity["labels"])),
                              engines=engines, skipped=self.skipped, parity=parity["checks"],
-                             timings=self.timings)
+                             timings=self.timings, generation=self._generation_info())
+
+    def _generation_info(self) -> dict[str, Any] | None:
+        info = getattr(self.task, "generation_info", None)
+        return info(self.folder) if info is not None and self.folder is not None else None
 
 
 def build_endpoint(ep: Endpoint, store: ArtifactStore | None = None, *,

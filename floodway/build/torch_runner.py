@@ -32,7 +32,6 @@ def runner(folder: Path, manifest: Any, *, mode: str = "read"):
     import torch
 
     from floodway import tasks
-    from floodway.build.export import graph_module
 
     task = tasks.get(manifest.task)
     if task.name == tasks.TORCH_MODULE:
@@ -54,8 +53,8 @@ def runner(folder: Path, manifest: Any, *, mode: str = "read"):
     if missing:
         raise ArtifactError(f"snapshot lacks {len(missing)} tensors, e.g. {missing[:3]}")
     names, outputs = manifest.inputs, manifest.outputs or task.outputs
-    graph = graph_module(model.float().eval(), names, outputs,
-                         keywords=task.name != tasks.TORCH_MODULE)
+    graph = task.graph(model.float().eval(), names, outputs,
+                       keywords=task.name != tasks.TORCH_MODULE)
 
     def run(feeds):
         with torch.inference_mode():

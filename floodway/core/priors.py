@@ -18,6 +18,21 @@ defined here once, for the local runtime, the Modal router and warmers, and the 
   measured batches (`floodway.routers.decide.ServiceTime.fit`).
 - `SERVICE_PRIOR_S`: the same prior for one request of one row, as the warm-pool policies'
   Little's-law sizing reads it (`floodway.warmers.target.Measured.service_s`).
+
+Generation (streaming endpoints, `floodway.core.generation`):
+
+- `PREFILL_PRIOR`: seconds to prefill one prompt of `rows` tokens, 10 ms + 1 ms per token
+  (1,000 prompt tokens/s): a conservative guess for a small decoder on CPU cores. A GPU
+  prefills thousands of tokens per second (vLLM, Kwon et al., SOSP 2023: the prompt phase
+  is compute-bound and parallel over its tokens), so measured prompts only ever lower it.
+- `DECODE_STEP_PRIOR`: seconds of one decode step (one token for every active sequence) with
+  `rows` active sequences, 20 ms + 2 ms per sequence: decoding is memory-bound, so a step's
+  fixed cost (reading the weights once) dominates and each sequence adds its KV-cache reads
+  (Orca, Yu et al., OSDI 2022; vLLM). At 8 sequences that is 222 tokens/s (36 ms a step);
+  a GPU is faster, and the measured fit replaces it after the first steps.
+- `GENERATED_TOKENS_PRIOR` (128): generated tokens per request before any request finished,
+  half of the default `max_new_tokens` cap (256): what a request costs the warm-pool sizing.
+- `PROMPT_TOKENS_PRIOR` (256): prompt tokens per request before any was measured.
 """
 
 from __future__ import annotations
@@ -27,5 +42,10 @@ from floodway.routers.decide import ServiceTime
 COLD_START_PRIOR_S = 30.0
 SERVICE_PRIOR = ServiceTime(per_row_s=0.005, per_batch_s=0.02)
 SERVICE_PRIOR_S = SERVICE_PRIOR.seconds(1)
+PREFILL_PRIOR = ServiceTime(per_row_s=0.001, per_batch_s=0.01)
+DECODE_STEP_PRIOR = ServiceTime(per_row_s=0.002, per_batch_s=0.02)
+GENERATED_TOKENS_PRIOR = 128
+PROMPT_TOKENS_PRIOR = 256
 
-__all__ = ["COLD_START_PRIOR_S", "SERVICE_PRIOR", "SERVICE_PRIOR_S"]
+__all__ = ["COLD_START_PRIOR_S", "DECODE_STEP_PRIOR", "GENERATED_TOKENS_PRIOR", "PREFILL_PRIOR",
+           "PROMPT_TOKENS_PRIOR", "SERVICE_PRIOR", "SERVICE_PRIOR_S"]

@@ -25,6 +25,10 @@ from floodway.http.protocols import Clock
 # A per-row output of the GPU class that stands for "this item raised" (a bad item fails
 # alone; raising would fail every row of its Modal batch): {ITEM_ERROR: "Type: message"}.
 ITEM_ERROR = "__floodway_item_error__"
+# A job's rows wait in Modal's queue with no client waiting; Modal's function timeout is
+# the hard stop (JOB_TIMEOUT_S, set in to_modal), this the router-side one just below it.
+JOB_TIMEOUT_S = 3600
+JOB_ROWS_TIMEOUT_S = JOB_TIMEOUT_S - 60
 # Errors of the Modal client itself (not of the endpoint): the row may succeed on a retry.
 TRANSIENT = (modal.exception.ConnectionError, modal.exception.ServiceError,
              modal.exception.InternalError, modal.exception.ResourceExhaustedError)
@@ -90,4 +94,21 @@ class ModalPending:
         return [row_result(self.endpoint, c) for c in calls]
 
 
-__all__ = ["ITEM_ERROR", "TRANSIENT", "ModalPending", "row_result"]
+async def run_job_rows(backend: Any, endpoint: str, inputs: list[Any]) -> list[Any]:
+    """The body of the ``run_job`` Modal function: every row through `backend` -> outputs.
+
+    Raises EndpointError naming the first failed row when any failed (the job fails as a
+    whole, as a local job does), TimeoutError past `JOB_ROWS_TIMEOUT_S`.
+    """
+    results = await backend.run(endpoint, inputs, timeout_s=JOB_ROWS_TIMEOUT_S, priority=0,
+                                tenant="jobs")
+    failed = [(i, r) for i, r in enumerate(results) if isinstance(r, BaseException)]
+    if failed:
+        i, err = failed[0]
+        raise EndpointError(f"{len(failed)} of {len(results)} inputs failed; first: "
+                            f"inputs[{i}]: {err}")
+    return results
+
+
+__all__ = ["ITEM_ERROR", "JOB_ROWS_TIMEOUT_S", "JOB_TIMEOUT_S", "TRANSIENT", "ModalPending",
+           "row_result", "run_job_rows"]

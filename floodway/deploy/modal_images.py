@@ -22,7 +22,7 @@ import modal
 SERVING_PACKAGES = (
     "numpy", "tokenizers", "safetensors", "huggingface_hub", "pydantic",
     "starlette", "uvicorn", "httpx", "typer", "rich", "prometheus_client", "croniter", "orjson",
-    "pillow",
+    "pillow", "jinja2",
 )
 PYTHON_VERSION = "3.11"
 # The build extras (pyproject's ``build`` and ``tensorrt`` extras). torch is whichever wheel pip

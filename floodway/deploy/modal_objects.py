@@ -8,8 +8,10 @@ GPU, memory-snapshotted (and its GPU memory too with ``gpu_memory_snapshot=True`
 settings, ``@modal.concurrent(max_inputs=container_slots(ep))`` as its input concurrency (the
 batches one container runs at once, which `ModalBackend` models exactly), the artifact Volume
 mounted read-only, and one `@modal.batched` method ``predict(inputs: list) -> list``
-(`floodway.deploy.modal_worker`: the build is prepared before the memory snapshot and its
-backend opened where the GPU is attached). Its image is the serving image, plus TensorRT when
+(a streaming endpoint: the generator method ``stream(item)`` instead, its input concurrency
+``Generation.max_sequences``; `floodway.deploy.modal_stream`) (`floodway.deploy.modal_worker`:
+the build is prepared before the memory snapshot and its backend opened where the GPU is
+attached). Its image is the serving image, plus TensorRT when
 the endpoint's build makes engines on a GPU (unless an `image` is given: that one is used as
 it is). Then one CPU function ``router`` serving
 `make_asgi_app` (the local router's HTTP surface) with `ModalBackend`

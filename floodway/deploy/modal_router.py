@@ -44,6 +44,10 @@ way to another caller, so a request handed off near its deadline is submitted ag
 job (`ModalPending.dispatched` is always False). Batches form inside the Modal containers,
 out of the router's sight: `add_batch_listener` accepts a listener and never calls it.
 
+Streaming endpoints (`floodway.deploy.modal_stream`): `enqueue` starts one
+``stream.remote_gen.aio(item)`` per input and returns the same `StreamPending` as the local
+pool; a stream closed early cancels its Modal calls. Each sequence counts as one in-flight row.
+
 Known gaps: whether ``num_total_runners`` includes booting containers is not documented
 (all count as warm). With ``min_containers=0`` and no runner, a sync request whose deadline
 is shorter than the cold start becomes a job (which starts a container) or is shed.
@@ -66,8 +70,15 @@ from floodway.core.estimators import (
     ColdStartEstimator,
     ServiceEstimator,
 )
+from floodway.core.generation import GenerationEstimator
 from floodway.core.snapshot import ContainerLoad, QueueLoad, build_snapshot, pipeline_slots
-from floodway.deploy.modal_calls import ITEM_ERROR, ModalPending
+from floodway.deploy.modal_calls import (
+    ITEM_ERROR,
+    JOB_ROWS_TIMEOUT_S,
+    JOB_TIMEOUT_S,
+    ModalPending,
+    run_job_rows,
+)
 from floodway.deploy.modal_jobs import ModalJobs
 from floodway.deploy.modal_kv import KV, MemoryKV, ModalDictKV
 from floodway.deploy.modal_stats import (
@@ -79,7 +90,14 @@ from floodway.deploy.modal_stats import (
     record_cold_start,
     service_key,
 )
-from floodway.errors import EndpointError, FloodwayError, Unavailable
+from floodway.deploy.modal_stream import (
+    is_streaming,
+    max_sequences,
+    max_stream_s,
+    modal_stream_snapshot,
+    stream_pending,
+)
+from floodway.errors import FloodwayError, Unavailable
 from floodway.functions.app import App
 from floodway.http.protocols import SYSTEM_CLOCK, BatchListener, Clock
 from floodway.routers.admission import API_KEYS_ENV, ApiKeys
@@ -89,10 +107,6 @@ log = logging.getLogger(__name__)
 
 PUBLIC_ROUTER_ENV = "FLOODWAY_PUBLIC_ROUTER"
 COLD_REFRESH_S = 30.0         # how often the router re-reads the cold-start samples
-# A job's rows wait in Modal's queue with no client waiting; Modal's function timeout is
-# the hard stop (JOB_TIMEOUT_S, set in to_modal), this the router-side one just below it.
-JOB_TIMEOUT_S = 3600
-JOB_ROWS_TIMEOUT_S = JOB_TIMEOUT_S - 60
 
 
 def router_api_keys(environ: Mapping[str, str] | None = None) -> ApiKeys:
@@ -113,9 +127,13 @@ def router_api_keys(environ: Mapping[str, str] | None = None) -> ApiKeys:
 
 
 def container_slots(ep: Any) -> int:
-    """Batches one container of endpoint `ep` runs at once on Modal: `pipeline_slots` of its
-    ``Route.max_inflight_per_container``. `to_modal` declares it as the class's input
-    concurrency and `ModalBackend` models each runner with it, so the two cannot differ."""
+    """Inputs one container of endpoint `ep` runs at once on Modal: the batches, `pipeline_slots`
+    of its ``Route.max_inflight_per_container``; for a streaming endpoint the sequences,
+    ``Generation.max_sequences`` (`floodway.deploy.modal_stream.max_sequences`). `to_modal`
+    declares it as the class's input concurrency and `ModalBackend` models each runner with
+    it, so the two cannot differ."""
+    if is_streaming(ep):
+        return max_sequences(ep)
     return pipeline_slots(ep.route.max_inflight_per_container)
 
 
@@ -152,6 +170,7 @@ class _Endpoint:
     service: ServiceEstimator = field(default_factory=ServiceEstimator)
     arrivals: ArrivalRate = field(default_factory=ArrivalRate)
     request_rows: deque = field(default_factory=lambda: deque(maxlen=SERVICE_SAMPLES))
+    generation: GenerationEstimator = field(default_factory=GenerationEstimator)
 
     def mean_rows(self) -> float:
         rows = self.request_rows
@@ -162,8 +181,9 @@ class ModalBackend:
     """The http `Backend` over Modal classes (see the module doc).
 
     `classes`: endpoint name -> its Modal class (``Cls().predict`` is the `@modal.batched`
-    method taking one row per call). `clock`: its ``monotonic()`` times the stats, starts
-    and round trips, and request timeouts are measured on it (`floodway.http.clock.within`).
+    method taking one row per call; a streaming endpoint's class has the generator method
+    ``stream`` instead). `clock`: its ``monotonic()`` times the stats, starts and round
+    trips, and request timeouts are measured on it (`floodway.http.clock.within`).
     `stats_ttl_s`: how old the cached stats may get before a refresh starts. `stats`: where
     cold-start samples are read (default: the ``floodway-stats`` Modal Dict).
     """
@@ -183,6 +203,11 @@ class ModalBackend:
             self._objs[endpoint] = self._classes[endpoint]()
         return self._objs[endpoint]
 
+    def _method(self, endpoint: str) -> Any:
+        """The class's one method: ``stream`` for a streaming endpoint, else ``predict``."""
+        obj = self._obj(endpoint)
+        return obj.stream if is_streaming(self.app[endpoint]) else obj.predict
+
     # ------------------------------------------------------------ stats
 
     async def refresh(self, endpoint: str) -> None:
@@ -191,7 +216,7 @@ class ModalBackend:
         st = self._eps[endpoint]
         st.refreshing, st.tried_at = True, self.clock.monotonic()
         try:
-            stats = await self._obj(endpoint).predict.get_current_stats.aio()
+            stats = await self._method(endpoint).get_current_stats.aio()
             runners = int(stats.num_total_runners)
             if st.runners is not None and runners > st.runners:
                 del st.cold_asked[:runners - st.runners]     # the starts we asked for arrived
@@ -254,6 +279,20 @@ class ModalBackend:
         return build_snapshot(now, ep, loads, queue, service=st.service.fit,
                               cold_start_s=cold, arrival_rows_per_s=st.arrivals.rate(now))
 
+    def stream_snapshot(self, endpoint: str) -> Any:
+        """A streaming endpoint's state for `decide_stream()`, from the same cached stats
+        and in-flight counts (`floodway.deploy.modal_stream.modal_stream_snapshot`; the
+        generation model is the priors': Modal's containers report no step times here)."""
+        ep, st, now = self.app[endpoint], self._eps[endpoint], self.clock.monotonic()
+        self._maybe_refresh(endpoint, now)
+        cold = st.cold.estimate_s()
+        st.cold_asked = [t for t in st.cold_asked if now - t < cold]
+        runners = st.runners if st.runners is not None else ep.warm.min_containers
+        return modal_stream_snapshot(
+            now, ep, runners=runners, inflight=st.inflight_rows,
+            asked_for_s=[now - t for t in st.cold_asked], backlog=st.backlog,
+            tenants=st.inflight, model=st.generation.model, cold_start_s=cold)
+
     def start_cold(self, endpoint: str) -> bool:
         """Note one more container as starting; False at ``max_containers``. Modal's
         autoscaler starts it when the rows queue (see the module doc): no call is made."""
@@ -271,16 +310,18 @@ class ModalBackend:
     # ------------------------------------------------------------ work
 
     def enqueue(self, endpoint: str, inputs: list[Any], *, timeout_s: float,
-                priority: int = 1, tenant: str = "anonymous") -> ModalPending:
+                priority: int = 1, tenant: str = "anonymous") -> Any:
         """Start one ``predict.remote.aio(row)`` per row now and count them in flight at once
         (synchronously, so a burst's next decision already sees them, and in the arrival
-        rate); return the `ModalPending` of the results. The counts drop when the last call
+        rate); return the `ModalPending` of the results. For a streaming endpoint, one
+        ``stream.remote_gen.aio(item)`` per input instead, returning its `StreamPending`
+        (`floodway.deploy.modal_stream.stream_pending`). The counts drop when the last call
         ends, whether or not the pending work is ever awaited. `priority` has no effect on
         Modal (one FIFO input queue per class). Raises Unavailable for an endpoint without a
         Modal class."""
         if endpoint not in self._classes:
             raise Unavailable(f"no Modal class for endpoint {endpoint!r}")
-        st, obj, n = self._eps[endpoint], self._obj(endpoint), len(inputs)
+        st, method, n = self._eps[endpoint], self._method(endpoint), len(inputs)
         now = self.clock.monotonic()
         st.arrivals.record(now, n)
         st.inflight_rows += n
@@ -295,11 +336,20 @@ class ModalBackend:
                 if st.inflight[tenant] <= 0:
                     del st.inflight[tenant]
 
-        calls = [asyncio.ensure_future(obj.predict.remote.aio(x)) for x in inputs]
+        ep = self.app[endpoint]
+        stream = None
+        if is_streaming(ep):
+            stream = stream_pending(endpoint, method, inputs, clock=self.clock,
+                                    timeout_s=timeout_s, max_stream_s=max_stream_s(ep))
+            calls = list(stream.futures)
+        else:
+            calls = [asyncio.ensure_future(method.remote.aio(x)) for x in inputs]
         for c in calls:
             c.add_done_callback(release)
         if not calls:
             release()
+        if stream is not None:
+            return stream
         return ModalPending(endpoint, calls, timeout_s, now, self.clock,
                             lambda rows, seconds: self._answered(endpoint, rows, seconds))
 
@@ -321,11 +371,16 @@ class ModalBackend:
     def readiness(self) -> dict[str, Any]:
         """Always ready: Modal starts containers on demand. Detail from the cached stats:
         ``endpoints`` (a "ready" entry per runner, as the metrics expect), ``queues`` and
-        ``modal`` (runners, backlog, in-flight rows, stats age, cold start, last error)."""
+        ``modal`` (runners, backlog, in-flight rows, stats age, cold start, last error);
+        ``sequences`` per streaming endpoint: its sequences in flight (the KV-cache fields
+        0: the containers do not report theirs to the router)."""
         now = self.clock.monotonic()
         out: dict[str, Any] = {"ready": True, "backend": "modal", "endpoints": {},
-                               "queues": {}, "modal": {}}
+                               "queues": {}, "modal": {}, "sequences": {}}
         for name, st in self._eps.items():
+            if is_streaming(self.app[name]):     # the router's own count; no KV reported
+                out["sequences"][name] = {"active": st.inflight_rows, "kv_cache_tokens": 0,
+                                          "kv_cache_capacity": 0}
             runners = st.runners or 0
             out["endpoints"][name] = [{"id": f"runner-{i}", "state": "ready"}
                                       for i in range(runners)]
@@ -337,23 +392,7 @@ class ModalBackend:
         return out
 
 
-async def run_job_rows(backend: ModalBackend, endpoint: str, inputs: list[Any]) -> list[Any]:
-    """The body of the ``run_job`` Modal function: every row through `backend` -> outputs.
-
-    Raises EndpointError naming the first failed row when any failed (the job fails as a
-    whole, as a local job does), TimeoutError past `JOB_ROWS_TIMEOUT_S`.
-    """
-    results = await backend.run(endpoint, inputs, timeout_s=JOB_ROWS_TIMEOUT_S, priority=0,
-                                tenant="jobs")
-    failed = [(i, r) for i, r in enumerate(results) if isinstance(r, BaseException)]
-    if failed:
-        i, err = failed[0]
-        raise EndpointError(f"{len(failed)} of {len(results)} inputs failed; first: "
-                            f"inputs[{i}]: {err}")
-    return results
-
-
-__all__ = ["BOOT_S", "COLD_SAMPLES", "ITEM_ERROR", "KV", "STATS_DICT", "MemoryKV",
-           "ModalBackend", "ModalDictKV", "ModalJobs", "ModalPending", "container_slots",
-           "record_cold_start",
-           "router_api_keys", "run_job_rows", "runner_loads"]
+__all__ = ["BOOT_S", "COLD_SAMPLES", "ITEM_ERROR", "JOB_ROWS_TIMEOUT_S", "JOB_TIMEOUT_S", "KV",
+           "STATS_DICT", "MemoryKV", "ModalBackend", "ModalDictKV", "ModalJobs", "ModalPending",
+           "container_slots", "record_cold_start", "router_api_keys", "run_job_rows",
+           "runner_loads"]

@@ -31,12 +31,17 @@ The ``@modal.batched`` method ``predict`` runs a batch, a failing item answering
 once, each on its own thread: ``predict`` keeps no state between calls, ONNX Runtime's
 ``session.run`` may be called from several threads, and the TensorRT runner takes turns
 (`floodway.build.trt.engine_runner`).
+
+A streaming endpoint (a generator function) gets the async generator method ``stream`` instead,
+one call per input, yielding its chunks (`floodway.deploy.modal_stream.container_chunks`);
+the class's input concurrency is then the sequences one container runs at once
+(``Generation.max_sequences``), and Modal cancels one input by cancelling its task.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import modal
@@ -44,6 +49,7 @@ import modal
 from floodway.deploy.modal_build import _store_root
 from floodway.deploy.modal_calls import ITEM_ERROR
 from floodway.deploy.modal_stats import record_cold_start
+from floodway.deploy.modal_stream import container_chunks, is_streaming
 from floodway.functions.endpoint import Endpoint
 
 
@@ -141,18 +147,30 @@ class _Hooks:
 
 def worker_class(ep: Endpoint, artifacts_path: str, *,
                  hardware: Callable[[], Any] | None = None) -> type:
-    """The plain Python class behind an endpoint's Modal class (not yet decorated by the App).
+    """The plain Python class behind an endpoint's Modal class (not yet decorated by the App):
+    the enter hooks, then ``predict`` (a batched method), or for a streaming endpoint
+    (`floodway.deploy.modal_stream.is_streaming`) the generator method ``stream`` instead
+    (a class with a batched method may have no other method).
 
     `hardware`: how the device is detected when the backend is opened (default:
     `floodway.build.hardware.fresh_detect`, looked up when it runs).
     """
-    batching = ep.batching
     bound = {"ep": ep, "artifacts_path": artifacts_path, "expect": "gpu" if ep.gpu else "cpu",
              "early_open": opens_before_snapshot(ep)}
     if hardware is not None:
         bound["detect_now"] = staticmethod(hardware)
+    base = _entered()
+    worker = _streaming_worker(base) if is_streaming(ep) else _batched_worker(base, ep)
+    for name, value in bound.items():
+        setattr(worker, name, value)
+    return worker
 
-    class Worker(_Hooks):
+
+def _entered() -> type:
+    """`_Hooks` with its enter hooks declared (a fresh class per endpoint: Modal keeps
+    state on the decorated methods)."""
+
+    class Entered(_Hooks):
         @modal.enter(snap=True)
         def load(self) -> None:
             """Before the memory snapshot: `prepare` the latest build, or open it for an
@@ -171,6 +189,13 @@ def worker_class(ep: Endpoint, artifacts_path: str, *,
             already; on Modal, record this start for the router's cold-start estimate."""
             self._enter_gpu()
 
+    return Entered
+
+
+def _batched_worker(base: type, ep: Endpoint) -> type:
+    batching = ep.batching
+
+    class Worker(base):  # type: ignore[valid-type, misc]
         # Modal takes whole milliseconds: the nearest, not the floor (2.7 ms -> 3, not 2).
         @modal.batched(max_batch_size=batching.max_batch_rows, wait_ms=round(batching.wait_ms))
         def predict(self, inputs: list) -> list:
@@ -181,8 +206,22 @@ def worker_class(ep: Endpoint, artifacts_path: str, *,
             """
             return self._predict(inputs)
 
-    for name, value in bound.items():
-        setattr(Worker, name, value)
+    return Worker
+
+
+def _streaming_worker(base: type) -> type:
+
+    class Worker(base):  # type: ignore[valid-type, misc]
+        @modal.method()
+        async def stream(self, item: Any) -> AsyncIterator[Any]:
+            """One input of a streaming endpoint (its wire form) -> its chunks as JSON values,
+            after a first ``{CALL_HEADER: call id}``; a failure ends the stream with
+            ``{ITEM_ERROR: "Type: message"}`` (`floodway.deploy.modal_stream`). Async, so
+            that Modal cancels one input by cancelling its task (a sync method with input
+            concurrency would be cancelled by interrupting the whole container)."""
+            async for chunk in container_chunks(self.ep.fn, self.model, item):
+                yield chunk
+
     return Worker
 
 

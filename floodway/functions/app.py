@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from floodway.config import Batching, Build, Route, WarmPool
+from floodway.config import Batching, Build, Generation, Route, WarmPool
 from floodway.errors import ConfigError, Problem
 from floodway.functions.endpoint import Endpoint, make_endpoint
 from floodway.sources import ModelSource
@@ -35,6 +35,7 @@ class App:
                  warm: WarmPool | None = None, route: Route | None = None,
                  batching: Batching | None = None, gpu_memory_snapshot: bool = False,
                  load: Callable[[Any], Any] | None = None,
+                 generation: Generation | None = None,
                  ) -> Callable[[Callable[..., Any]], Endpoint]:
         """Define an endpoint from a function `fn(model, inputs: list[T]) -> list[R]`.
 
@@ -48,6 +49,13 @@ class App:
         the GPU's memory too, so that a restored container starts with its engine, CUDA
         session or `load` result already on the GPU (Modal's GPU Memory Snapshots, an alpha
         feature; needs `gpu`).
+
+        A generator (or async generator) function ``fn(model, item: T)`` makes a streaming
+        endpoint: called once per input, it yields chunks (any JSON value), streamed to
+        clients that ask (SSE, NDJSON) and combined for those that do not
+        (`floodway.functions.streams.combine`). `generation` (`fw.Generation`, default for
+        a streaming endpoint; a ConfigError on another): its sequences per container, the
+        cap of a request's new tokens, how long a stream may run.
         Raises ConfigError naming the endpoint, each bad field, its value and the allowed range.
         """
 
@@ -55,7 +63,8 @@ class App:
             ep = make_endpoint(fn, name=name, model=model, build=build or Build(), gpu=gpu,
                                warm=warm or WarmPool(), route=route or Route(),
                                batching=batching or Batching(),
-                               gpu_memory_snapshot=gpu_memory_snapshot, load=load)
+                               gpu_memory_snapshot=gpu_memory_snapshot, load=load,
+                               generation=generation)
             if ep.name in self._endpoints:
                 used = Problem("name", ep.name, f"a name not already used in App {self.name!r}")
                 raise ConfigError(ep.name, [used])

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from floodway.config import Batching, Build, Route, WarmPool
+from floodway.config import Batching, Build, Generation, Route, WarmPool
 from floodway.errors import ConfigError, Problem
 from floodway.functions.items import (
     ITEM_TYPES,
@@ -27,6 +27,8 @@ from floodway.functions.items import (
 from floodway.sources import HFModel, LocalModel, ModelSource, TorchModel
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
+# /v1/jobs/<id> and the OpenAI-compatible routes (floodway.http.openai) are matched first.
+RESERVED_NAMES = frozenset({"models", "embeddings", "completions", "chat", "jobs"})
 # Modal's GPU type names (modal.gpu docs); an optional ":N" asks for N GPUs.
 MODAL_GPUS = ("T4", "L4", "A10", "A10G", "A100", "A100-40GB", "A100-80GB", "L40S",
               "H100", "H100!", "H200", "B200")
@@ -37,7 +39,9 @@ _GPU_RE = re.compile(r"^(?P<kind>[A-Za-z0-9!-]+?)(:(?P<count>[1-8]))?$")
 class Endpoint:
     """One model endpoint.
 
-    `fn(model, inputs: list[T]) -> list[R]` returns one output per input, in order. `model`
+    `fn(model, inputs: list[T]) -> list[R]` returns one output per input, in order; a
+    streaming endpoint's `fn(model, item: T)` (a generator or async generator function) is
+    called once per input and yields its output in chunks (`streaming`, `generation`). `model`
     is a `floodway.Loaded` (the built graph, opened by floodway) unless the endpoint brings
     its own runtime (`own_runtime`): then it is what `load(artifacts)` returned, or None
     when there is neither `load` nor a model source. `input_type` is T (from the annotation,
@@ -57,6 +61,7 @@ class Endpoint:
     input_type: Any
     gpu_memory_snapshot: bool = False
     load: Callable[[Any], Any] | None = None
+    generation: Generation | None = None
 
     def __call__(self, model: Any, inputs: list[Any]) -> list[Any]:
         return self.fn(model, inputs)
@@ -68,8 +73,19 @@ class Endpoint:
         return self.load is not None or self.model is None
 
     @property
+    def streaming(self) -> bool:
+        """Whether `fn` yields chunks (a generator or async generator function): one item
+        per call, its output streamed; `generation` is then its fw.Generation."""
+        return is_streaming(self.fn)
+
+    @property
     def module_file(self) -> str | None:
         return inspect.getsourcefile(self.fn)
+
+
+def is_streaming(fn: object) -> bool:
+    """Whether `fn` is a generator or async generator function (a streaming endpoint)."""
+    return inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn)
 
 
 def _input_type(fn: Callable[..., Any], out: list[Problem]) -> Any:
@@ -80,9 +96,11 @@ def _input_type(fn: Callable[..., Any], out: list[Problem]) -> Any:
         return Any
     params = [p for p in sig.parameters.values()
               if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    streams = is_streaming(fn)
     if len(params) != 2 or len(sig.parameters) != 2:
+        shape = "(model, item: T), yielding chunks" if streams else "(model, inputs: list[T])"
         out.append(Problem("function", f"{fn.__name__}{sig}",
-                           "a function of exactly two parameters: (model, inputs: list[T])"))
+                           f"a function of exactly two parameters: {shape}"))
         return Any
     try:
         hints = typing.get_type_hints(fn, include_extras=True)   # keep fw.Image's spec
@@ -95,6 +113,8 @@ def _input_type(fn: Callable[..., Any], out: list[Problem]) -> Any:
     ann = hints.get(params[1].name, Any)
     if ann is Any:
         return Any
+    if streams:
+        return _stream_item_type(ann, f"function.{params[1].name}", out)
     if typing.get_origin(ann) is list:
         args = typing.get_args(ann)
         why = check(args[0]) if args else None
@@ -106,6 +126,45 @@ def _input_type(fn: Callable[..., Any], out: list[Problem]) -> Any:
     out.append(Problem(f"function.{params[1].name}", ann,
                        "an annotation of the form list[T] (one T per input row)"))
     return Any
+
+
+def _stream_item_type(ann: Any, field: str, out: list[Problem]) -> Any:
+    """T of a streaming function's ``item: T``: one item per call, never a list."""
+    if typing.get_origin(ann) is list:
+        out.append(Problem(field, ann, "an item type T, not list[T]: a streaming endpoint "
+                                       "(a function that yields) is called with one item "
+                                       "per call"))
+        return Any
+    why = check(ann)
+    if why is not None:
+        out.append(Problem(field, ann, f"an item type: {ITEM_TYPES} ({why})"))
+        return Any
+    return ann
+
+
+def _check_generation(fn: Callable[..., Any], model: object, load: object,
+                      generation: object, out: list[Problem]) -> None:
+    """fw.Generation only on a streaming endpoint; a graph model of a generation task
+    (`floodway.tasks.FAMILIES`) only behind a streaming function."""
+    from floodway.tasks import FAMILIES
+
+    streams = is_streaming(fn)
+    if generation is not None:
+        if not isinstance(generation, Generation):
+            out.append(Problem("generation", generation, "None or fw.Generation(...)"))
+        elif not streams:
+            out.append(Problem("generation", generation,
+                               "None on an endpoint whose function returns its outputs: "
+                               "fw.Generation is for streaming endpoints (a function that "
+                               "yields chunks, one item per call)"))
+        else:
+            out.extend(generation.problems("generation"))
+    task = getattr(model, "task", None)
+    family = FAMILIES.get(task) if isinstance(task, str) else None
+    if family == "generation" and load is None and not streams:
+        out.append(Problem("function", getattr(fn, "__name__", fn),
+                           f"a generator function fn(model, item) that yields chunks: task "
+                           f"{task!r} generates (a streaming endpoint)"))
 
 
 def _check_task_items(fn: Callable[..., Any], model: object, input_type: Any,
@@ -129,6 +188,8 @@ def _check_task_items(fn: Callable[..., Any], model: object, input_type: Any,
         params = list(inspect.signature(fn).parameters)
         field = f"function.{params[1] if len(params) > 1 else 'inputs'}"
         shown = "list[Any] (or none)" if input_type is Any else f"list[{input_type}]"
+        if is_streaming(fn):
+            shown = "Any (or none)" if input_type is Any else str(input_type)
         out.append(Problem(field, _Shown(shown), f"{allowed}: task {task!r} prepares "
                                                  f"{family} items"))
 
@@ -175,7 +236,8 @@ def _check_load(load: object, model: object, build: object, out: list[Problem]) 
 
 def make_endpoint(fn: Callable[..., Any], *, name: str | None, model: object, build: object,
                   gpu: object, warm: object, route: object, batching: object,
-                  gpu_memory_snapshot: object = False, load: object = None) -> Endpoint:
+                  gpu_memory_snapshot: object = False, load: object = None,
+                  generation: object = None) -> Endpoint:
     """Validate everything about one definition and return its Endpoint.
 
     Raises ConfigError listing every problem found (not just the first).
@@ -186,6 +248,9 @@ def make_endpoint(fn: Callable[..., Any], *, name: str | None, model: object, bu
         out.append(Problem("name", ep_name,
                            "lowercase letters, digits, '-' or '_', starting with a letter, "
                            "at most 63 characters"))
+    elif ep_name in RESERVED_NAMES:   # /v1/<name> would be another route
+        out.append(Problem("name", ep_name, "not one of the router's own paths under /v1/ "
+                                            f"({', '.join(sorted(RESERVED_NAMES))})"))
     if not callable(fn):
         out.append(Problem("function", fn, "a callable"))
         raise ConfigError(str(ep_name), out)
@@ -203,12 +268,14 @@ def make_endpoint(fn: Callable[..., Any], *, name: str | None, model: object, bu
     _check_gpu(gpu, out)
     _check_gpu_snapshot(gpu_memory_snapshot, gpu, out)
     _check_load(load, model, build, out)
+    _check_generation(fn, model, load, generation, out)
     n_problems = len(out)
     input_type = _input_type(fn, out)
     graph = load is None and model is not None
     if graph and len(out) == n_problems:   # the function's signature itself is fine
         _check_task_items(fn, model, input_type, out)
-    if graph and isinstance(build, Build) and isinstance(batching, Batching):
+    if graph and isinstance(build, Build) and isinstance(batching, Batching) \
+            and not is_streaming(fn):   # a stream's sequences are never batched here
         b_rows, e_rows = batching.max_batch_rows, build.max_batch_rows
         if isinstance(b_rows, int) and isinstance(e_rows, int) and b_rows > e_rows:
             out.append(Problem("batching.max_batch_rows", b_rows,
@@ -218,4 +285,5 @@ def make_endpoint(fn: Callable[..., Any], *, name: str | None, model: object, bu
         raise ConfigError(str(ep_name), out)
     return Endpoint(name=ep_name, fn=fn, model=model, build=build, gpu=gpu, warm=warm,
                     route=route, batching=batching, input_type=input_type,
-                    gpu_memory_snapshot=gpu_memory_snapshot, load=load)
+                    gpu_memory_snapshot=gpu_memory_snapshot, load=load,
+                    generation=(generation or Generation()) if is_streaming(fn) else None)

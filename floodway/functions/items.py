@@ -329,8 +329,8 @@ def check(t: Any) -> str | None:
 
 
 def declared_item_type(fn: Callable[..., Any]) -> Any:
-    """T of ``fn(model, inputs: list[T])`` with its Annotated metadata; Any when the second
-    parameter has no ``list[T]`` annotation (or the annotations cannot be resolved)."""
+    """T of ``fn(model, inputs: list[T])`` (of ``item: T`` for a generator function) with
+    its Annotated metadata; Any without one (or when annotations cannot be resolved)."""
     try:
         params = list(inspect.signature(fn).parameters.values())
         hints = typing.get_type_hints(fn, include_extras=True)
@@ -339,7 +339,7 @@ def declared_item_type(fn: Callable[..., Any]) -> Any:
     ann = hints.get(params[1].name, Any) if len(params) >= 2 else Any
     if typing.get_origin(ann) is list and typing.get_args(ann):
         return typing.get_args(ann)[0]
-    return Any
+    return ann if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn) else Any
 
 
 def _needs_no_decoding(t: Any) -> bool:

@@ -11,7 +11,7 @@ build's task (`floodway.tasks`) comes with it, so that an endpoint function stay
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,6 +53,8 @@ class Loaded:
     task: str = "feature-extraction"
     image_processor: Any = None
     labels: tuple[str, ...] = ()
+    _generation: dict[str, Any] = field(default_factory=dict, repr=False)
+    _engine: Any = field(default=None, repr=False)
 
     def encode(self, texts: Sequence[str]) -> dict[str, np.ndarray]:
         """Tokenize `texts` into int64 arrays of shape (len(texts), longest), padded.
@@ -100,3 +102,56 @@ class Loaded:
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Run the graph on `feeds` (named arrays) and return its outputs by name."""
         return self.runner(feeds)
+
+    # ------------------------------------------------------------ text generation
+    def configure_generation(self, max_sequences: int = 8, kv_cache_tokens: int | None = None,
+                             max_new_tokens: int = 256,
+                             on_load: Callable[[tuple[int, int, int]], None] | None = None,
+                             ) -> None:
+        """Set the text-generation engine's limits before its first use (the worker passes
+        the endpoint's `fw.Generation`; unset, these defaults apply): `max_sequences`
+        running at once, `kv_cache_tokens` cache positions reserved together (None:
+        max_sequences x `max_seq_len`), `max_new_tokens` (a request's default and cap).
+        `on_load((active, kv_tokens, kv_capacity))` is called on the engine's thread after a
+        step that changed them. Raises RuntimeError once the engine runs."""
+        if self._engine is not None:
+            raise RuntimeError("the generation engine is already running; configure it "
+                               "before the first generate()")
+        self._generation = {"max_sequences": max_sequences, "kv_cache_tokens": kv_cache_tokens,
+                            "max_new_tokens": max_new_tokens, "on_load": on_load}
+
+    def engine(self) -> Any:
+        """The build's `floodway.generate.engine.Engine`, made on first call. Raises
+        ArtifactError for a build that is not text-generation."""
+        if self._engine is None:
+            from floodway.generate.factory import engine_for
+
+            self._engine = engine_for(self, **self._generation)
+        return self._engine
+
+    def generate(self, prompt: Any) -> AsyncIterator[dict[str, Any]]:
+        """Generate from `prompt` (`fw.Prompt`, a dict of its fields, or a str: the prompt)
+        on the container's continuous-batching engine -> an async iterator of chunks
+        ``{"text": delta, "tokens": n}``; the last also has ``"finish_reason"`` ("stop" or
+        "length") and ``"usage"`` ``{"prompt_tokens", "completion_tokens"}``. Closing it
+        early cancels the sequence. Raises RequestError (422) naming the field for a bad
+        prompt, ArtifactError for a build of another task."""
+        return self.engine().stream(prompt)
+
+    def generation_load(self) -> tuple[int, int, int]:
+        """(running sequences, cache tokens they reserved, cache capacity in tokens). Before
+        the engine's first use: (0, 0, the configured capacity), or (0, 0, 0) for a build
+        that does not generate."""
+        if self._engine is not None:
+            return self._engine.load()
+        if self.task != "text-generation":
+            return 0, 0, 0
+        g = self._generation
+        cap = g.get("kv_cache_tokens") or g.get("max_sequences", 8) * self.max_seq_len
+        return 0, 0, cap
+
+    def generation_stats(self) -> dict[str, float]:
+        """The engine's counters since it started (`floodway.generate.stats.Stats`: steps,
+        prompt and completion tokens, seconds in prefill and decode calls, sequences
+        finished by reason, cancelled, failed); {} before its first use."""
+        return self._engine.stats.snapshot() if self._engine is not None else {}

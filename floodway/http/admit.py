@@ -8,6 +8,12 @@
 
 The body is read last, and never buffered beyond the route's limit: a refused request costs
 no upload. Every refusal is raised (`floodway.http.errors` answers it).
+
+`Admission.admit_foreign` admits a body of another shape (the OpenAI-compatible routes),
+which names its endpoint inside the body: the same checks, in the order the body allows
+(Authorization, X-Priority, X-Deadline-Ms, the body read within the largest route's limit
+and parsed, then the endpoint named (404), its own body limit (413), the tenant's rate
+(429) and the per-item validation of the inputs the body made).
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ from floodway.routers.admission import (
     parse_priority,
     tenant_of,
 )
-from floodway.routers.schema import parse_predict
+from floodway.routers.schema import parse_predict, validate_items
 
 # A client that trickles its body must not hold a connection for ever.
 BODY_TIMEOUT_S = 30.0
@@ -118,12 +124,14 @@ class Admission:
         self.on_arrival = on_arrival
         self.limiters = {ep.name: TenantLimiter.for_route(ep.route) for ep in app}
 
-    def endpoint(self, name: str) -> Endpoint:
-        """The endpoint `name`; RequestError 404 naming the known ones otherwise."""
+    def endpoint(self, name: str, *, field: str | None = None) -> Endpoint:
+        """The endpoint `name`; RequestError 404 (naming `field`, where the name came from)
+        naming the known ones otherwise."""
         if name not in self.app.endpoints:
             known = ", ".join(sorted(self.app.endpoints)) or "(none)"
             shown = name if len(name) <= 40 else name[:40] + "..."
-            raise RequestError(f"no endpoint {shown!r}; endpoints: {known}", status=404)
+            raise RequestError(f"no endpoint {shown!r}; endpoints: {known}", status=404,
+                               field=field)
         return self.app.endpoints[name]
 
     def tenant(self, request: Request) -> str:
@@ -137,18 +145,8 @@ class Admission:
         priority = parse_priority(request.headers.get("x-priority"))
         budget_s = parse_deadline(request.headers.get("x-deadline-ms"),
                                   default_s=ep.route.timeout_s)
-        wait_s = self.limiters[name].check(tenant, self.clock.monotonic())
-        if wait_s > 0:
-            self.metrics.shed(name, 429)
-            raise Overloaded(f"tenant over its rate of {ep.route.tenant_rate_per_s:g} "
-                             f"requests/s for endpoint {name!r}", retry_after_s=wait_s,
-                             status=429, kind="rate_limited")
-        try:
-            body = await within(self.clock, read_body(request, ep.route.max_body_bytes),
-                                BODY_TIMEOUT_S)
-        except TimeoutError:
-            raise RequestError(f"the request body did not arrive within {BODY_TIMEOUT_S:g} s",
-                               status=408) from None
+        self._check_rate(ep, tenant)
+        body = await self._read(request, ep.route.max_body_bytes)
         if decodes_images(ep.input_type):
             # Images on their own threads (`image_executor`): many image requests at once
             # never hold up other endpoints' parsing in the default thread pool.
@@ -161,10 +159,98 @@ class Admission:
                                              max_inputs=ep.route.max_inputs)
         else:
             inputs = parse_predict(body, ep.input_type, max_inputs=ep.route.max_inputs)
+        check_generation(ep, inputs)
         if self.on_arrival is not None:
             self.on_arrival(name, self.clock.wall())   # admitted user traffic only
         return Admitted(tenant, priority, budget_s, inputs)
 
+    def _check_rate(self, ep: Endpoint, tenant: str) -> None:
+        wait_s = self.limiters[ep.name].check(tenant, self.clock.monotonic())
+        if wait_s > 0:
+            self.metrics.shed(ep.name, 429)
+            raise Overloaded(f"tenant over its rate of {ep.route.tenant_rate_per_s:g} "
+                             f"requests/s for endpoint {ep.name!r}", retry_after_s=wait_s,
+                             status=429, kind="rate_limited")
 
-__all__ = ["BODY_TIMEOUT_S", "IMAGE_THREADS", "Admission", "Admitted", "image_executor",
-           "parse_images", "read_body"]
+    async def _read(self, request: Request, limit: int) -> bytes:
+        try:
+            return await within(self.clock, read_body(request, limit), BODY_TIMEOUT_S)
+        except TimeoutError:
+            raise RequestError(f"the request body did not arrive within {BODY_TIMEOUT_S:g} s",
+                               status=408) from None
+
+    async def admit_foreign(self, request: Request, parse: ForeignParse, *,
+                            accept: Callable[[Endpoint], None] | None = None,
+                            items_field: str = "input") -> tuple[Endpoint, Admitted]:
+        """Admit a body of another shape: `parse(body)` -> (the endpoint it names, its
+        inputs as plain JSON items), raising RequestError for a bad body; `accept(endpoint)`
+        raises RequestError when that endpoint cannot serve this kind of request. The
+        endpoint's 404 names the field "model". The inputs are validated as the native
+        route validates them (errors name ``inputs[i]``, as `parse_predict`); more than
+        the route's max_inputs is a 413 naming `items_field`. Returns the endpoint and the
+        admitted request."""
+        tenant = self.tenant(request)
+        priority = parse_priority(request.headers.get("x-priority"))
+        deadline = request.headers.get("x-deadline-ms")
+        parse_deadline(deadline, default_s=0.0)   # a bad header is refused before the body
+        limit = max((ep.route.max_body_bytes for ep in self.app), default=0)
+        body = await self._read(request, limit)
+        name, raw = await self._off_loop(len(body), parse, body)
+        ep = self.endpoint(name, field="model")
+        if accept is not None:
+            accept(ep)
+        if len(body) > ep.route.max_body_bytes:
+            raise RequestError(f"request body is {len(body)} bytes; the limit of model "
+                               f"{name!r} is {ep.route.max_body_bytes}", status=413)
+        self._check_rate(ep, tenant)
+        max_inputs = ep.route.max_inputs
+        if max_inputs is not None and len(raw) > max_inputs:
+            raise RequestError(f"{items_field}: the request makes {len(raw)} inputs; model "
+                               f"{name!r} takes at most {max_inputs} per request (split it)",
+                               status=413, field=items_field)
+        if decodes_images(ep.input_type):
+            inputs = await asyncio.get_running_loop().run_in_executor(
+                image_executor(), _validate_images, raw, ep.input_type)
+        else:
+            inputs = await self._off_loop(len(body), validate_items, raw, ep.input_type,
+                                          check_unicode=True)
+        check_generation(ep, inputs)
+        if self.on_arrival is not None:
+            self.on_arrival(name, self.clock.wall())
+        budget_s = parse_deadline(deadline, default_s=ep.route.timeout_s)
+        return ep, Admitted(tenant, priority, budget_s, inputs)
+
+    @staticmethod
+    async def _off_loop(size: int, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
+        """`fn(*args, **kw)`, on a thread for a body over PARSE_IN_THREAD_BYTES."""
+        if size > PARSE_IN_THREAD_BYTES:
+            return await asyncio.to_thread(fn, *args, **kw)
+        return fn(*args, **kw)
+
+
+def check_generation(ep: Endpoint, inputs: list[Any]) -> None:
+    """A streaming endpoint's items within its fw.Generation: an item's ``max_new_tokens``
+    at most `Generation.max_new_tokens` (the cap fw.Prompt cannot know), else a 422 naming
+    the item's field, the value and the cap."""
+    if ep.generation is None:
+        return
+    cap = ep.generation.max_new_tokens
+    for i, item in enumerate(inputs):
+        asked = item.get("max_new_tokens") if isinstance(item, dict) else None
+        if isinstance(asked, int) and asked > cap:
+            raise RequestError(f"inputs[{i}].max_new_tokens: {asked} is over the cap of "
+                               f"endpoint {ep.name!r}; allowed: 1 to {cap}", status=422,
+                               field=f"inputs[{i}].max_new_tokens")
+
+
+# A foreign body's parser: body -> (the endpoint it names, its inputs as JSON items).
+ForeignParse = Callable[[bytes], tuple[str, list[Any]]]
+
+
+def _validate_images(raw: list[Any], item_type: Any) -> list[Any]:
+    with pixel_tally():
+        return validate_items(raw, item_type, check_unicode=True)
+
+
+__all__ = ["BODY_TIMEOUT_S", "IMAGE_THREADS", "Admission", "Admitted", "ForeignParse",
+           "check_generation", "image_executor", "parse_images", "read_body"]

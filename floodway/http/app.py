@@ -9,6 +9,11 @@
     GET  /readyz          200 once a container of every endpoint is warm, else 503; with detail
     GET  /metrics         Prometheus metrics (`floodway.http.metrics`)
 
+    GET  /v1/models, POST /v1/embeddings, /v1/completions, /v1/chat/completions
+                          the OpenAI-compatible routes (`floodway.http.openai`), matched
+                          before /v1/<endpoint>: those names are reserved
+                          (`floodway.functions.endpoint.RESERVED_NAMES`)
+
 The pieces: `admit` (auth, headers, tenant rate, body), `handlers` (one method per route),
 `handoff` (a sync request near its deadline becomes a job), `errors` (exception -> error
 answer), `middleware` (metrics and Server-Timing per API route), `responses`. Where the
@@ -30,7 +35,8 @@ from floodway.http.errors import EXCEPTION_HANDLERS
 from floodway.http.handlers import Handlers
 from floodway.http.handoff import DeadlineHandoff
 from floodway.http.metrics import Metrics
-from floodway.http.middleware import Observe
+from floodway.http.middleware import UNKNOWN_LABEL, Observe
+from floodway.http.openai import OpenAIRoutes
 from floodway.http.protocols import SYSTEM_CLOCK, Backend, Clock, Jobs
 from floodway.routers.admission import ApiKeys
 
@@ -58,7 +64,16 @@ def make_asgi_app(app: App, backend: Backend, *, lifespan: Any = None,
                  handoff=DeadlineHandoff(clock))
     observed = [Middleware(Observe, metrics=metrics, endpoints=frozenset(app.endpoints),
                            clock=clock)]
+    # Named by the body's "model", not the path: "(unknown)" until the handler knows it.
+    by_model = [Middleware(Observe, metrics=metrics, endpoints=frozenset(app.endpoints),
+                           clock=clock, pathless=UNKNOWN_LABEL)]
+    oa = OpenAIRoutes(h, clock)
     asgi = Starlette(exception_handlers=EXCEPTION_HANDLERS, lifespan=lifespan, routes=[
+        Route("/v1/models", oa.models, methods=["GET"]),
+        Route("/v1/embeddings", oa.embeddings, methods=["POST"], middleware=by_model),
+        Route("/v1/completions", oa.completions, methods=["POST"], middleware=by_model),
+        Route("/v1/chat/completions", oa.chat_completions, methods=["POST"],
+              middleware=by_model),
         Route("/v1/jobs/{job_id}", h.get_job, methods=["GET"], middleware=observed),
         Route("/v1/{endpoint}/jobs", h.create_job, methods=["POST"], middleware=observed),
         Route("/v1/{endpoint}", h.predict, methods=["POST"], middleware=observed),

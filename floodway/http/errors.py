@@ -19,6 +19,11 @@ answer ``{"error": {"type", "message", "field"}}`` with the status each exceptio
                         plain-text answer)
 
 Every error answer also records its type for the metrics middleware (`Notes.error_type`).
+
+The OpenAI-compatible routes (`floodway.http.openai`) mark their requests
+(`use_openai_errors`): the same exceptions are then answered in OpenAI's error shape,
+``{"error": {"message", "type", "param", "code"}}`` (`openai_shaped`), with the same status
+and headers, except that a 422 is a 400 there (OpenAI answers bad parameters with 400).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from starlette.requests import Request
 
 from floodway.errors import EndpointError, FloodwayError, RequestError, Unauthorized, Unavailable
 from floodway.http.middleware import notes
+from floodway.http.openai_answers import openai_error
 from floodway.http.responses import JSONResponse
 from floodway.routers.schema import error_body
 
@@ -63,11 +69,47 @@ def retry_after(seconds: float) -> str:
     return str(max(1, math.ceil(seconds)))
 
 
+# The request's scope holds this key (True) on the OpenAI-compatible routes.
+OPENAI_ERRORS_KEY = "floodway.openai_errors"
+
+
+def use_openai_errors(scope: Any) -> None:
+    """Answer this request's errors in OpenAI's shape (`openai_shaped`)."""
+    scope[OPENAI_ERRORS_KEY] = True
+
+
+def openai_shaped(status: int, kind: str, message: str,
+                  field: str | None) -> tuple[int, dict[str, Any]]:
+    """(status, body) of an error answer in OpenAI's shape: ``type`` by status
+    (invalid_request_error, authentication_error 401, rate_limit_error 429, server_error
+    5xx), ``param`` the field, ``code`` model_not_found (404 for the model),
+    invalid_api_key (401), rate_limit_exceeded (a tenant over its rate), else floodway's
+    own error type (overloaded, deadline_exceeded, ...), None for a plain bad parameter."""
+    status = 400 if status == 422 else status
+    code: str | None = None if kind == "invalid_request" else kind
+    if status >= 500:
+        kind_openai = "server_error"
+    elif status == 401:
+        kind_openai, code = "authentication_error", "invalid_api_key"
+    elif status == 429:
+        kind_openai = "rate_limit_error"
+        code = "rate_limit_exceeded" if kind == "rate_limited" else kind
+    else:
+        kind_openai = "invalid_request_error"
+        if status == 404 and field == "model":
+            code = "model_not_found"
+    return status, openai_error(message, kind_openai, field, code)
+
+
 def error_response(request: Request, status: int, kind: str, message: str,
                    field: str | None = None, *, headers: dict[str, str] | None = None,
                    extra: dict[str, Any] | None = None) -> JSONResponse:
-    """The JSON error answer; `extra` adds top-level members beside ``error``."""
+    """The JSON error answer; `extra` adds top-level members beside ``error`` (not in
+    OpenAI's shape, `use_openai_errors`)."""
     notes(request.scope).error_type = kind
+    if request.scope.get(OPENAI_ERRORS_KEY):
+        status, body = openai_shaped(status, kind, message, field)
+        return JSONResponse(body, status_code=status, headers=headers)
     body = error_body(kind, message, field)
     if extra:
         body.update(extra)
@@ -137,5 +179,6 @@ EXCEPTION_HANDLERS = {
     Exception: internal_error,
 }
 
-__all__ = ["EXCEPTION_HANDLERS", "REQUEST_ERROR_TYPES", "ClientClosed", "NoJobQueue",
-           "Overloaded", "error_response", "retry_after"]
+__all__ = ["EXCEPTION_HANDLERS", "OPENAI_ERRORS_KEY", "REQUEST_ERROR_TYPES", "ClientClosed",
+           "NoJobQueue", "Overloaded", "error_response", "openai_shaped", "retry_after",
+           "use_openai_errors"]

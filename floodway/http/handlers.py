@@ -7,12 +7,23 @@ job queue (``Prefer: respond-async``; an Idempotency-Key that already names a jo
 `decide()`: dispatch or queue on the backend, spill to a cold container or to the job
 queue, or shed. The decision is noted for every answer (``X-Floodway-Decision``, for clients
 and load tests, not a contract).
+
+A streaming endpoint's request passes the same admission, then `decide_stream()` on the
+backend's `stream_snapshot` (its sequences: slots, KV cache, tokens; the deadline bounds the
+time to the first token; 413 for a sequence that cannot fit a container's KV cache at all),
+then `open_stream` waits for its first event (the deadline hand-off applies only until
+then) and the answer streams (`floodway.http.streaming`: SSE, NDJSON) or, for a client that
+did not ask for a stream, is the chunks combined per input.
+
+`run_sync` and `open_stream(..., allow_async=False)` are the same paths for routes whose
+clients cannot follow a job (the OpenAI-compatible ones): no async spill, no hand-off, no
+``Prefer: respond-async``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable
-from typing import Any
+from typing import Any, cast
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -21,19 +32,24 @@ from floodway.errors import RequestError
 from floodway.functions.app import App
 from floodway.http.admit import Admission, Admitted
 from floodway.http.errors import NoJobQueue, Overloaded
-from floodway.http.handoff import DeadlineHandoff, HandOff
+from floodway.http.handoff import DeadlineHandoff, HandOff, Way
 from floodway.http.metrics import Metrics
 from floodway.http.middleware import notes
-from floodway.http.protocols import Backend, Jobs
+from floodway.http.protocols import Backend, Jobs, StreamPending
 from floodway.http.responses import JSONResponse, job_answer, outputs, prefers
+from floodway.http.streaming import (
+    FirstEvent,
+    ItemFailed,
+    ItemStream,
+    collect_unless_gone,
+    disconnected,
+    stream_mode,
+    stream_response,
+)
 from floodway.routers.decide import Action, Decision, decide
 from floodway.routers.decide import Request as DecideRequest
-
-
-async def disconnected(request: Request) -> None:
-    """Return once the client has gone away (ASGI http.disconnect after the body)."""
-    while (await request.receive())["type"] != "http.disconnect":
-        pass
+from floodway.routers.decide_stream import StreamRequest, decide_stream
+from floodway.routers.sequences import sequence_cost
 
 
 class Handlers:
@@ -49,18 +65,15 @@ class Handlers:
     async def predict(self, request: Request) -> Response:
         """``POST /v1/<endpoint>``: 200 with one output per input, or 202 + a job."""
         name = request.path_params["endpoint"]
+        t0_s = self.admission.clock.monotonic()
         a = await self.admission.admit(request, name)
+        if self.app.endpoints[name].streaming:
+            return await self._streamed(request, name, a, t0_s)
         if "respond-async" in prefers(request):
             return await self._submit(request, name, a)
         if (known := await self._keyed_job(request, name, a)) is not None:
             return known
-        snap = self.backend.snapshot(name)
-        decision = decide(snap, DecideRequest(
-            rows=len(a.inputs), deadline_s=snap.now_s + a.budget_s, priority=int(a.priority),
-            tenant=a.tenant, allow_async=self.jobs is not None))
-        self.metrics.decided(name, decision)
-        notes(request.scope).headers["X-Floodway-Decision"] = str(decision.action)
-        return await self._decided(request, name, a, decision)
+        return await self._decided(request, name, a, self._decide(request, name, a))
 
     async def create_job(self, request: Request) -> Response:
         """``POST /v1/<endpoint>/jobs``: 202 + Location (200 for a repeated key)."""
@@ -95,10 +108,54 @@ class Handlers:
         return Response(body, media_type=content_type)
 
     # ------------------------------------------------------------------ the sync path
-    async def _decided(self, request: Request, name: str, a: Admitted,
-                       decision: Decision) -> Response:
+    async def run_sync(self, request: Request, name: str, a: Admitted) -> list[Any]:
+        """Admitted request `a` to endpoint `name` (not streaming) on the sync path without
+        the job queue: `decide()` without the async spill, then shed (Overloaded, 503), or
+        dispatch / queue / a cold container, and wait for one output per input
+        (`floodway.http.responses.outputs`: raises for a failed one), the inputs withdrawn
+        when the client leaves (ClientClosed). No deadline hand-off: past the deadline,
+        TimeoutError (504)."""
+        await self._spilled(request, name, a, self._decide(request, name, a, allow_async=False))
+        return outputs(name, a.inputs, await self._wait(request, name, a, may_hand_off=False))
+
+    def _decide(self, request: Request, name: str, a: Admitted, *,
+                allow_async: bool = True) -> Decision:
+        snap = self.backend.snapshot(name)
+        return self._noted(request, name, decide(snap, DecideRequest(
+            rows=len(a.inputs), deadline_s=snap.now_s + a.budget_s, priority=int(a.priority),
+            tenant=a.tenant, allow_async=allow_async and self.jobs is not None)))
+
+    def _decide_stream(self, request: Request, name: str, a: Admitted, *,
+                       allow_async: bool) -> Decision:
+        """`decide_stream()` for a streaming endpoint's request: one sequence per input,
+        its prompt tokens estimated from the items and its max_new_tokens each item's own
+        (else the endpoint's `Generation.max_new_tokens`; the largest counts for all)."""
+        gen = self.app.endpoints[name].generation
+        assert gen is not None   # every streaming endpoint has one
+        costs = [sequence_cost(item, gen.max_new_tokens) for item in a.inputs]
+        snap = self.backend.stream_snapshot(name)
+        return self._noted(request, name, decide_stream(snap, StreamRequest(
+            prompt_tokens=sum(c.prompt_tokens for c in costs),
+            max_new_tokens=max(c.max_new_tokens for c in costs),
+            deadline_s=snap.now_s + a.budget_s, priority=int(a.priority), tenant=a.tenant,
+            allow_async=allow_async and self.jobs is not None, sequences=len(costs))))
+
+    def _noted(self, request: Request, name: str, decision: Decision) -> Decision:
+        self.metrics.decided(name, decision)
+        notes(request.scope).headers["X-Floodway-Decision"] = str(decision.action)
+        return decision
+
+    async def _spilled(self, request: Request, name: str, a: Admitted,
+                       decision: Decision) -> Response | None:
+        """Carry out a shed (raised) or a spill: a job's 202 for the async spill, None to
+        go on (a cold container started for the cold spill)."""
         if decision.start_cold:
             self.backend.start_cold(name)
+        if decision.action == Action.SHED and decision.status == 413:
+            raise RequestError(f"endpoint {name!r} cannot serve this request: "
+                               f"{decision.reason}; a sequence needs more KV cache than a "
+                               "container has (shorten the prompt or lower max_new_tokens)",
+                               status=413, field="inputs")
         if decision.action == Action.SHED:
             raise Overloaded(f"endpoint {name!r} is over capacity: {decision.reason}",
                              retry_after_s=decision.retry_after_s, status=decision.status or 503)
@@ -106,21 +163,86 @@ class Handlers:
             return await self._submit(request, name, a)
         if decision.action == Action.SPILL_COLD:
             self.backend.start_cold(name)
-        # Queued before this handler yields: a burst's next decisions must see it.
-        pending = self.backend.enqueue(name, a.inputs, timeout_s=a.budget_s,
-                                       priority=int(a.priority), tenant=a.tenant)
-        try:
-            got = await self.handoff.wait(pending, disconnected(request), budget_s=a.budget_s,
-                                          may_hand_off=self._can_spill_async(name))
-        except TimeoutError:
-            raise TimeoutError(f"endpoint {name!r} did not answer within {a.budget_s:g} s") \
-                from None
+        return None
+
+    async def _decided(self, request: Request, name: str, a: Admitted,
+                       decision: Decision) -> Response:
+        if (spilled := await self._spilled(request, name, a, decision)) is not None:
+            return spilled
+        got = await self._wait(request, name, a, may_hand_off=self._can_spill_async(name))
         if isinstance(got, HandOff):
             # Near its deadline: the async queue takes it over rather than a 504.
             self.metrics.handed_off(name)
             notes(request.scope).headers["X-Floodway-Handoff"] = "deadline"
             return await self._submit(request, name, a, got.work)
         return JSONResponse({"outputs": outputs(name, a.inputs, got)})
+
+    async def _wait(self, request: Request, name: str, a: Admitted, *,
+                    may_hand_off: bool) -> list[Any] | HandOff:
+        """Queue `a`'s inputs and wait for their results (or the hand-off)."""
+        # Queued before this handler yields: a burst's next decisions must see it.
+        pending = self.backend.enqueue(name, a.inputs, timeout_s=a.budget_s,
+                                       priority=int(a.priority), tenant=a.tenant)
+        try:
+            return await self.handoff.wait(pending, disconnected(request), budget_s=a.budget_s,
+                                           may_hand_off=may_hand_off)
+        except TimeoutError:
+            raise TimeoutError(f"endpoint {name!r} did not answer within {a.budget_s:g} s") \
+                from None
+
+    # ------------------------------------------------------------------ streams
+    async def _streamed(self, request: Request, name: str, a: Admitted,
+                        t0_s: float) -> Response:
+        """A streaming endpoint's answer: streamed when the client asked, else buffered."""
+        mode = stream_mode(request)   # a 406 before any work
+        stream = await self.open_stream(request, name, a, t0_s=t0_s)
+        if isinstance(stream, Response):
+            return stream
+        if mode is not None:
+            return stream_response(stream, mode)
+        results = await collect_unless_gone(request, stream, len(a.inputs))
+        return JSONResponse({"outputs": outputs(name, a.inputs, results)})
+
+    async def open_stream(self, request: Request, name: str, a: Admitted, *,
+                          t0_s: float | None = None,
+                          allow_async: bool = True) -> ItemStream | Response:
+        """Admitted request `a` to streaming endpoint `name`, through `decide_stream()`, as
+        an `ItemStream` once its first event arrived (`t0_s`: its arrival on the clock, for
+        the time to first chunk; default now). Returns a Response instead for a job (202:
+        ``Prefer: respond-async``, the async spill, or the hand-off of a request with no
+        chunk yet near its deadline; 200 for a known Idempotency-Key's job). With
+        `allow_async` False none of these (a client that cannot follow a job): ``Prefer:
+        respond-async`` and Idempotency-Key are ignored, and it always returns an
+        ItemStream. Raises as `predict` does (Overloaded when shed, RequestError 413 for a
+        sequence no container's KV cache can hold, ClientClosed, Unavailable); a one-input
+        request that failed before its first chunk raises that error (TimeoutError: 504)."""
+        t0_s = self.admission.clock.monotonic() if t0_s is None else t0_s
+        if allow_async and "respond-async" in prefers(request):
+            return await self._submit(request, name, a)
+        if allow_async and (known := await self._keyed_job(request, name, a)) is not None:
+            return known
+        decision = self._decide_stream(request, name, a, allow_async=allow_async)
+        if (spilled := await self._spilled(request, name, a, decision)) is not None:
+            return spilled
+        pending = cast(StreamPending, self.backend.enqueue(
+            name, a.inputs, timeout_s=a.budget_s, priority=int(a.priority), tenant=a.tenant))
+        try:
+            got = await self.handoff.wait(
+                FirstEvent(pending), disconnected(request), budget_s=a.budget_s,
+                may_hand_off=allow_async and self._can_spill_async(name))
+        except BaseException:
+            self.metrics.cancelled(name, pending.cancel())
+            raise
+        if isinstance(got, HandOff):
+            if got.way == Way.SUBMIT:
+                pending.cancel()   # none of it reached a container: a job runs it anew
+            self.metrics.handed_off(name)
+            notes(request.scope).headers["X-Floodway-Handoff"] = "deadline"
+            return await self._submit(request, name, a, got.work)
+        first = got[0]
+        if isinstance(first, ItemFailed) and len(a.inputs) == 1:
+            raise first.error
+        return ItemStream(pending, endpoint=name, metrics=self.metrics, t0_s=t0_s, first=first)
 
     def _can_spill_async(self, name: str) -> bool:
         return self.jobs is not None and "async" in self.app.endpoints[name].route.spill

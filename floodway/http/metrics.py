@@ -17,6 +17,16 @@
                                                         model (deadline, cancelled)
     floodway_container_events_total{endpoint, event}    counter: start, failed, stuck, scale_down
     floodway_jobs{state}                                gauge: async jobs by state
+  streaming endpoints:
+    floodway_time_to_first_chunk_seconds{endpoint}      histogram: request arrival -> an
+                                                        input's first chunk
+    floodway_inter_chunk_seconds{endpoint}              histogram: gaps between chunks
+    floodway_generated_tokens_total{endpoint}           counter: a chunk's "tokens", else 1
+    floodway_cancelled_sequences_total{endpoint}        counter: stopped unfinished (the
+                                                        client left)
+    floodway_active_sequences{endpoint}                 gauge  } summed over the endpoint's
+    floodway_kv_cache_tokens{endpoint}                  gauge  } containers, from the
+    floodway_kv_cache_capacity_tokens{endpoint}         gauge  } backend's readiness
 
 Outcomes are the error types of the wire format (``ok``, ``invalid_request``, ``too_large``,
 ``not_found``, ``unavailable``, ``deadline_exceeded``, ``endpoint_error``). Each router has its
@@ -35,6 +45,12 @@ from prometheus_client.exposition import generate_latest
 # Sub-10 ms to 10 s: shed answers are milliseconds, served ones up to a deadline.
 LATENCY_BUCKETS_S = (0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 BATCH_ROW_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1000)
+# Gaps between chunks: a decode step is milliseconds to tens of them.
+CHUNK_GAP_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+SEQUENCE_GAUGES = (("active", "floodway_active_sequences", "Sequences running"),
+                   ("kv_cache_tokens", "floodway_kv_cache_tokens", "KV-cache tokens in use"),
+                   ("kv_cache_capacity", "floodway_kv_cache_capacity_tokens",
+                    "KV-cache capacity in tokens"))
 STATES = ("starting", "warming", "ready", "busy", "draining", "stopped", "failed")
 
 
@@ -78,12 +94,22 @@ class _PoolCollector:
         for endpoint, counts in whole.get("container_events", {}).items():
             for event, n in counts.items():
                 events.add_metric([endpoint, event], n)
+        yield from _sequence_gauges(whole.get("sequences", {}))
         yield states
         yield cold
         yield depth
         yield rows
         yield dropped
         yield events
+
+
+def _sequence_gauges(sequences: dict[str, dict[str, int]]) -> Iterator[GaugeMetricFamily]:
+    for key, name, doc in SEQUENCE_GAUGES:
+        gauge = GaugeMetricFamily(name, f"{doc}, summed over the endpoint's containers",
+                                  labels=["endpoint"])
+        for endpoint, seq in sequences.items():
+            gauge.add_metric([endpoint], seq.get(key, 0))
+        yield gauge
 
 
 class _JobsCollector:
@@ -119,6 +145,19 @@ class Metrics:
         self.batch_seconds = Histogram("floodway_batch_seconds",
                                        "Endpoint compute seconds per batch", ["endpoint"],
                                        buckets=LATENCY_BUCKETS_S, registry=self.registry)
+        self.first_chunk = Histogram("floodway_time_to_first_chunk_seconds",
+                                     "Request arrival to an input's first streamed chunk",
+                                     ["endpoint"], buckets=LATENCY_BUCKETS_S,
+                                     registry=self.registry)
+        self.inter_chunk = Histogram("floodway_inter_chunk_seconds",
+                                     "Seconds between an input's streamed chunks", ["endpoint"],
+                                     buckets=CHUNK_GAP_BUCKETS_S, registry=self.registry)
+        self.tokens = Counter("floodway_generated_tokens", "Tokens streamed (a chunk's "
+                              "'tokens', else 1 per chunk)", ["endpoint"],
+                              registry=self.registry)
+        self.cancelled_sequences = Counter("floodway_cancelled_sequences",
+                                           "Streamed inputs stopped unfinished (client gone)",
+                                           ["endpoint"], registry=self.registry)
         self.registry.register(_PoolCollector(readiness))
         if job_counts:
             self.registry.register(_JobsCollector(job_counts))
@@ -141,6 +180,16 @@ class Metrics:
     def batch(self, endpoint: str, rows: int, compute_s: float) -> None:
         self.batch_rows.labels(endpoint).observe(rows)
         self.batch_seconds.labels(endpoint).observe(compute_s)
+
+    def chunk(self, endpoint: str, seconds: float, *, first: bool, tokens: int) -> None:
+        """A streamed chunk: `seconds` since the request arrived (`first`) or since the
+        input's previous chunk; `tokens` it carries."""
+        (self.first_chunk if first else self.inter_chunk).labels(endpoint).observe(
+            max(0.0, seconds))
+        self.tokens.labels(endpoint).inc(tokens)
+
+    def cancelled(self, endpoint: str, n: int = 1) -> None:
+        self.cancelled_sequences.labels(endpoint).inc(n)
 
     def observe(self, endpoint: str, outcome: str, seconds: float) -> None:
         self.requests.labels(endpoint, outcome).inc()

@@ -35,6 +35,8 @@ class Notes:
 
     error_type: str | None = None
     headers: dict[str, str] = field(default_factory=dict)
+    # The endpoint, where the path does not name it (the OpenAI routes: the body's "model").
+    endpoint: str | None = None
 
 
 def notes(scope: Scope) -> Notes:
@@ -56,15 +58,17 @@ def outcome(status: int, error_type: str | None) -> str:
 class Observe:
     """Pure ASGI middleware for one route (`starlette.routing.Route(middleware=...)`, so
     that it runs inside routing: the path parameters are known). `endpoints`: the names
-    that get their own label; `clock`: durations."""
+    that get their own label; `clock`: durations; `pathless`: the label of a route whose
+    path names no endpoint, until its handler notes one (`Notes.endpoint`)."""
 
     def __init__(self, app: ASGIApp, *, metrics: Metrics, endpoints: Collection[str],
-                 clock: Clock):
+                 clock: Clock, pathless: str = JOBS_LABEL):
         self.app, self.metrics, self.endpoints, self.clock = app, metrics, endpoints, clock
+        self.pathless = pathless
 
     def _label(self, scope: Scope) -> str:
-        name = scope.get("path_params", {}).get("endpoint", JOBS_LABEL)
-        return name if name == JOBS_LABEL or name in self.endpoints else UNKNOWN_LABEL
+        name = scope.get("path_params", {}).get("endpoint", self.pathless)
+        return name if name == self.pathless or name in self.endpoints else UNKNOWN_LABEL
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -74,10 +78,12 @@ class Observe:
         started = False
 
         async def observed(message: Message) -> None:
-            nonlocal started
+            nonlocal started, label
             if message["type"] == "http.response.start":
                 started = True
                 took_s = self.clock.monotonic() - t0_s
+                if note.endpoint in self.endpoints:
+                    label = note.endpoint
                 headers = MutableHeaders(scope=message)
                 for name, value in note.headers.items():
                     headers[name] = value

@@ -1,5 +1,6 @@
 """What the HTTP layer needs of the rest: where work runs (`Backend`), the async job queue
-(`Jobs`), the work of one request (`Pending`), and a clock (`Clock`).
+(`Jobs`), the work of one request (`Pending`; `StreamPending` for a streaming endpoint), and
+a clock (`Clock`).
 
 The local runtime (`floodway.runtime.pool.Pool`, `floodway.jobs.local.LocalJobs`) and the
 Modal router (`floodway.deploy.modal_router.ModalBackend`, `floodway.deploy.modal_jobs`)
@@ -11,10 +12,14 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Generator
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from floodway.routers.admission import Priority
 from floodway.routers.decide import Snapshot
+from floodway.routers.decide_stream import StreamSnapshot
+
+if TYPE_CHECKING:
+    from floodway.http.streaming import StreamEvent
 
 # (endpoint, rows, compute seconds) for every completed batch: the metrics' batch histogram.
 BatchListener = Callable[[str, int, float], None]
@@ -67,12 +72,37 @@ class Pending(Protocol):
         ...
 
 
+class StreamPending(Pending, Protocol):
+    """The work of one request to a streaming endpoint: what `Backend.enqueue` returns for
+    one (`floodway.functions.endpoint.Endpoint.streaming`). Awaited, one combined output per
+    input (`floodway.functions.streams.combine`) or its exception; TimeoutError when an
+    input produced no first chunk within the request's timeout. Or read as events."""
+
+    async def next_event(self) -> StreamEvent | None:
+        """The next `floodway.http.streaming` event (a chunk, an input's end or failure),
+        None once every input ended. The request's timeout bounds the time to each input's
+        first chunk (it then fails with TimeoutError and is stopped); a stream that began
+        runs until it ends, at most the endpoint's `Generation.max_stream_s`."""
+        ...
+
+    def cancel(self) -> int:
+        """Stop every unfinished input (queued: withdrawn; running: cancelled in its
+        container) -> how many there were. Synchronous: safe where awaiting is not."""
+        ...
+
+
 class Backend(Protocol):
     """Where work runs: the local pool of worker processes, or Modal classes."""
 
     def snapshot(self, endpoint: str) -> Snapshot:
         """The endpoint's state for `decide()` (`floodway.core.snapshot.build_snapshot`, on
         the backend's own monotonic clock)."""
+        ...
+
+    def stream_snapshot(self, endpoint: str) -> StreamSnapshot:
+        """A streaming endpoint's state for `decide_stream()`: its containers' sequences
+        and its queue of sequences (`floodway.core.stream_snapshot.build_stream_snapshot`,
+        on the backend's own monotonic clock). Only asked of a streaming endpoint."""
         ...
 
     def start_cold(self, endpoint: str) -> bool:
@@ -82,12 +112,15 @@ class Backend(Protocol):
     def enqueue(self, endpoint: str, inputs: list[Any], *, timeout_s: float,
                 priority: int = 1, tenant: str = "anonymous") -> Pending:
         """Queue `inputs` now, synchronously: the next `snapshot()` already counts them (a
-        burst's next decisions must see this request). Raises Unavailable when the endpoint
-        cannot take work at all (not started)."""
+        burst's next decisions must see this request); a `StreamPending` for a streaming
+        endpoint. Raises Unavailable when the endpoint cannot take work at all (not
+        started)."""
         ...
 
     def readiness(self) -> dict[str, Any]:
-        """``{"ready": bool, ...detail}``; ready once each endpoint has a warm container."""
+        """``{"ready": bool, ...detail}``; ready once each endpoint has a warm container.
+        ``"sequences"`` (optional): per streaming endpoint, ``{"active", "kv_cache_tokens",
+        "kv_cache_capacity"}`` summed over its containers (the metrics' gauges)."""
         ...
 
     def add_batch_listener(self, listener: BatchListener) -> None:
@@ -133,4 +166,4 @@ class Jobs(Protocol):
 
 
 __all__ = ["SYSTEM_CLOCK", "Backend", "BatchListener", "Clock", "Jobs", "Pending",
-           "SystemClock"]
+           "StreamPending", "SystemClock"]

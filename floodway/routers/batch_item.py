@@ -4,12 +4,17 @@ its future), the `Slot` protocol a container meets, and the item event tags it h
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-# The wire types of the item events that end an item (floodway.runtime.protocol's TYPE).
-ITEM_RESULT, ITEM_ERROR = "item", "item_error"
+from floodway.codec import dumps
+from floodway.errors import EndpointError
+
+# The wire types of the item events that end an item (floodway.runtime.protocol's TYPE),
+# and of a streamed chunk, which does not.
+ITEM_RESULT, ITEM_ERROR, ITEM_CHUNK = "item", "item_error", "chunk"
 
 
 def why(e: BaseException) -> str:
@@ -36,8 +41,13 @@ class Slot(Protocol):
                on_item: Callable[[Any], None] | None = None) -> asyncio.Future:
         """Send a batch; the future resolves to its BatchResultLike. `on_item` hears each
         item's event as it arrives: an object with `item_id` and its wire `TYPE`
-        (`ITEM_RESULT` with `output`, `ITEM_ERROR` with `message`, or another, e.g. a
-        streamed chunk, that does not end the item)."""
+        (`ITEM_RESULT` with `output`, `ITEM_ERROR` with `message`, `ITEM_CHUNK` with `data`:
+        a streamed chunk, which does not end the item)."""
+        ...
+
+    def cancel_item(self, item_id: str) -> bool:
+        """Stop item `item_id` in flight (a streamed sequence); its batch still ends with
+        the worker's answer. False when it is not in flight here."""
         ...
 
 
@@ -53,3 +63,81 @@ class Item:
     future: asyncio.Future = field(compare=False)
     tries: int = field(default=0, compare=False)
     queued: bool = field(default=True, compare=False)
+    # A streamed sequence: who hears its chunks, how many went out, where it runs now.
+    on_chunk: Callable[[Any], None] | None = field(default=None, compare=False)
+    chunks: int = field(default=0, compare=False)
+    slot: Any = field(default=None, compare=False)
+    # Its cost (`floodway.routers.sequences.SequenceCost`), the tokens it streamed, when it
+    # was sent and when its last chunk with tokens came (None: no chunk yet), for the
+    # endpoint's `SequenceBook`.
+    cost: Any = field(default=None, compare=False)
+    tokens: int = field(default=0, compare=False)
+    sent_s: float = field(default=0.0, compare=False)
+    last_s: float | None = field(default=None, compare=False)
+
+
+def unsendable(batch: list[Item], error: Exception, endpoint: str,
+               log: logging.Logger) -> list[Item]:
+    """A batch a container refused with `error` before sending it (its encoding for the
+    worker pipe failed, or anything else) -> the items to queue again. The items the pipe
+    cannot carry (`floodway.codec.dumps` raises) fail alone and the others go back; when no
+    item is to blame, every item of the batch fails with `error`."""
+    bad = {}
+    for it in batch:
+        try:
+            dumps(it.value)
+        except (TypeError, ValueError) as e:
+            bad[it.id] = e
+    if not bad:
+        log.error("batch of %d rows could not be sent to a container of %r: %s",
+                  len(batch), endpoint, why(error))
+    for it in batch:
+        if it.future.done() or (bad and it.id not in bad):
+            continue
+        cause = why(bad.get(it.id, error))
+        it.future.set_exception(EndpointError(
+            f"endpoint {endpoint!r}: input {it.id} could not be sent to a container "
+            f"({cause})" if bad else f"endpoint {endpoint!r}: its batch could not be "
+            f"sent to a container ({cause})"))
+    return [it for it in batch if bad and it.id not in bad]
+
+
+def answer(batch: list[Item], result: BatchResultLike, endpoint: str) -> None:
+    """Resolve each item of `batch` not resolved yet from its batch's `result`, by id."""
+    for it in batch:
+        if it.future.done():
+            continue
+        if it.id in result.outputs:
+            it.future.set_result(result.outputs[it.id])
+        elif it.id in result.errors:
+            it.future.set_exception(EndpointError(f"endpoint {endpoint!r} raised "
+                                                  f"{result.errors[it.id]}"))
+        else:
+            it.future.set_exception(EndpointError(f"endpoint {endpoint!r} returned "
+                                                  f"no output for item {it.id}"))
+
+
+def hear(it: Item, event: Any, endpoint: str) -> None:
+    """One item event for `it` (not done): a streamed chunk to its `on_chunk`, or its
+    result / error resolving its future."""
+    if event.TYPE == ITEM_CHUNK:
+        it.chunks += 1
+        if it.on_chunk is not None:
+            it.on_chunk(event.data)
+    elif event.TYPE == ITEM_RESULT:
+        it.future.set_result(event.output)
+    elif event.TYPE == ITEM_ERROR:
+        it.future.set_exception(EndpointError(f"endpoint {endpoint!r} raised {event.message}"))
+
+
+def retried(batch: list[Item], error: Exception) -> list[Item]:
+    """A batch lost with its container -> the items to retry (once each): those retried
+    already, and those whose stream had begun (a client holds its first chunks), fail
+    with `error`."""
+    retry = [it for it in batch if it.tries == 0 and not it.chunks]
+    for it in batch:
+        if (it.tries > 0 or it.chunks) and not it.future.done():
+            it.future.set_exception(error)
+    for it in retry:
+        it.tries += 1
+    return retry

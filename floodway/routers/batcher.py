@@ -17,6 +17,14 @@ futures by id, never by position. A bad item fails alone (the worker re-runs a f
 item by item; an input the worker pipe cannot carry fails before it is sent). A batch lost
 to a dying container is retried once elsewhere; a second loss fails it with Unavailable.
 
+A streaming endpoint's batcher (`streaming`) sends each item (one sequence) on its own, at
+once, and hands each streamed chunk to the item's `on_chunk` listener. Cancelling an item's
+future withdraws it while queued and, once on a container, sends that container a Cancel
+(its slot frees when the worker ends the item). An item whose container died is retried
+only while no chunk of it went out: a half-sent stream is never replayed (Unavailable).
+Its `SequenceBook` (`floodway.routers.sequences`) counts the sequences' tokens, queued and
+running, and feeds the generation estimator; `pick` then also gets the head's KV need.
+
 Times (deadlines, arrivals, the batch wait) are seconds on an injected clock, `loop.time()`
 by default. The loop re-reads the clock whenever it wakes (`notify()`, a slot freeing, a
 timer), so a test drives it with a fake clock and `notify()` instead of waiting.
@@ -25,6 +33,7 @@ timer), so a test drives it with a fake clock and `notify()` instead of waiting.
 from __future__ import annotations
 
 import asyncio
+import functools
 import heapq
 import itertools
 import logging
@@ -32,18 +41,23 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from floodway.codec import dumps
 from floodway.core.estimators import ArrivalRate
 from floodway.core.snapshot import QueueLoad
 from floodway.errors import EndpointError, Unavailable
 from floodway.routers.batch_item import (
+    ITEM_CHUNK,
     ITEM_ERROR,
     ITEM_RESULT,
     BatchResultLike,
     Item,
     Slot,
+    answer,
+    hear,
+    retried,
+    unsendable,
     why,
 )
+from floodway.routers.sequences import SequenceBook
 
 log = logging.getLogger("floodway.batcher")
 # With no free slot the loop still wakes this often (clock seconds) to drop expired items.
@@ -61,19 +75,19 @@ class Batcher:
     `on_send(container)` sees every batch as it is handed to a container (the pool's buffer
     containers start then); `on_batch(result, container)` sees every completed batch
     (service-time fit, metrics). `clock()` gives seconds (default `loop.time()`); deadlines
-    passed to `submit` are on it.
-    """
+    passed to `submit` are on it. `streaming`: items are sequences (see the module);
+    `sequences`: their bookkeeping (then `pick` also takes the head sequence's KV need)."""
 
     def __init__(self, endpoint: str, *, max_batch_rows: int, wait_ms: float,
-                 pick: Callable[[bool], Slot | None],
+                 pick: Callable[..., Slot | None],
                  on_batch: Callable[[BatchResultLike, Slot], None] | None = None,
                  on_send: Callable[[Slot], None] | None = None,
-                 clock: Callable[[], float] | None = None):
-        self.endpoint = endpoint
-        self._clock = clock
+                 clock: Callable[[], float] | None = None, streaming: bool = False,
+                 sequences: SequenceBook | None = None):
+        self.endpoint, self.streaming, self.sequences = endpoint, streaming, sequences
+        self._clock, self._heap = clock, []
         self.max_batch_rows, self.wait_s = max_batch_rows, wait_ms / 1000.0
         self.pick, self.on_batch, self.on_send = pick, on_batch, on_send
-        self._heap: list[Item] = []
         self._seq = itertools.count()
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
@@ -103,12 +117,11 @@ class Batcher:
     def extend(self, request_id: str, deadline_s: float) -> int:
         """Give the request's inputs still queued a later deadline (work a job has adopted:
         the client's deadline no longer applies to it). Returns how many were extended."""
-        n = 0
-        for it in self._heap:
-            if it.request == request_id and not it.future.done() and it.deadline_s < deadline_s:
-                it.deadline_s = deadline_s
-                n += 1
-        return n
+        late = [it for it in self._heap if it.request == request_id
+                and not it.future.done() and it.deadline_s < deadline_s]
+        for it in late:
+            it.deadline_s = deadline_s
+        return len(late)
 
     def waiting(self, request_id: str) -> int:
         """How many of the request's inputs are still queued (not yet sent to a container)."""
@@ -129,7 +142,7 @@ class Batcher:
                          dict(self._per_tenant))
 
     @staticmethod
-    def _prio(item: Item) -> int:
+    def _prio(item: Item) -> int:   # 0 low .. 2 high
         return max(0, min(2, -item.sort_key[0]))
 
     def _unqueue(self, item: Item) -> None:
@@ -138,6 +151,8 @@ class Batcher:
         item.queued = False
         self.queued_rows -= 1
         self.rows_by_priority[self._prio(item)] -= 1
+        if self.sequences is not None:
+            self.sequences.unqueued(item, self._prio(item))
         self._per_request[item.request] -= 1
         if self._per_request[item.request] <= 0:
             del self._per_request[item.request]
@@ -146,12 +161,26 @@ class Batcher:
             if self._per_tenant[item.tenant] <= 0:
                 del self._per_tenant[item.tenant]
 
+    def _withdrawn(self, item: Item, fut: asyncio.Future) -> None:
+        """`item` ended or withdrawn: uncounted; a cancelled sequence stopped where it runs."""
+        self._unqueue(item)
+        if self.sequences is not None:
+            self.sequences.ended(item, not fut.cancelled() and fut.exception() is None)
+        if fut.cancelled() and self.streaming and item.slot is not None:
+            try:
+                item.slot.cancel_item(item.id)
+            except Exception:  # noqa: BLE001 - a done callback must not raise
+                log.exception("cancelling %s on container %s", item.id, item.slot.id)
+
     # ------------------------------------------------------------------ public
     def submit(self, request_id: str, values: list[Any], *, deadline_s: float,
-               priority: int = 1, tenant: str = "anonymous") -> list[asyncio.Future]:
+               priority: int = 1, tenant: str = "anonymous",
+               on_chunk: Callable[[int, Any], None] | None = None) -> list[asyncio.Future]:
         """Queue one request's inputs; one future per input, resolving to its output or
         raising EndpointError (the item failed), TimeoutError (deadline passed while queued)
-        or Unavailable (its container died twice). Cancel the futures to withdraw them."""
+        or Unavailable (its container died twice, or once mid-stream). Cancel the futures
+        to withdraw them. `on_chunk(index, data)` hears each streamed chunk of input
+        `index` (a streaming endpoint's, whose futures resolve to None at the end)."""
         loop = asyncio.get_running_loop()
         now = self.now()
         futures = []
@@ -164,8 +193,13 @@ class Batcher:
             fut = loop.create_future()
             item = Item((-priority, next(self._seq)), f"{request_id}:{i}", value, request_id,
                         tenant, deadline_s, now, fut)
+            if on_chunk is not None:
+                item.on_chunk = functools.partial(on_chunk, i)
+            if self.sequences is not None:
+                item.cost = self.sequences.cost(value)
+                self.sequences.queued(item, self._prio(item))
             # A cancelled future (client gone, timeout) leaves the queue count at once.
-            fut.add_done_callback(lambda _f, it=item: self._unqueue(it))
+            fut.add_done_callback(lambda f, it=item: self._withdrawn(it, f))
             heapq.heappush(self._heap, item)
             futures.append(fut)
         self.queued_rows += len(values)
@@ -201,8 +235,7 @@ class Batcher:
             self._task.cancel()
         for item in self._heap:
             if not item.future.done():
-                item.future.set_exception(Unavailable(f"endpoint {self.endpoint!r} is "
-                                                      "shutting down"))
+                item.future.set_exception(Unavailable(f"{self.endpoint!r} is shutting down"))
         self._heap.clear()
         for t in list(self._inflight):
             t.cancel()
@@ -234,7 +267,7 @@ class Batcher:
             if not self._heap:
                 await self._sleep_until_woken(None)
                 continue
-            slot = self.pick(self._head_is_low())
+            slot = self._pick(self._head_is_low(), self._heap[0])
             if slot is None:
                 # Re-check deadlines now and then even if no slot frees.
                 await self._sleep_until_woken(RECHECK_S)
@@ -248,6 +281,12 @@ class Batcher:
                         and self.now() < fill_by:
                     continue   # woken early by a slot or a single item: look again
             self._send(self._take(self.now()))
+
+    def _pick(self, idle_only: bool, head: Item) -> Slot | None:
+        """`pick`, told the KV need of a sequence (`head`) when there is a SequenceBook."""
+        if self.sequences is None:
+            return self.pick(idle_only)
+        return self.pick(idle_only, head.cost.kv_need)
 
     def _head_is_low(self) -> bool:
         """Everything queued is low priority (the head is the highest priority queued)."""
@@ -273,7 +312,7 @@ class Batcher:
         if not batch:
             return
         try:
-            slot = self.pick(all(self._prio(it) == 0 for it in batch))
+            slot = self._pick(all(self._prio(it) == 0 for it in batch), batch[0])
         except BaseException:
             self._requeue(batch)   # taken from the queue: back before the loop restarts
             raise
@@ -290,6 +329,10 @@ class Batcher:
             self._unsendable(batch, e)
             return
         self._crashes = 0
+        for it in batch:
+            it.slot = slot   # where a cancelled sequence is stopped
+            if self.sequences is not None:
+                self.sequences.sent(it, slot, self.now())
         task = asyncio.create_task(self._deliver(batch, slot, fut))
         self._inflight.add(task)
         task.add_done_callback(self._inflight.discard)
@@ -297,34 +340,18 @@ class Batcher:
             self.on_send(slot)
 
     def _unsendable(self, batch: list[Item], error: Exception) -> None:
-        """A batch the container refused with `error` before sending it (its encoding for
-        the worker pipe failed, or anything else). The items the pipe cannot carry
-        (`floodway.codec.dumps` raises) fail alone and the others go back to the queue;
-        when no item is to blame, every item of the batch fails with `error`."""
-        bad = {}
-        for it in batch:
-            try:
-                dumps(it.value)
-            except (TypeError, ValueError) as e:
-                bad[it.id] = e
-        if not bad:
-            log.error("batch of %d rows could not be sent to a container of %r: %s",
-                      len(batch), self.endpoint, why(error))
-        for it in batch:
-            if it.future.done() or (bad and it.id not in bad):
-                continue
-            cause = why(bad.get(it.id, error))
-            it.future.set_exception(EndpointError(
-                f"endpoint {self.endpoint!r}: input {it.id} could not be sent to a container "
-                f"({cause})" if bad else f"endpoint {self.endpoint!r}: its batch could not be "
-                f"sent to a container ({cause})"))
-        self._requeue([it for it in batch if bad and it.id not in bad])
+        """A batch the container refused with `error` before sending it: the items the
+        pipe cannot carry fail alone, the others go back to the queue (`unsendable`)."""
+        self._requeue(unsendable(batch, error, self.endpoint, log))
 
     def _requeue(self, batch: list[Item]) -> None:
         for item in batch:
             if item.future.done():
                 continue
-            item.queued = True
+            if self.sequences is not None:
+                self.sequences.ended(item, False)   # running no more: queued again
+                self.sequences.queued(item, self._prio(item))
+            item.queued, item.slot = True, None
             self.queued_rows += 1
             self.rows_by_priority[self._prio(item)] += 1
             self._per_request[item.request] += 1
@@ -338,24 +365,24 @@ class Batcher:
     def _early(self, items: dict[str, Item]) -> Callable[[Any], None]:
         """Resolve an item as soon as its own result or error arrives, before the rest of
         its batch: a small request in a large batch is answered when its row is. Events
-        without a final answer (a streamed chunk) are left to their item's end."""
+        without a final answer (a streamed chunk) go to the item's `on_chunk`."""
         def on_item(event: Any) -> None:
             it = items.get(event.item_id)
             if it is None or it.future.done():
-                return
-            if event.TYPE == ITEM_RESULT:
-                it.future.set_result(event.output)
-            elif event.TYPE == ITEM_ERROR:
-                it.future.set_exception(EndpointError(f"endpoint {self.endpoint!r} raised "
-                                                      f"{event.message}"))
+                return   # a chunk of a cancelled sequence reaches no one
+            if event.TYPE == ITEM_CHUNK and self.sequences is not None:
+                self.sequences.chunk(it, event.data, self.now())
+            hear(it, event, self.endpoint)
         return on_item
 
     async def _deliver(self, batch: list[Item], slot: Slot, fut: asyncio.Future) -> None:
         try:
             result = await fut
         except Exception as e:  # noqa: BLE001 - no item may be left waiting forever
-            if isinstance(e, Unavailable):
-                self._lost(batch, slot, e)
+            if isinstance(e, Unavailable):   # its container died: retried once (`retried`)
+                log.warning("batch of %d rows lost on container %s (%s); retrying once",
+                            len(batch), slot.id, e)
+                self._requeue(retried(batch, e))
                 return
             for it in batch:
                 if not it.future.done():
@@ -363,36 +390,11 @@ class Batcher:
                         f"endpoint {self.endpoint!r}: its batch failed ({why(e)})"))
             self.notify()
             return
-        self._answer(batch, result)
+        answer(batch, result, self.endpoint)
         if self.on_batch:
             self.on_batch(result, slot)
         self.notify()
 
-    def _lost(self, batch: list[Item], slot: Slot, e: Unavailable) -> None:
-        """The batch's container died: retry its items once, fail those retried already."""
-        retry = [it for it in batch if it.tries == 0]
-        for it in batch:
-            if it.tries > 0 and not it.future.done():
-                it.future.set_exception(e)
-        for it in retry:
-            it.tries += 1
-        log.warning("batch of %d rows lost on container %s (%s); retrying once",
-                    len(batch), slot.id, e)
-        self._requeue(retry)
 
-    def _answer(self, batch: list[Item], result: BatchResultLike) -> None:
-        for it in batch:
-            if it.future.done():
-                continue
-            if it.id in result.outputs:
-                it.future.set_result(result.outputs[it.id])
-            elif it.id in result.errors:
-                it.future.set_exception(EndpointError(f"endpoint {self.endpoint!r} raised "
-                                                      f"{result.errors[it.id]}"))
-            else:
-                it.future.set_exception(EndpointError(f"endpoint {self.endpoint!r} returned "
-                                                      f"no output for item {it.id}"))
-
-
-__all__ = ["ITEM_ERROR", "ITEM_RESULT", "MAX_RESTART_DELAY_S", "RECHECK_S", "Batcher",
-           "BatchResultLike", "Item", "Slot"]
+__all__ = ["ITEM_CHUNK", "ITEM_ERROR", "ITEM_RESULT", "MAX_RESTART_DELAY_S", "RECHECK_S",
+           "Batcher", "BatchResultLike", "Item", "Slot"]

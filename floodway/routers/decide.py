@@ -215,7 +215,8 @@ def _batches_s(service: ServiceTime, rows: int, max_batch_rows: int) -> float:
     return full * service.seconds(max_batch_rows) + (service.seconds(rest) if rest else 0.0)
 
 
-def _retry_after(wait_s: float) -> float:
+def retry_after(wait_s: float) -> float:
+    """Seconds a shed client should wait: `wait_s` within RETRY_AFTER_S (1 s if unknown)."""
     lo, hi = RETRY_AFTER_S
     return lo if not math.isfinite(wait_s) else min(hi, max(lo, wait_s))
 
@@ -293,13 +294,14 @@ _SPILLS: dict[str, SpillTarget] = {"cold": ColdSpill(), "async": AsyncSpill()}
 SPILLS: Mapping[str, SpillTarget] = MappingProxyType(_SPILLS)
 
 
-def _spill_or_shed(snap: Snapshot, req: Request, ctx: SpillContext, *, waiting_ok: bool,
-                   from_zero: bool) -> Decision:
+def spill_or_shed(snap: Snapshot, req: Request, ctx: SpillContext, *, waiting_ok: bool,
+                  from_zero: bool, spills: Mapping[str, SpillTarget] = SPILLS) -> Decision:
     """The first spill target of `snap.spill` that takes `req`, else a shed (steps 6-8).
     `waiting_ok`: targets that keep the caller waiting may be tried; `from_zero`: no live
-    container and cold starts allowed, so a job or a shed also starts one."""
+    container and cold starts allowed, so a job or a shed also starts one. `spills`: the
+    strategy table (streams have their own, `floodway.routers.decide_stream`)."""
     for name in snap.spill:
-        target = _SPILLS.get(name)
+        target = spills.get(name)
         if target is None or (target.waits and not waiting_ok):
             continue
         d = target.offer(snap, req, ctx)
@@ -307,7 +309,7 @@ def _spill_or_shed(snap: Snapshot, req: Request, ctx: SpillContext, *, waiting_o
             break
     else:
         d = Decision(Action.SHED, ctx.reason, est_wait_s=ctx.wait_s,
-                     retry_after_s=_retry_after(ctx.wait_s), status=503)
+                     retry_after_s=retry_after(ctx.wait_s), status=503)
     if from_zero and d.action is not Action.SPILL_COLD:
         d = replace(d, start_cold=True)
     return d
@@ -335,7 +337,7 @@ def decide(snap: Snapshot, req: Request) -> Decision:
     if alone > budget:
         ctx = SpillContext(budget, f"service time {alone:.3f}s exceeds the deadline budget "
                            f"{budget:.3f}s", alone, len(live), 0)
-        return _spill_or_shed(snap, req, ctx, waiting_ok=False, from_zero=False)
+        return spill_or_shed(snap, req, ctx, waiting_ok=False, from_zero=False)
 
     if snap.queued == 0:
         free = [c for c in warm if c.free_slots > 0]
@@ -373,4 +375,4 @@ def decide(snap: Snapshot, req: Request) -> Decision:
     ctx = SpillContext(budget, why, snap.cold_start_s if not live else wait, len(live),
                        ahead_rows)
     from_zero = not live and "cold" in snap.spill and snap.max_containers > 0
-    return _spill_or_shed(snap, req, ctx, waiting_ok=True, from_zero=from_zero)
+    return spill_or_shed(snap, req, ctx, waiting_ok=True, from_zero=from_zero)

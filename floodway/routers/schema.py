@@ -174,11 +174,11 @@ def parse_predict(body: bytes, item_type: Any = Any, *,
     if max_inputs is not None and len(req.inputs) > max_inputs:
         raise RequestError(f"'inputs' has {len(req.inputs)} items; this endpoint takes at most "
                            f"{max_inputs} per request (split it)", status=413, field="inputs")
-    return _validate_items(req.inputs, item_type,
+    return validate_items(req.inputs, item_type,
                            check_unicode=_SURROGATE_ESCAPE.search(body) is not None)
 
 
-def _validate_items(inputs: list[Any], item_type: Any, *, check_unicode: bool) -> list[Any]:
+def validate_items(inputs: list[Any], item_type: Any, *, check_unicode: bool) -> list[Any]:
     """Each item validated as `item_type`, in order: the first bad one raises, and the items
     after it are never looked at (an image item's check costs a decode of its header). With
     `check_unicode`, each item's strings are checked for lone surrogates first, at any depth

@@ -11,34 +11,52 @@ to retry). `stopped` and `failed` are terminal.
 The worker speaks `floodway.runtime.protocol`: a batch's items are answered one event each
 (heard through `submit(..., on_item=)` as they arrive), then BatchDone resolves the batch's
 future to a BatchResult. A line that is not a valid message kills the process (`failed`).
+
+A container of a streaming endpoint (`streaming`) runs its batches (one sequence each) at
+once: `cancel_item` stops one (Cancel; its slot frees when the worker answers), and the
+worker's Load messages keep `active_sequences` and the KV cache in use (`describe()`).
+
+Progress (`last_progress_s`, what stuck detection reads: `floodway.runtime.health`): a
+batch's answer; for a streaming container any chunk or item end (ItemResult, ItemError),
+of any of its sequences. A long stream is never taken for a stuck container, nor is one
+whose new sequences wait for their first chunk while others stream; one whose sequences
+all wait and none streams for `Route.stuck_after_s` is stuck. A Load is no progress (an
+engine that reports but streams nothing is stuck). Work sent to an idle container starts
+the wait afresh.
 """
 
 from __future__ import annotations
 
 import asyncio
-import enum
 import itertools
 import logging
 import os
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from floodway.errors import ProtocolError, Unavailable
+from floodway.runtime.container_state import (
+    TRANSITIONS,
+    BatchResult,
+    IllegalTransition,
+    State,
+    _Pending,
+)
 from floodway.runtime.protocol import (
     FROM_WORKER,
     MAX_LINE_BYTES,
     Batch,
     BatchDone,
+    Cancel,
     Chunk,
     Failed,
     FromWorker,
     ItemError,
     ItemEvent,
-    ItemId,
     ItemResult,
+    Load,
     Phase,
     Ping,
     Pong,
@@ -52,67 +70,21 @@ log = logging.getLogger("floodway.container")
 READ_LIMIT = MAX_LINE_BYTES   # the worker writes no longer line (one large output at most)
 
 
-class State(enum.StrEnum):
-    STARTING = "starting"
-    WARMING = "warming"
-    READY = "ready"
-    BUSY = "busy"
-    DRAINING = "draining"
-    STOPPED = "stopped"
-    FAILED = "failed"
-
-
-TRANSITIONS: dict[State, frozenset[State]] = {
-    State.STARTING: frozenset({State.WARMING, State.FAILED, State.DRAINING, State.STOPPED}),
-    State.WARMING: frozenset({State.READY, State.FAILED, State.DRAINING, State.STOPPED}),
-    State.READY: frozenset({State.BUSY, State.DRAINING, State.FAILED}),
-    State.BUSY: frozenset({State.READY, State.DRAINING, State.FAILED}),
-    State.DRAINING: frozenset({State.STOPPED, State.FAILED}),
-    State.STOPPED: frozenset(),
-    State.FAILED: frozenset(),
-}
-
-
-class IllegalTransition(RuntimeError):
-    pass
-
-
-@dataclass(frozen=True)
-class BatchResult:
-    """One batch's answer: outputs and error messages keyed by item id; `compute_s` is the
-    time the endpoint function took inside the worker; `service_s` the time the container
-    spent on the batch as the router sees it (from when the worker could start it to its
-    answer: compute plus reading, encoding and the pipe), which feeds the service-time fit."""
-
-    outputs: dict[str, Any]
-    errors: dict[str, str]
-    rows: int
-    compute_s: float
-    service_s: float = 0.0
-
-
-@dataclass(slots=True)
-class _Pending:
-    """One batch in flight: when it was sent, its item events so far, who hears of them."""
-
-    sent_s: float
-    on_item: Callable[[ItemEvent], None] | None
-    outputs: dict[ItemId, Any] = field(default_factory=dict)
-    errors: dict[ItemId, str] = field(default_factory=dict)
-
-
 class Container:
     """One worker process for one endpoint. `slots` bounds its in-flight batches; `clock`
-    gives monotonic seconds (every time attribute below is on it)."""
+    gives monotonic seconds (every time attribute below is on it); `streaming`: its worker
+    runs its batches concurrently (a streaming endpoint: one sequence per batch)."""
 
     _ids = itertools.count(1)
 
     def __init__(self, app_spec: str, endpoint: str, store_root: str, *, slots: int,
                  env: dict[str, str] | None = None,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, streaming: bool = False):
         self.id = next(self._ids)
         self.app_spec, self.endpoint, self.store_root = app_spec, endpoint, store_root
-        self.slots = slots
+        self.slots, self.streaming = slots, streaming
+        # A streaming worker's sequences (its Load messages): running, KV-cache tokens.
+        self.active_sequences = self.kv_cache_tokens = self.kv_cache_capacity = 0
         self.env = env or {}
         self.clock = clock
         now = clock()
@@ -123,7 +95,7 @@ class Container:
         self.inflight_rows: dict[int, int] = {}
         self._pending: dict[int, _Pending] = {}
         self._last_answer_s = 0.0
-        # Last completion or item event (stuck detection) and when work last ended (idle).
+        # Last progress (see the module docstring) and when work last ended (idle).
         self.last_progress_s = now
         self.idle_since_s = now
         self.batches_done = 0
@@ -171,7 +143,10 @@ class Container:
         return {"id": self.id, "state": str(self.state), "pid": self.pid,
                 "inflight": len(self.inflight), "backend": self.backend, "build": self.build,
                 "cold_start_s": self.timings_s, "torch_imported": self.torch_imported,
-                "error": self.error}
+                "error": self.error,
+                **({"active_sequences": self.active_sequences,
+                    "kv_cache_tokens": self.kv_cache_tokens,
+                    "kv_cache_capacity": self.kv_cache_capacity} if self.streaming else {})}
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -223,6 +198,7 @@ class Container:
         self.inflight.clear()
         self.inflight_rows.clear()
         self._pending.clear()
+        self.active_sequences = self.kv_cache_tokens = 0
         for fut in futures:
             if not fut.done():
                 fut.set_exception(error)
@@ -253,6 +229,12 @@ class Container:
     def _on_pong(self, msg: Pong) -> None:
         self.ping_sent_s, self.last_pong_s = None, self.clock()
 
+    def _on_load(self, msg: Load) -> None:
+        self.active_sequences = msg.active_sequences
+        self.kv_cache_tokens, self.kv_cache_capacity = msg.kv_cache_tokens, msg.kv_cache_capacity
+        if self.on_change:
+            self.on_change()
+
     def _on_item(self, msg: ItemEvent) -> None:
         batch = self._pending.get(msg.batch_id)
         if batch is None:
@@ -279,8 +261,9 @@ class Container:
             return   # its batch was failed over already
         now = self.clock()
         # A worker runs batches one after another: this one could start once it was
-        # sent and the previous one was answered.
-        service = now - max(batch.sent_s, self._last_answer_s)
+        # sent and the previous one was answered (a streaming one runs each at once).
+        service = now - (batch.sent_s if self.streaming
+                         else max(batch.sent_s, self._last_answer_s))
         self._last_answer_s = now
         self.last_progress_s = now
         self.batches_done += 1
@@ -295,7 +278,8 @@ class Container:
 
     _HANDLERS: dict[type, Callable[[Container, Any], None]] = {
         Phase: _on_phase, Ready: _on_ready, Failed: _on_failed, Pong: _on_pong,
-        ItemResult: _on_item, ItemError: _on_item, Chunk: _on_item, BatchDone: _on_done}
+        ItemResult: _on_item, ItemError: _on_item, Chunk: _on_item, BatchDone: _on_done,
+        Load: _on_load}
 
     def _settle(self) -> None:
         if self.state == State.BUSY and self.free_slots > 0:
@@ -326,10 +310,25 @@ class Container:
             self.last_progress_s = now   # stuck = busy without progress
         self.inflight[batch_id] = fut
         self.inflight_rows[batch_id] = len(items)
-        self._pending[batch_id] = _Pending(now, on_item)
+        self._pending[batch_id] = _Pending(now, on_item, frozenset(i for i, _ in items))
         self.proc.stdin.write(line)
         self._settle()
         return fut
+
+    def cancel(self, batch_id: int, item_id: str) -> bool:
+        """Ask the worker to stop item `item_id` of batch `batch_id` (a streamed sequence):
+        it ends the item with an ItemError and, once its batch ended, BatchDone frees the
+        slot. False when the batch is not in flight or the pipe is closed."""
+        if batch_id not in self._pending or not self.proc or not self.proc.stdin \
+                or self.proc.stdin.is_closing():
+            return False
+        self.proc.stdin.write(encode(Cancel(batch_id, item_id)))
+        return True
+
+    def cancel_item(self, item_id: str) -> bool:
+        """`cancel` for the batch in flight that holds `item_id` (False when none does)."""
+        batch_id = next((b for b, p in self._pending.items() if item_id in p.ids), None)
+        return batch_id is not None and self.cancel(batch_id, item_id)
 
     def ping(self) -> bool:
         """Ask the worker to answer at once (a liveness check while it has no work: a hung

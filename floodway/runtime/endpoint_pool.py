@@ -1,7 +1,14 @@
 """One endpoint's state in the local pool: its containers, queue, estimators, traffic record,
 warm target, and failure counters, in one object; and the views of it that the pure
 functions read (`Box` for reconcile, `Liveness` for health, `Running` for rollout,
-`ContainerLoad`/`QueueLoad` for the snapshot).
+`ContainerLoad`/`QueueLoad` for the snapshot; `SequenceLoad`/`SequenceQueue` for a
+streaming endpoint's `decide_stream()` snapshot).
+
+A streaming endpoint measures its sequences, not batches: its batcher's `SequenceBook`
+(`floodway.routers.sequences`) feeds a `GenerationEstimator` (prefill, decode steps, tokens
+per request), which sizes its warm pool (`measured_generation`) and is the model of its
+stream snapshot; a whole stream's duration says nothing of a container's speed, so none
+goes into the batch `ServiceEstimator`.
 
 It decides nothing and starts nothing: `floodway.runtime.pool.Pool` asks it for a plan and
 carries the plan out.
@@ -9,10 +16,12 @@ carries the plan out.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from floodway.core.estimators import ColdStartEstimator, ServiceEstimator, measured
+from floodway.core.generation import GenerationEstimator, measured_generation
 from floodway.core.reconcile import LIVE, Box, Plan, reconcile
 from floodway.core.snapshot import (
     EMPTY_QUEUE,
@@ -21,10 +30,19 @@ from floodway.core.snapshot import (
     build_snapshot,
     pipeline_slots,
 )
+from floodway.core.stream_snapshot import (
+    EMPTY_SEQUENCE_QUEUE,
+    SequenceLoad,
+    build_stream_snapshot,
+)
+from floodway.errors import FloodwayError
 from floodway.http.protocols import SYSTEM_CLOCK, Clock
 from floodway.routers.batcher import Batcher
 from floodway.routers.decide import WARM, Snapshot
+from floodway.routers.decide_stream import StreamSnapshot
+from floodway.routers.sequences import SequenceBook
 from floodway.runtime import health, rollout
+from floodway.runtime.pending import Pending, StreamPending, wait_results
 from floodway.runtime.traffic import Traffic
 from floodway.warmers.history import TrafficHistory
 from floodway.warmers.predictive import PredictiveParams
@@ -41,11 +59,12 @@ class EndpointPool:
 
     `containers`: every container not yet exited (any state). `batcher`: its queue, set
     when the pool starts. `service`, `cold`: the estimators that feed `decide()` and the
-    warm-pool policy. `target`/`policy`: the latest warm target and the policy's memory;
-    `floor`: how many live containers the pool keeps now (`WarmTarget.keep`). `failures`:
-    failed starts in a row; `replacing`: replacements waiting out their backoff. `latest`:
-    the newest published build's key (None: unknown). `events`: totals since start
-    (start, failed, stuck, scale_down, rolled).
+    warm-pool policy; `generation`: a streaming endpoint's (None for others).
+    `target`/`policy`: the latest warm target and the policy's memory; `floor`: how many
+    live containers the pool keeps now (`WarmTarget.keep`). `failures`: failed starts in a
+    row; `replacing`: replacements waiting out their backoff. `latest`: the newest
+    published build's key (None: unknown). `events`: totals since start (start, failed,
+    stuck, scale_down, rolled).
     """
 
     def __init__(self, endpoint: Endpoint, *, clock: Clock = SYSTEM_CLOCK,
@@ -64,7 +83,24 @@ class EndpointPool:
         self.replacing = 0
         self.latest: str | None = None
         self.events: Counter[str] = Counter()
-        self.slots = pipeline_slots(endpoint.route.max_inflight_per_container)
+        # A streaming endpoint's container runs its sequences at once: one slot each.
+        gen = endpoint.generation
+        self.slots = gen.max_sequences if endpoint.streaming and gen is not None \
+            else pipeline_slots(endpoint.route.max_inflight_per_container)
+        self.generation = GenerationEstimator() if gen is not None else None
+
+    def new_batcher(self, *, on_batch: Any, on_send: Any) -> Batcher:
+        """The endpoint's batcher (set as `batcher`): batches cut by `Batching`, or, for a
+        streaming endpoint, each sequence sent on its own at once."""
+        cfg, streams, gen = self.endpoint.batching, self.endpoint.streaming, \
+            self.endpoint.generation
+        book = None if gen is None else SequenceBook(gen.max_new_tokens,
+                                                     estimator=self.generation)
+        self.batcher = Batcher(self.name, max_batch_rows=1 if streams else cfg.max_batch_rows,
+                               wait_ms=0 if streams else cfg.wait_ms, pick=self.pick,
+                               on_batch=on_batch, on_send=on_send,
+                               clock=self.clock.monotonic, streaming=streams, sequences=book)
+        return self.batcher
 
     # ------------------------------------------------------------------ containers
     def live(self) -> list[Container]:
@@ -82,12 +118,57 @@ class EndpointPool:
             return 0
         return max(0, self.slots - len(c.inflight))
 
-    def pick(self, idle_only: bool = False) -> Container | None:
+    def pick(self, idle_only: bool = False, kv_need: int = 0) -> Container | None:
         """The container with a free slot and the least in flight (with nothing in flight
-        when `idle_only`), or None: the batcher's `pick`."""
+        when `idle_only`), or None: the batcher's `pick`. A streaming endpoint's sequence
+        that reserves `kv_need` KV-cache tokens goes only where that fits (`kv_room`), or
+        to a container with nothing in flight (its engine then decides)."""
         free = [c for c in self.containers
-                if self.free(c) > 0 and not (idle_only and c.inflight)]
+                if self.free(c) > 0 and not (idle_only and c.inflight)
+                and (kv_need <= 0 or not c.inflight or self.kv_room(c) >= kv_need)]
         return min(free, key=lambda c: len(c.inflight)) if free else None
+
+    def _running(self, c: Container) -> list[Any]:
+        """The sequences in flight on `c` (the batcher's items), for a streaming endpoint."""
+        book = self.batcher.sequences if self.batcher is not None else None
+        return book.running_on(c) if book is not None else []
+
+    def kv_used(self, c: Container) -> int:
+        """KV-cache tokens reserved on `c`: what its worker last reported (`Load`), or the
+        reservations of the sequences sent to it (prompt + max_new_tokens each), whichever
+        is more: a report lags the sequences just sent, an estimate the engine's count."""
+        return max(c.kv_cache_tokens, sum(it.cost.kv_need for it in self._running(c)))
+
+    def kv_room(self, c: Container) -> float:
+        """KV-cache tokens still free on `c` (inf when it reports no budget)."""
+        if c.kv_cache_capacity <= 0:
+            return math.inf
+        return c.kv_cache_capacity - self.kv_used(c)
+
+    def enqueue(self, request_id: str, inputs: list[Any], *, timeout_s: float, priority: int,
+                tenant: str, keep_s: float) -> Pending | StreamPending:
+        """`Pool.enqueue` on this endpoint's batcher (started): the request's Pending, a
+        StreamPending for a streaming endpoint; adopted work is kept `keep_s` more."""
+        batcher, gen = self.batcher, self.endpoint.generation
+        assert batcher is not None
+        stream = None if gen is None else StreamPending(
+            self.name, len(inputs), clock=self.clock, timeout_s=timeout_s,
+            max_stream_s=gen.max_stream_s)
+        futures = batcher.submit(request_id, inputs,
+                                 deadline_s=self.clock.monotonic() + timeout_s,
+                                 priority=priority, tenant=tenant,
+                                 on_chunk=stream.on_chunk if stream else None)
+
+        def dispatched() -> bool:
+            return batcher.waiting(request_id) < len(inputs)
+
+        def keep() -> int:
+            return batcher.extend(request_id, self.clock.monotonic() + keep_s)
+        if stream is not None:
+            stream.attach(futures, dispatched, keep)
+            return stream
+        return Pending(futures, dispatched,
+                       lambda p: wait_results(self.name, futures, timeout_s, p), keep=keep)
 
     def by_id(self, cid: str) -> Container | None:
         return next((c for c in self.containers if str(c.id) == cid), None)
@@ -103,10 +184,17 @@ class EndpointPool:
         self.cold.record(cold_start_s)
 
     def record_batch(self, rows: int, service_s: float) -> None:
-        self.service.record(rows, service_s)
+        """A completed batch's service time (not a streaming endpoint's: see the module)."""
+        if self.generation is None:
+            self.service.record(rows, service_s)
 
     # ------------------------------------------------------------------ warm target
     def measured(self) -> Measured:
+        """What the warm-pool policy reads: batches' service time, or for a streaming
+        endpoint its containers' tokens/s (`measured_generation`)."""
+        gen = self.endpoint.generation
+        if self.generation is not None and gen is not None:
+            return measured_generation(self.cold, self.generation, gen.max_sequences)
         return measured(self.cold, self.service, self.endpoint.batching.max_batch_rows)
 
     def retarget(self, wall_s: float, cap: int, *, pinned: int | None = None,
@@ -141,7 +229,8 @@ class EndpointPool:
     def health_checks(self, now_s: float) -> tuple[health.Check, ...]:
         facts = (health.Liveness(str(c.id), str(c.state), len(c.inflight),
                                  c.last_progress_s, c.ping_sent_s, c.last_pong_s,
-                                 now_s - c.history[0][0] if c.state in STARTING else 0.0)
+                                 now_s - c.history[0][0] if c.state in STARTING else 0.0,
+                                 streaming=self.endpoint.streaming)
                  for c in self.containers)
         route = self.endpoint.route
         return health.checks(facts, now_s, route.stuck_after_s, route.start_timeout_s)
@@ -173,16 +262,65 @@ class EndpointPool:
                               arrival_rows_per_s=b.arrival_rows_per_s(now_s) if b else 0.0,
                               max_containers=cap)
 
+    def sequence_loads(self, now_s: float) -> tuple[SequenceLoad, ...]:
+        """A streaming endpoint's containers as `build_stream_snapshot` reads them: the
+        sequences in flight (the router's count), each one's remaining tokens (its
+        max_new_tokens less the tokens it streamed), the KV cache (`kv_used`; 0 / 0 for a
+        container that reports no budget), the prompts sent with no first chunk yet."""
+        out = []
+        for c in self.containers:
+            running = self._running(c)
+            cap = max(0, c.kv_cache_capacity)
+            out.append(SequenceLoad(
+                str(c.id), str(c.state), active=len(c.inflight), max_sequences=self.slots,
+                remaining_tokens=tuple(max(1, it.cost.max_new_tokens - it.tokens)
+                                       for it in running),
+                kv_tokens=self.kv_used(c) if cap else 0, kv_capacity=cap,
+                pending_prompt_tokens=sum(it.cost.prompt_tokens for it in running
+                                          if not it.chunks),
+                starting_for_s=now_s - c.history[0][0] if c.state in STARTING else 0.0))
+        return tuple(out)
+
+    def stream_snapshot(self, now_s: float, cap: int) -> StreamSnapshot:
+        """`decide_stream()`'s view at `now_s` with at most `cap` live containers (fewer
+        while starts are failing, as `snapshot`). The KV budget of a container: the
+        configured `Generation.kv_cache_tokens`, else the largest a container reported
+        (none yet: unknown). Raises FloodwayError for an endpoint that does not stream."""
+        gen, est = self.endpoint.generation, self.generation
+        if gen is None or est is None:
+            raise FloodwayError(f"endpoint {self.name!r} does not stream")
+        loads = self.sequence_loads(now_s)
+        if self.failures:
+            cap = min(cap, sum(1 for c in loads if c.state in LIVE))
+        book = self.batcher.sequences if self.batcher is not None else None
+        reported = max((c.kv_capacity for c in loads), default=0)
+        return build_stream_snapshot(
+            now_s, self.endpoint, loads, book.queue() if book else EMPTY_SEQUENCE_QUEUE,
+            model=est.model, cold_start_s=self.cold.estimate_s(),
+            max_sequences=gen.max_sequences,
+            kv_cache_tokens=gen.kv_cache_tokens or reported or None,
+            max_new_tokens=gen.max_new_tokens, max_containers=cap)
+
     # ------------------------------------------------------------------ readiness
     def ready(self) -> bool:
         """A warm container, or none asked for (scaled to zero: requests start one)."""
         return any(c.state in WARM for c in self.containers) or self.floor == 0
 
+    def sequences(self) -> dict[str, int]:
+        """A streaming endpoint's sequences, summed over its live containers (their Load):
+        ``{"active", "kv_cache_tokens", "kv_cache_capacity"}``."""
+        live = [c for c in self.live() if c.state in WARM]
+        return {"active": sum(c.active_sequences for c in live),
+                "kv_cache_tokens": sum(c.kv_cache_tokens for c in live),
+                "kv_cache_capacity": sum(c.kv_cache_capacity for c in live)}
+
     def describe(self) -> dict[str, Any]:
-        """Readiness detail: containers, queue, warm target, container events."""
+        """Readiness detail: containers, queue, warm target, container events (and a
+        streaming endpoint's `sequences`)."""
         b = self.batcher
         t = self.target
         return {
+            **({"sequences": self.sequences()} if self.endpoint.streaming else {}),
             "containers": [c.describe() for c in self.containers],
             "queue": {"queued": b.queued if b else 0, "queued_rows": b.queued_rows if b else 0,
                       "dropped": dict(b.dropped) if b else {}},

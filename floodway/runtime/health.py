@@ -7,7 +7,9 @@ Pure functions of a container's facts and a clock (seconds on the runtime's mono
 clock); the pool carries out what they say (ping, kill, replace).
 
 - stuck: work in flight and no completion for `Route.stuck_after_s` -> kill (its batches
-  fail over: the batcher retries each once elsewhere).
+  fail over: the batcher retries each once elsewhere). A streaming container's progress is
+  any chunk or item end (`streaming`): one whose sequences all wait for a first chunk while
+  none streams is stuck; one that streams, however long, is not.
 - slow start: not ready `Route.start_timeout_s` after it was started (a load hook that
   hangs) -> kill; it counts as a failed start, so the next start backs off.
 - silent: an idle ready container is pinged every `PING_EVERY_S`; one that has not answered
@@ -48,7 +50,8 @@ class Liveness:
     `inflight`: batches sent and not answered; `last_progress_s`: its last completion (or
     when work was first sent to it idle); `ping_sent_s`: the outstanding ping (None: none);
     `last_pong_s`: when the last ping was answered; `starting_for_s`: seconds since a
-    container that is not ready yet was started (0 once ready)."""
+    container that is not ready yet was started (0 once ready); `streaming`: its work is
+    sequences (one per batch), whose progress is a chunk or an item's end."""
 
     id: str
     state: str
@@ -57,6 +60,7 @@ class Liveness:
     ping_sent_s: float | None
     last_pong_s: float
     starting_for_s: float = 0.0
+    streaming: bool = False
 
 
 @dataclass(frozen=True)
@@ -75,8 +79,10 @@ def check(c: Liveness, now_s: float, stuck_after_s: float,
     if c.inflight and c.state in WARM:
         quiet_s = now_s - c.last_progress_s
         if quiet_s > stuck_after_s:
+            work, none = ("sequences", "chunk or end") if c.streaming else \
+                ("batches", "completion")
             return Check(c.id, Verdict.KILL,
-                         f"stuck: {c.inflight} batches in flight and no completion for "
+                         f"stuck: {c.inflight} {work} in flight and no {none} for "
                          f"{quiet_s:.1f}s (stuck_after_s={stuck_after_s:g})")
         return Check(c.id, Verdict.OK)
     if c.inflight or c.state != "ready":

@@ -22,8 +22,10 @@ warm target, failure counters); the pool only carries out what the pure function
 
 Only user batches reset a container's idle timer (warm-up runs before it is ready; probes
 never reach it). `snapshot()` describes an endpoint for `floodway.routers.decide.decide`
-through `floodway.core.snapshot.build_snapshot`. Times: `clock.monotonic()` seconds, and
-`clock.wall()` for the traffic record and the warm-pool policy.
+through `floodway.core.snapshot.build_snapshot`; `stream_snapshot()` a streaming endpoint
+for `floodway.routers.decide_stream.decide_stream` through
+`floodway.core.stream_snapshot.build_stream_snapshot`. Times: `clock.monotonic()` seconds,
+and `clock.wall()` for the traffic record and the warm-pool policy.
 """
 
 from __future__ import annotations
@@ -46,12 +48,12 @@ from floodway.errors import FloodwayError, Unavailable
 from floodway.functions.app import App
 from floodway.http.protocols import SYSTEM_CLOCK, BatchListener, Clock
 from floodway.jobs.local import JOB_TIMEOUT_S
-from floodway.routers.batcher import Batcher
 from floodway.routers.decide import Snapshot
+from floodway.routers.decide_stream import StreamSnapshot
 from floodway.runtime import health
 from floodway.runtime.container import BatchResult, Container, State
 from floodway.runtime.endpoint_pool import EndpointPool
-from floodway.runtime.pending import Pending, wait_results
+from floodway.runtime.pending import Pending, StreamPending
 from floodway.warmers.history import TrafficHistory
 from floodway.warmers.predictive import PredictiveParams
 from floodway.warmers.target import Measured
@@ -131,9 +133,12 @@ class Pool:
             return None
 
     def _container(self, endpoint: str) -> Container:
-        return Container(self.app_spec, endpoint, self.store_root,
-                         slots=self.app[endpoint].route.max_inflight_per_container,
-                         env=self.worker_env(), clock=self.clock.monotonic)
+        ep = self.app[endpoint]
+        slots = self.endpoints[endpoint].slots if ep.streaming \
+            else ep.route.max_inflight_per_container
+        return Container(self.app_spec, endpoint, self.store_root, slots=slots,
+                         env=self.worker_env(), clock=self.clock.monotonic,
+                         streaming=ep.streaming)
 
     def _new(self, endpoint: str) -> Container:
         """A new container of `endpoint`, listed in its pool, not started."""
@@ -202,12 +207,8 @@ class Pool:
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
         for ep in self.endpoints.values():
-            cfg = ep.endpoint.batching
-            ep.batcher = Batcher(ep.name, max_batch_rows=cfg.max_batch_rows,
-                                 wait_ms=cfg.wait_ms, pick=ep.pick, on_batch=self._on_batch,
-                                 on_send=lambda _c, ep=ep: self._buffer(ep),
-                                 clock=self.clock.monotonic)
-            ep.batcher.start()
+            ep.new_batcher(on_batch=self._on_batch,
+                           on_send=lambda _c, ep=ep: self._buffer(ep)).start()
             self._carry_out(ep, ep.reconcile(self.clock.monotonic()))
         if self.tick_s is not None:
             self._ticker = asyncio.create_task(self._tick_forever(self.tick_s))
@@ -343,23 +344,23 @@ class Pool:
     def snapshot(self, endpoint: str) -> Snapshot:
         return self.endpoints[endpoint].snapshot(self.clock.monotonic(), self.cap(endpoint))
 
+    def stream_snapshot(self, endpoint: str) -> StreamSnapshot:
+        """A streaming endpoint's state for `decide_stream()`; raises FloodwayError for an
+        endpoint that does not stream."""
+        return self.endpoints[endpoint].stream_snapshot(self.clock.monotonic(),
+                                                        self.cap(endpoint))
+
     def enqueue(self, endpoint: str, inputs: list[Any], *, timeout_s: float,
-                priority: int = 1, tenant: str = "anonymous") -> Pending:
+                priority: int = 1, tenant: str = "anonymous") -> Pending | StreamPending:
         """Queue `inputs` now (synchronously, so the next decision already sees them) and
         return an awaitable of their results, as `run`, that also tells whether any of them
-        has left the queue for a container (`Pending.dispatched()`). Raises Unavailable
-        when the endpoint is not started."""
+        has left the queue for a container (`Pending.dispatched()`); a `StreamPending` for
+        a streaming endpoint. Raises Unavailable when the endpoint is not started."""
         ep = self.endpoints.get(endpoint)
         if ep is None or ep.batcher is None:
             raise Unavailable(f"endpoint {endpoint!r} is not started", retry_after_s=1.0)
-        batcher, request_id = ep.batcher, f"r{next(self._request_ids)}"
-        futures = batcher.submit(request_id, inputs,
-                                 deadline_s=self.clock.monotonic() + timeout_s,
-                                 priority=priority, tenant=tenant)
-        return Pending(futures, lambda: batcher.waiting(request_id) < len(inputs),
-                       lambda p: wait_results(endpoint, futures, timeout_s, p),
-                       keep=lambda: batcher.extend(request_id,
-                                                   self.clock.monotonic() + JOB_TIMEOUT_S))
+        return ep.enqueue(f"r{next(self._request_ids)}", inputs, timeout_s=timeout_s,
+                          priority=priority, tenant=tenant, keep_s=JOB_TIMEOUT_S)
 
     async def run(self, endpoint: str, inputs: list[Any], *, timeout_s: float,
                   priority: int = 1, tenant: str = "anonymous") -> list[Any]:
@@ -374,9 +375,10 @@ class Pool:
 
     def readiness(self) -> dict[str, Any]:
         """``{"ready", "endpoints", "queues", "warm_targets", "container_events",
-        "failures"}``: ready once every endpoint has a warm container (or is scaled to zero by
-        its policy); `failures`: failed starts in a row and the last container error, per
-        endpoint (why nothing becomes ready)."""
+        "failures", "sequences"}``: ready once every endpoint has a warm container (or is
+        scaled to zero by its policy); `failures`: failed starts in a row and the last
+        container error, per endpoint (why nothing becomes ready); `sequences`: each
+        streaming endpoint's running sequences and KV cache (`EndpointPool.sequences`)."""
         detail = {name: ep.describe() for name, ep in self.endpoints.items()}
         return {"ready": all(ep.ready() for ep in self.endpoints.values()),
                 "endpoints": {name: d["containers"] for name, d in detail.items()},
@@ -384,7 +386,9 @@ class Pool:
                            if self.endpoints[name].batcher is not None},
                 "warm_targets": {name: d["target"] for name, d in detail.items()},
                 "container_events": {name: d["events"] for name, d in detail.items()},
-                "failures": {name: d["failures"] for name, d in detail.items()}}
+                "failures": {name: d["failures"] for name, d in detail.items()},
+                "sequences": {name: d["sequences"] for name, d in detail.items()
+                              if "sequences" in d}}
 
 
 __all__ = ["BUILD_CHECK_S", "POLICY_PARAMS", "TICK_S", "Pending", "Pool"]

@@ -8,6 +8,7 @@ way to or from bytes.
     router -> worker
       Batch       {"type": "batch", "id": 3, "items": [["r1:0", "text"], ...]}
       Ping        {"type": "ping"}
+      Cancel      {"type": "cancel", "batch_id": 3, "item_id": "r1:0"}   (streaming)
     worker -> router
       Phase       {"type": "phase", "phase": "warming"}
       Ready       {"type": "ready", "timings_s": {"imports": 0.4, ...},
@@ -18,10 +19,15 @@ way to or from bytes.
       ItemError   {"type": "item_error", "batch_id": 3, "item_id": "r1:0", "message": "..."}
       Chunk       {"type": "chunk", "batch_id": 3, "item_id": "r1:0", "seq": 0, "data": ...}
       BatchDone   {"type": "done", "batch_id": 3, "compute_s": 0.012, "rows": 32}
+      Load        {"type": "load", "active_sequences": 3, "kv_cache_tokens": 1200,
+                   "kv_cache_capacity": 8192}                            (streaming)
 
 Order within a batch: every item gets exactly one ItemResult or ItemError (after its Chunks, if
 it streams; chunks of an item carry seq 0, 1, 2, ...), and the batch's BatchDone comes last.
 Results travel with their item ids, so the router maps them back by id, never by position.
+A streaming worker runs its items concurrently: Cancel ends one item early (its ItemError
+``"Cancelled: ..."``; an unknown or finished one is ignored), and Load reports its running
+sequences whenever their count (or the KV cache in use) changes.
 
 Cost: a batch that runs whole goes out as one line (its item events and BatchDone). For 32
 items of 384 floats that is 0.6% more bytes than one untyped result message per batch, and
@@ -64,6 +70,15 @@ class Ping:
     """Answer Pong at once (between batches): a liveness check of an idle worker."""
 
     TYPE: ClassVar[str] = "ping"
+
+
+@dataclass(frozen=True, slots=True)
+class Cancel:
+    """Stop item `item_id` of batch `batch_id` (a streamed sequence whose client left)."""
+
+    TYPE: ClassVar[str] = "cancel"
+    batch_id: int
+    item_id: ItemId
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,19 +155,31 @@ class BatchDone:
     rows: int
 
 
-ToWorker = Batch | Ping
-FromWorker = Phase | Ready | Failed | Pong | ItemResult | ItemError | Chunk | BatchDone
+@dataclass(frozen=True, slots=True)
+class Load:
+    """A streaming container's sequences: how many run now, and the KV-cache tokens they
+    hold of its capacity (0 and 0 where no built-in engine keeps a cache)."""
+
+    TYPE: ClassVar[str] = "load"
+    active_sequences: int
+    kv_cache_tokens: int
+    kv_cache_capacity: int
+
+
+ToWorker = Batch | Ping | Cancel
+FromWorker = Phase | Ready | Failed | Pong | ItemResult | ItemError | Chunk | BatchDone | Load
 ItemEvent = ItemResult | ItemError | Chunk
 Message = ToWorker | FromWorker
 
-TO_WORKER: tuple[type, ...] = (Batch, Ping)
+TO_WORKER: tuple[type, ...] = (Batch, Ping, Cancel)
 FROM_WORKER: tuple[type, ...] = (Phase, Ready, Failed, Pong, ItemResult, ItemError, Chunk,
-                                 BatchDone)
+                                 BatchDone, Load)
 
 # Per message type: each field with the JSON types it may hold (bool is no int here).
 _SCHEMA: dict[type, tuple[tuple[str, type | tuple[type, ...]], ...]] = {
     Batch: (("id", int), ("items", list)),
     Ping: (),
+    Cancel: (("batch_id", int), ("item_id", (str, int))),
     Phase: (("phase", str),),
     Ready: (("timings_s", dict), ("backend", str), ("torch", bool), ("pid", int)),
     Failed: (("error", str),),
@@ -161,6 +188,7 @@ _SCHEMA: dict[type, tuple[tuple[str, type | tuple[type, ...]], ...]] = {
     ItemError: (("batch_id", int), ("item_id", (str, int)), ("message", str)),
     Chunk: (("batch_id", int), ("item_id", (str, int)), ("seq", int), ("data", _OUTPUT)),
     BatchDone: (("batch_id", int), ("compute_s", _NUMBER), ("rows", int)),
+    Load: (("active_sequences", int), ("kv_cache_tokens", int), ("kv_cache_capacity", int)),
 }
 _BY_TAG: dict[str, type] = {cls.TYPE: cls for cls in _SCHEMA}
 _NAMES: dict[type, tuple[str, ...]] = {cls: tuple(n for n, _ in f) for cls, f in _SCHEMA.items()}
@@ -303,6 +331,9 @@ def _message(obj: dict[str, Any], expect: tuple[type, ...], line: bytes | str) -
             raise ProtocolError(f"{tag!r} message: field {name!r} = {_clip(repr(value))} is "
                                 f"not {_kind_names(kinds)}")
     del obj["type"]
+    if cls is Load and min(obj["active_sequences"], obj["kv_cache_tokens"],
+                           obj["kv_cache_capacity"]) < 0:
+        raise ProtocolError(f"'load' message: a negative count: {_clip(line)}")
     if cls is Batch:
         obj["items"] = _items(obj["items"])
     elif cls is BatchDone:
@@ -330,7 +361,7 @@ def _clip(text: bytes | str, limit: int = 200) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
-__all__ = ["FROM_WORKER", "TO_WORKER", "Batch", "BatchDone", "Chunk", "Failed", "FromWorker",
-           "ItemError", "ItemEvent", "ItemId", "ItemResult", "Message", "Phase", "Ping", "Pong",
-           "Ready", "ToWorker", "decode", "decode_all", "encode", "encode_all", "encode_lines",
-           "MAX_LINE_BYTES", "MAX_OUTPUT_BYTES"]
+__all__ = ["FROM_WORKER", "TO_WORKER", "Batch", "BatchDone", "Cancel", "Chunk", "Failed",
+           "FromWorker", "ItemError", "ItemEvent", "ItemId", "ItemResult", "Load", "Message",
+           "Phase", "Ping", "Pong", "Ready", "ToWorker", "decode", "decode_all", "encode",
+           "encode_all", "encode_lines", "MAX_LINE_BYTES", "MAX_OUTPUT_BYTES"]

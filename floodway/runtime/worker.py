@@ -13,6 +13,9 @@ the good ones are not held back by the re-runs. Large outputs go on several line
 the router's read limit; one output too large for a line fails its item alone. Whatever the
 function raises (SystemExit too) or returns fails at most its own batch, never the worker.
 
+A streaming endpoint (a generator function, one item per call) is served by
+`floodway.runtime.stream_worker` instead, its sequences concurrently on one asyncio loop.
+
 Cold-start phases (seconds): process_start (spawn -> interpreter running this module),
 imports (user module and floodway), artifact_load, load_hook (an endpoint that brings its own
 runtime: its `load=`), warmup (first inference).
@@ -20,6 +23,7 @@ runtime: its `load=`), warmup (first inference).
 
 from __future__ import annotations
 
+import inspect
 import numbers
 import os
 import signal
@@ -271,10 +275,19 @@ def boot(app_spec: str, ep_name: str, store_root: str, send: Send) -> tuple[Any,
             timings["artifact_load"] = time.perf_counter() - t
         send([Phase("warming")])
         t = time.perf_counter()
+        if ep.streaming:   # the engine's limits are the endpoint's, from its first step
+            from floodway.runtime.stream_worker import configure
+
+            configure(ep, model)
         warm = _warmup_inputs(ep, model)
         if warm:       # the batch contract, checked as for requests: names a None return
             try:
-                _call(ep.fn, model, warm)
+                if ep.streaming:   # on the loop that will serve it (a stream's engine)
+                    from floodway.runtime.stream_worker import warm_up
+
+                    warm_up(ep.fn, model, warm)
+                else:
+                    _call(ep.fn, model, warm)
             except ContractError as e:
                 raise ContractError(f"endpoint {ep.name!r}, warm-up: {e}") from None
         timings["warmup"] = time.perf_counter() - t
@@ -295,7 +308,7 @@ def serve(fn, model, lines: Iterable[bytes], send: Send) -> int:
     """Answer each line of `lines` (Batch or Ping) until they end -> the exit code: 0, or 1
     after sending Failed for a line that is not a valid message."""
     from floodway.errors import ProtocolError
-    from floodway.runtime.protocol import TO_WORKER, BatchDone, Failed, Ping, Pong, decode
+    from floodway.runtime.protocol import TO_WORKER, Batch, BatchDone, Failed, Ping, Pong, decode
 
     for line in lines:
         try:
@@ -305,6 +318,8 @@ def serve(fn, model, lines: Iterable[bytes], send: Send) -> int:
             return 1
         if isinstance(req, Ping):   # liveness: answered between batches, at once
             send([Pong()])
+            continue
+        if not isinstance(req, Batch):   # Cancel: a batch here runs whole, and is done
             continue
         rows, ended, done = len(req.items), 0, False
         compute_s, t = 0.0, time.perf_counter()
@@ -349,7 +364,13 @@ def main(argv: list[str]) -> int:
     booted = boot(app_spec, ep_name, store_root, send)
     if booted is None:
         return 1
-    return serve(*booted, sys.stdin.buffer, send)
+    fn, model = booted
+    if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
+        # Its sequences run at once, on an asyncio loop.
+        from floodway.runtime.stream_worker import run
+
+        return run(fn, model, sys.stdin.buffer, proto)
+    return serve(fn, model, sys.stdin.buffer, send)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,9 @@ arrivals.
 Two CSV shapes are read (both as in the project's shared traces):
 
 - per request: one row per request with a timestamp column (default ``TIMESTAMP``, e.g.
-  ``2023-11-16 18:17:03.9799600``, or plain unix seconds);
+  ``2023-11-16 18:17:03.9799600``, or plain unix seconds), and with ``ContextTokens`` and
+  ``GeneratedTokens`` columns their token counts (`Trace.prompt_tokens`,
+  `Trace.generated_tokens`, for the generation simulator);
 - per minute: one row per function, ``HashFunction,...,minute_1..minute_N`` (the Azure
   Functions 2019 layout); the row is chosen by its ``HashFunction`` or by its 0-based index.
 
@@ -35,6 +37,8 @@ SPREADS = ("uniform", "poisson")
 MAX_SPAN_MIN = 366 * 24 * 60
 MAX_EPOCH_S = 1e10
 MAX_COUNT = 10_000_000
+# Per-request token columns of an LLM trace (Azure LLM inference trace 2023).
+TOKEN_COLUMNS = ("ContextTokens", "GeneratedTokens")
 
 
 @dataclass(frozen=True, eq=False)
@@ -44,7 +48,9 @@ class Trace:
     `times_s`: arrival instants in unix seconds, ascending, float64, shape (n,). `rows`: input
     rows per request, int64 shape (n,), or None for one row each. The simulated span is
     [`start_s`, `end_s`) (whole minutes around the arrivals). `counts`: arrivals per minute
-    from `start_minute` (epoch minute), covering the span.
+    from `start_minute` (epoch minute), covering the span. `prompt_tokens` and
+    `generated_tokens`: per request, int64 shape (n,), for generation (an LLM trace's
+    ``ContextTokens`` and ``GeneratedTokens``), else None.
     """
 
     times_s: np.ndarray
@@ -52,6 +58,8 @@ class Trace:
     start_minute: int
     counts: np.ndarray
     name: str = "trace"
+    prompt_tokens: np.ndarray | None = None
+    generated_tokens: np.ndarray | None = None
 
     @property
     def start_s(self) -> float:
@@ -67,9 +75,12 @@ class Trace:
 
     @classmethod
     def from_times(cls, times_s: np.ndarray | list[float], rows: np.ndarray | None = None,
-                   name: str = "trace", minutes: int | None = None) -> Trace:
-        """A trace of the given arrival instants (sorted here), spanning whole minutes from the
-        first arrival's minute through the last one's (or `minutes` minutes)."""
+                   name: str = "trace", minutes: int | None = None, *,
+                   prompt_tokens: np.ndarray | None = None,
+                   generated_tokens: np.ndarray | None = None) -> Trace:
+        """A trace of the given arrival instants (sorted here, with their per-request columns),
+        spanning whole minutes from the first arrival's minute through the last one's (or
+        `minutes` minutes)."""
         t = np.asarray(times_s, dtype=np.float64).reshape(-1)
         bad = np.flatnonzero(~np.isfinite(t) | (np.abs(t) > MAX_EPOCH_S))
         if bad.size:
@@ -77,7 +88,8 @@ class Trace:
                                 f"within +-{MAX_EPOCH_S:.0e} (about 300 years of epoch time)")
         order = np.argsort(t, kind="stable")
         t = t[order]
-        r = None if rows is None else np.asarray(rows, dtype=np.int64).reshape(-1)[order]
+        r, pt, gt = (None if x is None else np.asarray(x, dtype=np.int64).reshape(-1)[order]
+                     for x in (rows, prompt_tokens, generated_tokens))
         if t.size == 0:
             raise FloodwayError("the trace has no arrivals")
         m0 = math.floor(t[0] / MINUTE_S)
@@ -88,7 +100,7 @@ class Trace:
                                 f"to {t[-1]:.0f} s); at most {MAX_SPAN_MIN:,} (366 days): are "
                                 "its timestamps all in one unit?")
         counts = np.bincount((np.floor(t / MINUTE_S) - m0).astype(np.int64), minlength=span)
-        return cls(t, r, m0, counts[:span], name)
+        return cls(t, r, m0, counts[:span], name, pt, gt)
 
     @classmethod
     def from_counts(cls, counts: np.ndarray | list[int], start_minute: int = 0,
@@ -187,17 +199,36 @@ def _read(p: Path, function: str | None, column: str | None, spread: str, seed: 
                                 f"{', '.join(header)}); name the timestamp column with --column,"
                                 " or give per-minute counts as minute_1..N columns")
         i = header.index(col)
-        values = []
+        # An LLM trace's token columns, read along when both are there.
+        tok = [header.index(c) for c in TOKEN_COLUMNS] if set(TOKEN_COLUMNS) <= set(header) \
+            else []
+        values, tokens = [], []
         for row in reader:
             if not row:
                 continue
-            if len(row) <= i:
+            if len(row) <= max([i, *tok]):
                 raise FloodwayError(f"trace {p}, line {reader.line_num}: {len(row)} fields, "
-                                    f"no {col!r} (field {i + 1})")
+                                    f"no {col!r} (field {i + 1})" if len(row) <= i else
+                                    f"trace {p}, line {reader.line_num}: {len(row)} fields, "
+                                    f"the header has {len(header)}")
             values.append(row[i])
+            if tok:
+                tokens.append([_tokens(p, reader.line_num, header[j], row[j]) for j in tok])
     if not values:
         raise FloodwayError(f"trace {p} has no requests")
-    return Trace.from_times(_parse_times(values), name=p.stem)
+    cols = np.asarray(tokens, dtype=np.int64).reshape(-1, 2) if tok else None
+    return Trace.from_times(_parse_times(values), name=p.stem,
+                            prompt_tokens=None if cols is None else cols[:, 0],
+                            generated_tokens=None if cols is None else cols[:, 1])
+
+
+def _tokens(p: Path, line: int, column: str, text: str) -> int:
+    """One token count: a whole number in 0..MAX_COUNT."""
+    x = _number(text)
+    if x is None or not math.isfinite(x) or x != int(x) or not 0 <= x <= MAX_COUNT:
+        raise FloodwayError(f"trace {p}, line {line}, {column}: {text!r} is not a token count "
+                            f"(a whole number 0..{MAX_COUNT:,})")
+    return int(x)
 
 
 def _read_counts(p: Path, reader, header: list[str], cols: list[int], function: str | None,
@@ -250,4 +281,4 @@ def read_counts_matrix(path: str | Path) -> tuple[list[str], np.ndarray]:
     return names, np.asarray(counts, dtype=np.int64)
 
 
-__all__ = ["SPREADS", "Trace", "read_counts_matrix", "read_trace"]
+__all__ = ["SPREADS", "TOKEN_COLUMNS", "Trace", "read_counts_matrix", "read_trace"]

@@ -13,9 +13,12 @@ for serving (`Task.prepare`).
     token-classification  HFModel/LocalModel logits (N,seq,labels)         str
     image-classification  HFModel/LocalModel logits (N,labels)             PIL RGB images
     torch-module          TorchModel         the declared outputs          numpy arrays
+    text-generation       HFModel/LocalModel logits (N,seq,vocab) +        fw.Prompt, through
+                                             present key/values            `Loaded.generate`
 
-A new task is one more entry here and a `Task` in its family's module; "text-generation"
-will be one (it needs a decode loop, not one graph call).
+A new task is one more entry here and a `Task` in its family's module. Text generation is a
+decode loop over one graph with its key/value cache (`floodway.tasks.generation`, served by
+`floodway.generate`).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ if TYPE_CHECKING:
 
 FEATURE_EXTRACTION = "feature-extraction"
 TORCH_MODULE = "torch-module"
+TEXT_GENERATION = "text-generation"
 
 # name -> (module, attribute) of its Task
 _REGISTRY = {
@@ -36,17 +40,18 @@ _REGISTRY = {
     "token-classification": ("floodway.tasks.text", "TOKEN_CLASSIFICATION"),
     "image-classification": ("floodway.tasks.vision", "IMAGE_CLASSIFICATION"),
     TORCH_MODULE: ("floodway.tasks.tensor", "TORCH_MODULE"),
+    TEXT_GENERATION: ("floodway.tasks.generation", "TEXT_GENERATION"),
 }
 # name -> its family (`Task.family`), known without importing the family's module: what its
-# items are ("text": str or (str, str); "image": fw.Image; "tensor": arrays).
+# items are ("text": str or (str, str); "image": fw.Image; "tensor": arrays; "generation":
+# fw.Prompt, served by `Loaded.generate`).
 FAMILIES = {FEATURE_EXTRACTION: "text", "text-classification": "text",
             "token-classification": "text", "image-classification": "image",
-            TORCH_MODULE: "tensor"}
+            TORCH_MODULE: "tensor", TEXT_GENERATION: "generation"}
 # The tasks a Hugging Face source (HFModel, LocalModel) may name.
 HF_TASKS = tuple(n for n in _REGISTRY if n != TORCH_MODULE)
-# Named, not yet served: why, for the decorator's error message.
-PLANNED = {"text-generation": "text generation comes with generative endpoints (a decode "
-                              "loop, not one graph call); not served yet"}
+# Named, not yet served: why, for the decorator's error message (none at present).
+PLANNED: dict[str, str] = {}
 
 
 def get(name: str) -> Task:
@@ -62,4 +67,5 @@ def names() -> tuple[str, ...]:
     return tuple(_REGISTRY)
 
 
-__all__ = ["FAMILIES", "FEATURE_EXTRACTION", "HF_TASKS", "PLANNED", "TORCH_MODULE", "get", "names"]
+__all__ = ["FAMILIES", "FEATURE_EXTRACTION", "HF_TASKS", "PLANNED", "TEXT_GENERATION",
+           "TORCH_MODULE", "get", "names"]

@@ -110,6 +110,18 @@ class Task:
     def graph_inputs(self, ctx: BuildContext) -> tuple[IOSpec, ...]:
         raise NotImplementedError
 
+    def output_names(self, ctx: BuildContext) -> tuple[str, ...]:
+        """The graph's output names (by default `outputs`; a decoder's depend on its layers)."""
+        return self.outputs
+
+    def graph(self, model: Any, names: Sequence[str], outputs: Sequence[str], *,
+              keywords: bool = True) -> Any:
+        """The module exported (and run for parity): `model` taking `names`, returning
+        `outputs` (`floodway.build.export.graph_module`)."""
+        from floodway.build.export import graph_module
+
+        return graph_module(model, names, outputs, keywords=keywords)
+
     def output_axes(self, ctx: BuildContext) -> dict[str, dict[int, str]]:
         """The outputs' dynamic axes for the exporter (by default: the batch axis)."""
         return {o: {0: "batch"} for o in self.outputs}

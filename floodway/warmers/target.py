@@ -231,6 +231,22 @@ class Measured:
         service time of `batch_s` at that concurrency."""
         return cls(cold_start_s, batch_s, max(batch_rows / max(rows_per_request, 1e-9), 1e-9))
 
+    @classmethod
+    def from_tokens(cls, cold_start_s: float, tokens_per_s: float, max_sequences: int,
+                    tokens_per_request: float, prefill_s: float = 0.0) -> Measured:
+        """A generation container decodes `tokens_per_s` tokens per second with all of its
+        `max_sequences` sequences running (continuous batching); a request costs
+        `tokens_per_request` generated tokens and `prefill_s` seconds of prefill. So it holds
+        the container for ``tokens_per_request / tokens_per_s + prefill_s`` seconds of its
+        time: in Little's law a service time of `max_sequences` times that at concurrency
+        `max_sequences` (`floodway.core.generation.measured_generation` fills it from the
+        generation estimator). Raises ValueError on tokens_per_s <= 0 or max_sequences < 1."""
+        if not (tokens_per_s > 0 and max_sequences >= 1):
+            raise ValueError(f"Measured.from_tokens needs tokens_per_s > 0 and max_sequences "
+                             f">= 1, got {tokens_per_s!r}, {max_sequences!r}")
+        share_s = max(tokens_per_request, 0.0) / tokens_per_s + max(prefill_s, 0.0)
+        return cls(cold_start_s, share_s * max_sequences, float(max_sequences))
+
 
 # ---------------------------------------------------------------- outputs
 

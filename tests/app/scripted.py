@@ -9,10 +9,12 @@ from typing import Any
 
 import httpx
 
+from floodway.core.generation import GenerationModel
 from floodway.errors import EndpointError, Unavailable
 from floodway.functions.app import App
 from floodway.http.clock import ManualClock, within
 from floodway.routers.decide import ContainerView, ServiceTime, Snapshot
+from floodway.routers.decide_stream import SequenceQueue, StreamContainer, StreamSnapshot
 
 
 class ScriptedPending:
@@ -56,7 +58,9 @@ class ScriptedBackend:
         short         one output too few
         on_container  dispatched at once, answered after `delay_s` on the clock
 
-    Its snapshot shows one warm container with `free` free slots (0: all busy for 10 s)."""
+    Its snapshot shows one warm container with `free` free slots (0: all busy for 10 s); so
+    does its stream snapshot (4 sequence slots; the busy ones end in 10 s), with the route's
+    spill targets, and a queue of `queued_sequences` (`max_queue` 8)."""
 
     def __init__(self, app: App, clock: ManualClock):
         self.app, self.clock = app, clock
@@ -68,6 +72,7 @@ class ScriptedBackend:
         self.delay_s = 0.8
         self.listeners: list[Callable[[str, int, float], None]] = []
         self.pendings: list[ScriptedPending] = []
+        self.queued_sequences = 0
 
     def snapshot(self, endpoint: str) -> Snapshot:
         backlog = 0.0 if self.free else 10.0
@@ -75,6 +80,17 @@ class ScriptedBackend:
         return Snapshot(now_s=self.clock.monotonic(), containers=(c,),
                         service=ServiceTime(0.001, 0.01), cold_start_s=0.05,
                         max_batch_rows=32, max_queue=8, max_containers=2)
+
+    def stream_snapshot(self, endpoint: str) -> StreamSnapshot:
+        busy = 4 - self.free
+        c = StreamContainer("1", "ready" if self.free else "busy", busy, 4, (10.0,) * busy)
+        fast = ServiceTime(0.0001, 0.001)   # 1 ms a step or a prompt: no deadline is close
+        q = SequenceQueue.fifo(self.queued_sequences, 10 * self.queued_sequences,
+                               16 * self.queued_sequences)
+        return StreamSnapshot(now_s=self.clock.monotonic(), containers=(c,),
+                              model=GenerationModel(fast, fast), cold_start_s=0.05,
+                              max_sequences=4, max_queue=8, max_containers=2,
+                              spill=self.app[endpoint].route.spill, queue=q)
 
     def start_cold(self, endpoint: str) -> bool:
         self.cold_starts += 1

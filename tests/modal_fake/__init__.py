@@ -36,6 +36,9 @@ Modules, one concern each:
 - `calls`: FunctionMap / FunctionPutInputs / FunctionGetOutputs / FunctionCallFromId /
   FunctionCallCancel, FunctionGetCurrentStats, FunctionUpdateSchedulingParams; runs the
   registered handlers (``"<Class>.<method>"`` or a function tag; batched handlers get lists).
+- `generators`: generator calls (``remote_gen``): a generator handler's items on the call's
+  ``data_out`` stream (FunctionCallGetDataOut), GeneratorDone as its output; a cancel stops
+  a running generator.
 - `pools`: the container model per function: ``max_containers``, ``min_containers``, input
   concurrency (``max_concurrent_inputs``, 1 when undeclared), ``@modal.batched`` grouping,
   a fixed service time per batch and a cold-start delay per new container, optionally one

@@ -14,6 +14,9 @@ A handler gets the call's deserialized ``*args, **kwargs`` and returns the resul
 one list of results, as Modal's batched bodies do. A handler may be ``async``. What it
 raises is sent back pickled (the client raises it); no handler: a failure naming the key.
 
+A generator function or method (``remote_gen``) is served by `tests.modal_fake.generators`:
+its handler is a generator function whose items go onto the call's ``data_out`` stream.
+
 Functions are never run from the definitions received (no user code runs in the fake).
 The input plane (``AttemptStart``...) is not used: the fake never gives a function an
 ``input_plane_url``.
@@ -28,9 +31,11 @@ from collections.abc import Callable
 from typing import Any
 
 from grpclib import GRPCError, Status
+from modal._runtime.execution_context import _set_current_context_ids
 from modal._serialization import deserialize_data_format, serialize, serialize_data_format
 from modal_proto import api_pb2
 
+from tests.modal_fake.generators import is_generator
 from tests.modal_fake.pools import Container, Pool, Timing
 from tests.modal_fake.state import AutoscalerUpdate, CallRecord, FunctionRecord, InputRecord
 from tests.modal_fake.stubs import new_id, unary
@@ -106,6 +111,11 @@ class CallSide:
                 raise LookupError(f"no handler registered in the fake for {key!r} "
                                   f"(server.handle({key!r}, fn))")
             calls = [self._args(i) for i in batch]
+            if is_generator(record, batch[0].input.method_name):
+                for i, (args, kwargs) in zip(batch, calls, strict=True):
+                    await self._finish(i, await self.run_generator(i, handler, args, kwargs))
+                    await self.generator_ended(i)
+                return
             if record.definition is not None and record.definition.batch_max_size:
                 cols = [list(c) for c in zip(*(a for a, _ in calls), strict=True)]
                 kw = {k: [kws[k] for _, kws in calls] for k in calls[0][1]}
@@ -116,7 +126,9 @@ class CallSide:
                                      f"for {len(batch)} inputs")
             else:
                 outs = []
-                for args, kwargs in calls:
+                for i, (args, kwargs) in zip(batch, calls, strict=True):
+                    # As in a container: modal.current_function_call_id() etc. answer.
+                    _set_current_context_ids([i.input_id], [i.function_call_id], [""])
                     out = handler(*args, **kwargs)
                     outs.append(await out if inspect.isawaitable(out) else out)
         except Exception as e:  # noqa: BLE001 - sent back to the caller, as Modal does
@@ -223,6 +235,7 @@ class CallSide:
 
         call = self._call(req.function_call_id)
         call.cancelled = True
+        self.stop_generators(call)      # each finishes TERMINATED once stopped
         for inp in self.pool(call.function_id).withdraw(call.function_call_id):
             await self._finish(inp, api_pb2.GenericResult(
                 status=api_pb2.GenericResult.GENERIC_STATUS_TERMINATED,

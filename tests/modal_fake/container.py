@@ -10,7 +10,10 @@
 
 - ``ContainerHello`` once (``ContainerIOManager.hello``);
 - ``ContainerHeartbeat`` at once and then every ``heartbeat_interval`` seconds (15 by default),
-  paused while a memory snapshot is taken (``_run_heartbeat_loop``);
+  paused while a memory snapshot is taken (``_run_heartbeat_loop``). Its answer carries the
+  inputs to cancel (``cancel_input_event.input_ids``, queued by `ContainerBoard.cancel`): the
+  container cancels an async input's task (a sync one with input concurrency: by interrupting
+  the whole process) and answers it ``TERMINATED``;
 - ``ContainerCheckpoint`` after the ``@modal.enter(snap=True)`` hooks, only when the function
   definition has ``is_checkpointing_function`` and the environment ``MODAL_ENABLE_SNAP_RESTORE=1``
   (``maybe_snapshot``). The container then closes its connections and polls for the restore
@@ -24,7 +27,10 @@
   with ``kill_switch`` ends the loop: the container waits for the inputs under way, runs the
   exit hooks and exits;
 - ``FunctionPutOutputs``: one item per input (so per row of a batch), at most 20 per call
-  (``_send_outputs``);
+  (``_send_outputs``); for a generator, the ``GeneratorDone(items_total)`` (in
+  ``DATA_FORMAT_GENERATOR_DONE``) once its items are sent;
+- ``FunctionCallPutDataOut``: a generator's items, as ``DataChunk``s numbered from 1 per
+  function call (``generator_output_sender``), kept in `ContainerBoard.data_out`;
 - ``FunctionGetDynamicConcurrency`` every 3 s, only when ``max_concurrent_inputs`` exceeds
   ``target_concurrent_inputs`` (``_dynamic_concurrency_loop``);
 - ``TaskResult`` when importing the user code or an enter hook raises
@@ -85,6 +91,9 @@ class ContainerBoard:
         self.commits: list[str] = []
         self.heartbeats = 0
         self.batches: list[list[str]] = []      # input ids handed out together, per call
+        self.data_out: dict[str, list[api_pb2.DataChunk]] = {}   # function call id -> items
+        self.cancels_sent: list[str] = []       # input ids told to containers as cancelled
+        self._cancels: list[str] = []
 
     # ------------------------------------------------------------ for the tests
 
@@ -102,6 +111,19 @@ class ContainerBoard:
         """Tell one container of `function_id` to stop fetching inputs (a kill-switch item,
         after the inputs already queued)."""
         self.put_inputs(function_id, [api_pb2.FunctionGetInputsItem(kill_switch=True)])
+
+    def cancel(self, input_ids: Iterable[str]) -> None:
+        """Cancel the inputs `input_ids`: the next heartbeat's answer tells the container."""
+        with self._lock:
+            self._cancels.extend(input_ids)
+
+    def data_items(self, function_call_id: str) -> list[Any]:
+        """The items a generator has put on the call's data_out so far, decoded, in order."""
+        from modal._serialization import deserialize_data_format
+
+        with self._lock:
+            chunks = sorted(self.data_out.get(function_call_id, ()), key=lambda c: c.index)
+        return [deserialize_data_format(c.data, c.data_format, None) for c in chunks]
 
     def wait_outputs(self, input_ids: Iterable[str], timeout_s: float
                      ) -> dict[str, api_pb2.FunctionPutOutputsItem]:
@@ -198,6 +220,17 @@ class ContainerBoard:
                 self.outputs[item.input_id] = item
             self._changed.notify_all()
 
+    def put_data(self, req: api_pb2.FunctionCallPutDataRequest) -> None:
+        with self._changed:
+            self.data_out.setdefault(req.function_call_id, []).extend(req.data_chunks)
+            self._changed.notify_all()
+
+    def take_cancels(self) -> list[str]:
+        with self._lock:
+            out, self._cancels = self._cancels, []
+            self.cancels_sent += out
+            return out
+
     def checkpoint(self, req: api_pb2.ContainerCheckpointRequest) -> None:
         with self._lock:
             self.checkpoints.append(req)
@@ -234,7 +267,18 @@ class ContainerSide:
         board = self.containers
         board.heartbeats += 1
         board.record("ContainerHeartbeat", req)
-        return api_pb2.ContainerHeartbeatResponse()
+        cancels = board.take_cancels()
+        if not cancels:
+            return api_pb2.ContainerHeartbeatResponse()
+        return api_pb2.ContainerHeartbeatResponse(
+            cancel_input_event=api_pb2.CancelInputEvent(input_ids=cancels))
+
+    @unary
+    async def FunctionCallPutDataOut(self, req: api_pb2.FunctionCallPutDataRequest) -> Empty:
+        board = self.containers
+        board.record("FunctionCallPutDataOut", req)
+        board.put_data(req)
+        return Empty()
 
     @unary
     async def FunctionGetInputs(self, req: api_pb2.FunctionGetInputsRequest

@@ -27,7 +27,9 @@ where the GPU is attached only after the restore.
 
 Inputs are queued on the `ContainerBoard` under the function id, as pickled ``(args, kwargs)``
 (``modal._serialization.serialize``), and each output is decoded from its
-``FunctionPutOutputsItem``: the value, or a `Failed` for an input that raised. The container's
+``FunctionPutOutputsItem``: the value, or a `Failed` for an input that raised. A generator's
+output is the ``GeneratorDone`` message; its items are on the board's data_out
+(`Container.items`). The container's
 stdout and stderr go to a file (`Container.log`), as Modal's worker collects them.
 """
 
@@ -75,7 +77,7 @@ class Target:
 @dataclass(frozen=True)
 class Failed:
     """The output of an input that raised in the container: ``repr`` of the exception and the
-    formatted traceback."""
+    formatted traceback (``"TERMINATED"`` and none for a cancelled input)."""
 
     exception: str
     traceback: str
@@ -163,6 +165,8 @@ def input_item(method_name: str, args: Sequence[Any] = (), kwargs: Mapping[str, 
 def decode_output(item: api_pb2.FunctionPutOutputsItem) -> Any:
     """The value an output item carries, or `Failed` for an input that raised."""
     result = item.result
+    if result.status == api_pb2.GenericResult.GENERIC_STATUS_TERMINATED:
+        return Failed("TERMINATED", "")
     if result.status != api_pb2.GenericResult.GENERIC_STATUS_SUCCESS:
         return Failed(result.exception, result.traceback)
     return deserialize_data_format(result.data, item.data_format, None)
@@ -177,13 +181,17 @@ class Container:
     environment, besides Modal's settings and what a process needs (module doc).
     `snapshot`: take a memory snapshot after the ``snap=True`` hooks (the definition must
     have been deployed with ``enable_memory_snapshot``) and restore with `restore_env`
-    (module doc). `Container.deployed` makes one from what the fake received.
+    (module doc). `heartbeat_interval_s`: the container's heartbeat interval (Modal's
+    ``heartbeat_interval`` setting, 15 s by default): a cancelled input
+    (`ContainerBoard.cancel`) reaches the container with its next heartbeat.
+    `Container.deployed` makes one from what the fake received.
     """
 
     def __init__(self, board: ContainerBoard, server_url: str, target: Target, *,
                  root: Path = ROOT, site_paths: Sequence[Path] = (),
                  env: Mapping[str, str] | None = None, snapshot: bool = False,
-                 restore_env: Mapping[str, str] | None = None):
+                 restore_env: Mapping[str, str] | None = None,
+                 heartbeat_interval_s: float | None = None):
         if snapshot and not target.function_def.checkpointing_enabled:
             raise ValueError(f"{target.function_def.function_name} was deployed without "
                              "enable_memory_snapshot: no snapshot to take")
@@ -196,6 +204,10 @@ class Container:
         weakref.finalize(self, shutil.rmtree, self._dir, True)   # once no test holds it
         self._log_path = self._dir / "output.log"
         self.proc: subprocess.Popen | None = None
+        self.call_ids: dict[str, str] = {}      # input id -> its function call id
+        if heartbeat_interval_s is not None:
+            # Modal's (internal) setting: cancellations arrive with heartbeats.
+            self.env.setdefault("MODAL_HEARTBEAT_INTERVAL", f"{heartbeat_interval_s:g}")
 
     @classmethod
     def deployed(cls, server: Any, app_name: str, tag: str, *,
@@ -247,8 +259,14 @@ class Container:
     def send(self, method_name: str, rows: Sequence[Sequence[Any]]) -> list[str]:
         """Queue one input per row (its positional arguments); returns their input ids."""
         items = [input_item(method_name, row) for row in rows]
+        for i in items:
+            self.call_ids[i.input_id] = i.function_call_id
         self.board.put_inputs(self.target.function_id, items)
         return [i.input_id for i in items]
+
+    def items(self, input_id: str) -> list[Any]:
+        """What the generator run for `input_id` has yielded so far (its data_out)."""
+        return self.board.data_items(self.call_ids[input_id])
 
     def results(self, input_ids: Sequence[str], timeout_s: float = 60.0) -> list[Any]:
         """The decoded outputs of `input_ids`, in order (see `decode_output`). Raises

@@ -9,9 +9,10 @@
     server.stop()
 
 `FakeModal` is the grpclib servicer: the parts (`ContainerSide`, `DeploySide`, `CallSide`,
-`ObjectsSide`) over ``modal_proto.api_grpc.ModalClientBase``, every other RPC answering
-UNIMPLEMENTED (`tests.modal_fake.stubs.complete`). Blob uploads and downloads go to a small
-aiohttp server on another loopback port (``PUT``/``GET /blobs/<id>``, ETag = md5 as S3 does).
+`GeneratorSide`, `ObjectsSide`) over ``modal_proto.api_grpc.ModalClientBase``, every other
+RPC answering UNIMPLEMENTED (`tests.modal_fake.stubs.complete`). Blob uploads and downloads
+go to a small aiohttp server on another loopback port (``PUT``/``GET /blobs/<id>``, ETag = md5
+as S3 does).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from modal_proto.api_grpc import ModalClientBase
 from tests.modal_fake.calls import CallSide, Handler
 from tests.modal_fake.container import ContainerSide
 from tests.modal_fake.deploy import DeploySide
+from tests.modal_fake.generators import GeneratorSide
 from tests.modal_fake.objects import ObjectsSide
 from tests.modal_fake.pools import Pool, Timing
 from tests.modal_fake.state import State
@@ -39,7 +41,8 @@ HOST = "127.0.0.1"
 
 
 @complete
-class FakeModal(ContainerSide, DeploySide, CallSide, ObjectsSide, ModalClientBase):
+class FakeModal(ContainerSide, DeploySide, CallSide, GeneratorSide, ObjectsSide,
+                ModalClientBase):
     """The servicer. Attributes the parts share: `state`, `handlers` (key -> callable),
     `timings` (function tag or class name -> Timing), `pools` (function id -> Pool),
     `blob_url` (``http://127.0.0.1:<port>/blobs``)."""

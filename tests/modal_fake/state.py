@@ -11,7 +11,8 @@ Everything the client sent is kept as received (protobuf messages), plus a few p
     state.volumes[name], state.dicts[name]  (DictRecord: serialized key -> serialized value)
     state.dict_items(name)            -> {key: value} deserialized with modal's serializer
     state.autoscaler_updates          -> [AutoscalerUpdate(function_id, tag, settings)], in order
-    state.calls[function_call_id]     -> CallRecord (inputs, each with its output once done)
+    state.calls[function_call_id]     -> CallRecord (inputs, each with its output once done;
+                                         a generator's items in data_out)
     state.unimplemented               -> names of RPCs the client called that the fake lacks
 
 All of it is mutated only on the server's event loop; tests read it between client calls.
@@ -106,6 +107,7 @@ class InputRecord:
     data_format: int = api_pb2.DATA_FORMAT_PICKLE
     container: str = ""                         # the fake container that ran it
     cleared: bool = False
+    stopped: bool = False                       # its generator was stopped by a cancel
 
 
 @dataclass
@@ -117,6 +119,7 @@ class CallRecord:
     inputs: list[InputRecord] = field(default_factory=list)
     done_order: list[InputRecord] = field(default_factory=list)   # in order of finishing
     cancelled: bool = False
+    data_out: list[api_pb2.DataChunk] = field(default_factory=list)  # generator items
 
     def unfinished(self) -> int:
         return sum(1 for i in self.inputs if i.result is None)

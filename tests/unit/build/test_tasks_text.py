@@ -33,13 +33,14 @@ def torch_logits(folder, cls_name, feeds):
 
 def test_registry_names_every_task_and_refuses_unknown_ones():
     assert tasks.names() == ("feature-extraction", "text-classification",
-                             "token-classification", "image-classification", "torch-module")
+                             "token-classification", "image-classification", "torch-module",
+                             "text-generation")
     cls = tasks.get("text-classification")
     assert (cls.model_class, cls.outputs, cls.per_token) == (
         "AutoModelForSequenceClassification", ("logits",), False)
     assert tasks.get("token-classification").per_token
-    with pytest.raises(KeyError, match="unknown task 'text-generation'"):
-        tasks.get("text-generation")
+    with pytest.raises(KeyError, match="unknown task 'summarization'"):
+        tasks.get("summarization")
 
 
 def test_text_classification_manifest_records_task_io_labels_and_pair_parity(text_cls_store):

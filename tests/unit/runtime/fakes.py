@@ -10,6 +10,7 @@ from typing import Any
 import floodway as fw
 from floodway.http.clock import ManualClock
 from floodway.runtime.container import BatchResult, State
+from floodway.runtime.protocol import Chunk, ItemResult
 
 T0 = 1000.0          # monotonic seconds at the start of a test
 
@@ -138,6 +139,44 @@ class FakeContainer:
     def describe(self) -> dict[str, Any]:
         return {"id": self.id, "state": str(self.state), "inflight": len(self.inflight),
                 "build": self.build, "cold_start_s": self.timings_s, "error": self.error}
+
+
+class StreamFake(FakeContainer):
+    """A streaming endpoint's container without a process: one sequence per batch, at once;
+    the test plays its worker (`load`, `chunk`, `end`) and sees what was cancelled."""
+
+    def __init__(self, endpoint: str, clock: ManualClock, slots: int = 4):
+        super().__init__(endpoint, clock, slots)
+        self.active_sequences = self.kv_cache_tokens = self.kv_cache_capacity = 0
+        self.sequences: dict[str, tuple[int, Any]] = {}   # item id -> (batch id, on_item)
+        self.cancelled: list[str] = []
+
+    def submit(self, items: list[tuple[str, Any]], on_item: Any = None) -> asyncio.Future:
+        fut = super().submit(items, on_item)
+        batch_id = next(reversed(self.inflight))
+        for item_id, _ in items:
+            self.sequences[item_id] = (batch_id, on_item)
+        return fut
+
+    def load(self, active: int, kv_tokens: int, kv_capacity: int) -> None:
+        """The worker's Load message."""
+        self.active_sequences, self.kv_cache_tokens = active, kv_tokens
+        self.kv_cache_capacity = kv_capacity
+
+    def chunk(self, item_id: str, data: Any) -> None:
+        batch_id, on_item = self.sequences[item_id]
+        self.last_progress_s = self.clock.monotonic()
+        on_item(Chunk(batch_id, item_id, 0, data))
+
+    def end(self, item_id: str) -> None:
+        """The item's end (ItemResult None), then its batch's: the slot frees."""
+        batch_id, on_item = self.sequences.pop(item_id)
+        on_item(ItemResult(batch_id, item_id, None))
+        self.answer(batch_id, {item_id: None})
+
+    def cancel_item(self, item_id: str) -> bool:
+        self.cancelled.append(item_id)
+        return item_id in self.sequences
 
 
 def app_with(name: str = "embed", **kw: Any) -> fw.App:

@@ -14,10 +14,12 @@ from floodway.runtime.protocol import (
     TO_WORKER,
     Batch,
     BatchDone,
+    Cancel,
     Chunk,
     Failed,
     ItemError,
     ItemResult,
+    Load,
     Phase,
     Ping,
     Pong,
@@ -40,6 +42,8 @@ EVERY_KIND = [
     ItemError(3, "r1:1", "ValueError: bad input"),
     Chunk(3, "r1:0", 0, {"token": "hi"}),
     BatchDone(3, 0.0125, 2),
+    Cancel(3, "r1:0"),
+    Load(3, 1200, 8192),
 ]
 
 
@@ -59,6 +63,35 @@ def test_directions():
         decode(encode(Pong()), TO_WORKER)
     with pytest.raises(ProtocolError, match="'batch' message is not expected here"):
         decode(encode(Batch(1, ())), FROM_WORKER)
+
+
+def test_cancel_goes_to_the_worker_and_load_comes_back():
+    assert decode(encode(Cancel(3, "r1:0")), TO_WORKER) == Cancel(3, "r1:0")
+    assert json.loads(encode(Cancel(3, "r1:0"))) == {"type": "cancel", "batch_id": 3,
+                                                     "item_id": "r1:0"}
+    assert json.loads(encode(Load(3, 1200, 8192))) == {
+        "type": "load", "active_sequences": 3, "kv_cache_tokens": 1200,
+        "kv_cache_capacity": 8192}
+    with pytest.raises(ProtocolError, match="'load' message is not expected here"):
+        decode(encode(Load(0, 0, 0)), TO_WORKER)
+    with pytest.raises(ProtocolError, match="'cancel' message is not expected here"):
+        decode(encode(Cancel(1, 0)), FROM_WORKER)
+
+
+@pytest.mark.parametrize("line, says", [
+    (b'{"type":"cancel","batch_id":"3","item_id":"a"}', "field 'batch_id' = '3' is not int"),
+    (b'{"type":"cancel","batch_id":3,"item_id":true}', "field 'item_id' = True"),
+    (b'{"type":"cancel","batch_id":3}', r"missing fields \['item_id'\]"),
+    (b'{"type":"load","active_sequences":1.5,"kv_cache_tokens":0,"kv_cache_capacity":0}',
+     "field 'active_sequences' = 1.5 is not int"),
+    (b'{"type":"load","active_sequences":1,"kv_cache_tokens":0,"kv_cache_capacity":0,"x":1}',
+     r"unexpected \['x'\]"),
+    (b'{"type":"load","active_sequences":-1,"kv_cache_tokens":0,"kv_cache_capacity":0}',
+     "a negative count"),
+])
+def test_cancel_and_load_are_checked_against_their_schema(line, says):
+    with pytest.raises(ProtocolError, match=says):
+        decode(line)
 
 
 def test_wire_form_is_stable():

@@ -1,0 +1,192 @@
+"""The OpenAI-compatible routes, beside the native ones (`floodway.http.app`):
+
+    GET  /v1/models             every endpoint, as a model
+    POST /v1/embeddings         an embedding endpoint (items str, not streaming)
+    POST /v1/completions        a text-generation endpoint (streaming, items fw.Prompt)
+    POST /v1/chat/completions   the same, from chat messages
+
+``model`` names the endpoint. Requests pass the same admission as the native route
+(API keys as bearer tokens, X-Priority, X-Deadline-Ms, the tenant's rate, the body limits,
+per-item validation: `Admission.admit_foreign`) and the same decision (`decide()`, or
+`decide_stream()` for a text-generation endpoint); errors are answered in OpenAI's shape
+(`floodway.http.errors.use_openai_errors`). What differs: no async spill, no deadline
+hand-off and no ``Prefer: respond-async`` (ignored: an OpenAI client cannot follow a 202
+job), so a request that cannot meet its deadline is shed or spills to a cold container
+(`Handlers.run_sync`, `Handlers.open_stream(..., allow_async=False)`). The wire formats are
+`floodway.http.openai_wire` (requests) and `floodway.http.openai_answers` (answers).
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from floodway.errors import RequestError
+from floodway.functions.endpoint import Endpoint
+from floodway.functions.prompts import Prompt
+from floodway.http.admit import Admitted, ForeignParse
+from floodway.http.errors import use_openai_errors
+from floodway.http.handlers import Handlers
+from floodway.http.middleware import notes
+from floodway.http.openai_answers import (
+    ID_PREFIX,
+    Kind,
+    StreamAnswer,
+    completion_answer,
+    embeddings_answer,
+    generated,
+    models_answer,
+)
+from floodway.http.openai_stream import OpenAIStream
+from floodway.http.openai_wire import (
+    PROMPT_PARAMS,
+    ChatRequest,
+    CompletionRequest,
+    EmbeddingsRequest,
+    chat_items,
+    completion_items,
+    embedding_items,
+    item_error,
+    parse_chat,
+    parse_completion,
+    parse_embeddings,
+)
+from floodway.http.protocols import Clock
+from floodway.http.responses import JSONResponse, outputs
+from floodway.http.streaming import ItemFailed, collect_unless_gone
+
+
+def _refuse(ep: Endpoint, wanted: str, route: str) -> RequestError:
+    return RequestError(f"model {ep.name!r} is not {wanted} (its items are "
+                        f"{getattr(ep.input_type, '__name__', ep.input_type)}"
+                        f"{', streamed' if ep.streaming else ''}); POST /v1/{ep.name} serves "
+                        f"it, not {route}", status=400, field="model")
+
+
+def accept_embeddings(ep: Endpoint) -> None:
+    """An embedding endpoint takes str items and returns its outputs (not streamed)."""
+    if ep.input_type is not str or ep.streaming:
+        raise _refuse(ep, "an embedding model (str items, not streamed)", "/v1/embeddings")
+
+
+def accept_generation(ep: Endpoint) -> None:
+    """A text-generation endpoint streams, and takes fw.Prompt items."""
+    if not ep.streaming or ep.input_type is not Prompt:
+        raise _refuse(ep, "a text-generation model (fw.Prompt items, streamed)",
+                      "/v1/completions or /v1/chat/completions")
+
+
+class OpenAIRoutes:
+    """The OpenAI-compatible routes over the native route's `Handlers` (its app, backend,
+    admission, metrics and hand-off). `clock.wall()` dates answers (``created``); the
+    models are dated by the router's start."""
+
+    def __init__(self, h: Handlers, clock: Clock):
+        self.h, self.clock = h, clock
+        self.started = int(clock.wall())
+
+    def _created(self) -> int:
+        return int(self.clock.wall())
+
+    @staticmethod
+    def new_id(kind: Kind) -> str:
+        return ID_PREFIX[kind] + uuid.uuid4().hex
+
+    async def models(self, request: Request) -> Response:
+        """``GET /v1/models``: every endpoint (with keys configured, a bearer key needed)."""
+        use_openai_errors(request.scope)
+        self.h.admission.tenant(request)
+        return JSONResponse(models_answer(sorted(self.h.app.endpoints), self.started))
+
+    async def _admit(self, request: Request, parse: ForeignParse, accept: Any,
+                     items_field: str, param_of: Any) -> tuple[Endpoint, Admitted]:
+        """`Admission.admit_foreign`, an item's error named by OpenAI's parameter."""
+        try:
+            ep, a = await self.h.admission.admit_foreign(request, parse, accept=accept,
+                                                         items_field=items_field)
+        except RequestError as e:
+            raise item_error(e, param_of) from None
+        notes(request.scope).endpoint = ep.name
+        return ep, a
+
+    async def embeddings(self, request: Request) -> Response:
+        """``POST /v1/embeddings``: one embedding per input, in order."""
+        use_openai_errors(request.scope)
+        got: list[EmbeddingsRequest] = []
+
+        def parse(body: bytes) -> tuple[str, list[Any]]:
+            got.append(parse_embeddings(body))
+            return got[0].model, embedding_items(got[0])
+
+        def param_of(i: int, field: str | None) -> str:
+            return "input" if isinstance(got[0].input, str) else f"input[{i}]"
+
+        ep, a = await self._admit(request, parse, accept_embeddings, "input", param_of)
+        req = got[0]
+        results = await self.h.run_sync(request, ep.name, a)
+        return JSONResponse(embeddings_answer(ep.name, results,
+                                              encoding_format=req.encoding_format,
+                                              dimensions=req.dimensions))
+
+    async def completions(self, request: Request) -> Response:
+        """``POST /v1/completions``: n choices per prompt, streamed or not."""
+        return await self._generate(request, "completion")
+
+    async def chat_completions(self, request: Request) -> Response:
+        """``POST /v1/chat/completions``: n choices for the conversation, streamed or not."""
+        return await self._generate(request, "chat")
+
+    async def _generate(self, request: Request, kind: Kind) -> Response:
+        use_openai_errors(request.scope)
+        got: list[CompletionRequest | ChatRequest] = []
+
+        def parse(body: bytes) -> tuple[str, list[Any]]:
+            if kind == "chat":
+                chat = parse_chat(body)
+                got.append(chat)
+                return chat.model, chat_items(chat)
+            completion = parse_completion(body)
+            got.append(completion)
+            return completion.model, completion_items(completion)
+
+        ep, a = await self._admit(request, parse, accept_generation, "n",
+                                  lambda i, field: self._param(got[0], i, field))
+        req = got[0]
+        # No async spill, hand-off or job: an OpenAI client cannot follow a 202.
+        stream = await self.h.open_stream(request, ep.name, a, allow_async=False)
+        if isinstance(stream, Response):   # a job's answer: never without allow_async
+            return stream
+        answer_id, created = self.new_id(kind), self._created()
+        if req.stream:
+            answer = StreamAnswer(kind, answer_id=answer_id, created=created, model=ep.name,
+                                  n_items=len(a.inputs), n=req.choices_per_prompt,
+                                  include_usage=req.include_usage)
+            first = await anext(stream, None)
+            if isinstance(first, ItemFailed):   # nothing sent yet: answered with its status
+                stream.cancel()
+                raise first.error
+            return OpenAIStream(stream, answer, first)
+        results = outputs(ep.name, a.inputs,
+                          await collect_unless_gone(request, stream, len(a.inputs)))
+        choices = [generated(ep.name, r) for r in results]
+        return JSONResponse(completion_answer(
+            kind, answer_id=answer_id, created=created, model=ep.name, choices=choices,
+            n=req.choices_per_prompt))
+
+    @staticmethod
+    def _param(req: CompletionRequest | ChatRequest, i: int, field: str | None) -> str:
+        """The OpenAI parameter behind field `field` of item `i`."""
+        if field == "max_new_tokens" and isinstance(req, ChatRequest) \
+                and req.max_completion_tokens is not None:
+            return "max_completion_tokens"
+        if field == "prompt" and isinstance(req, CompletionRequest) \
+                and isinstance(req.prompt, list):
+            return f"prompt[{i // req.choices_per_prompt}]"
+        return PROMPT_PARAMS.get(field or "", "messages" if isinstance(req, ChatRequest)
+                                 else "prompt")
+
+
+__all__ = ["OpenAIRoutes", "accept_embeddings", "accept_generation"]

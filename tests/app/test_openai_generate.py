@@ -1,0 +1,278 @@
+"""Completions and chat completions in process (ASGI), buffered and streamed, over a
+backend that runs the streaming endpoint's generator in the test's event loop; and the
+official `openai` client reading them."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import httpx
+import openai
+import pytest
+
+import floodway as fw
+from floodway.errors import EndpointError
+from floodway.functions.prompts import Prompt
+from floodway.functions.streams import combine
+from floodway.http.app import make_asgi_app
+from floodway.http.clock import ManualClock
+from floodway.http.openai_answers import StreamAnswer
+from floodway.http.openai_stream import openai_events
+from floodway.http.streaming import ChunkEvent, ItemEnd, ItemFailed
+from tests.app.scripted import ScriptedBackend, client
+
+app = fw.App("gen")
+SEEN: list[Prompt] = []
+
+
+@app.endpoint(generation=fw.Generation(max_new_tokens=8))
+async def talk(model, prompt: Prompt):
+    """One chunk per word of the prompt (or of the last message), then the engine's last
+    chunk. "boom" raises where it stands; "explode" first raises before any chunk."""
+    SEEN.append(prompt)
+    text = prompt.prompt if prompt.prompt is not None else prompt.messages[-1].content
+    words = text.split()
+    if words[:1] == ["explode"]:
+        raise ValueError("exploded")
+    for w in words[:prompt.max_new_tokens or 8]:
+        if w == "boom":
+            raise ValueError("boom")
+        yield {"text": w + " ", "tokens": 1}
+    done = min(len(words), prompt.max_new_tokens or 8)
+    yield {"text": "", "tokens": 0, "finish_reason": "length" if done < len(words) else "stop",
+           "usage": {"prompt_tokens": len(words), "completion_tokens": done}}
+
+
+class StreamingPending:
+    """A `StreamPending` that runs the endpoint's generator for each input in the loop."""
+
+    def __init__(self, fn, items, clock):
+        self.queue: asyncio.Queue = asyncio.Queue()
+        self.left, self.clock = len(items), clock
+        self.tasks = [asyncio.ensure_future(self._run(fn, i, Prompt.model_validate(item)))
+                      for i, item in enumerate(items)]
+
+    async def _run(self, fn, i, prompt):
+        chunks = []
+        try:
+            async for c in fn(None, prompt):
+                chunks.append(c)
+                await self.queue.put(ChunkEvent(i, c, self.clock.monotonic()))
+            await self.queue.put(ItemEnd(i, combine(chunks)))
+        except Exception as e:
+            await self.queue.put(ItemFailed(i, EndpointError(f"endpoint 'talk' raised "
+                                                             f"{type(e).__name__}: {e}")))
+
+    async def next_event(self):
+        if self.left == 0:
+            return None
+        ev = await self.queue.get()
+        self.left -= not isinstance(ev, ChunkEvent)
+        return ev
+
+    def cancel(self) -> int:
+        running = [t for t in self.tasks if not t.done()]
+        for t in running:
+            t.cancel()
+        return len(running)
+
+    def dispatched(self) -> bool:
+        return True
+
+    def adopt(self):
+        raise AssertionError("the OpenAI routes never hand a request to the job queue")
+
+
+class StreamingBackend(ScriptedBackend):
+    def enqueue(self, endpoint, inputs, *, timeout_s, priority=1, tenant="anonymous"):
+        self.calls.append((endpoint, inputs, timeout_s))
+        return StreamingPending(self.app.endpoints[endpoint].fn, inputs, self.clock)
+
+
+@pytest.fixture
+def asgi():
+    SEEN.clear()
+    clock = ManualClock()
+    return make_asgi_app(app, StreamingBackend(app, clock), clock=clock)
+
+
+def chat(content, **kw):
+    return {"model": "talk", "messages": [{"role": "user", "content": content}], **kw}
+
+
+def posts(asgi, *requests):
+    async def go():
+        async with client(asgi) as c:
+            return [await c.post(path, json=body) for path, body in requests]
+    return asyncio.run(go())
+
+
+def events(r) -> list:
+    """An SSE answer's data payloads, JSON decoded ("[DONE]" as is)."""
+    assert r.headers["content-type"].startswith("text/event-stream")
+    blocks = [b for b in r.text.split("\n\n") if b]
+    assert all(b.startswith("data: ") for b in blocks)
+    return [b[6:] if b[6:] == "[DONE]" else json.loads(b[6:]) for b in blocks]
+
+
+def test_a_buffered_chat_completion(asgi):
+    [r] = posts(asgi, ("/v1/chat/completions", chat("one two three", seed=3, n=2)))
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["object"] == "chat.completion" and body["id"].startswith("chatcmpl-")
+    assert body["model"] == "talk" and isinstance(body["created"], int)
+    assert [c["message"]["content"] for c in body["choices"]] == ["one two three "] * 2
+    assert [c["finish_reason"] for c in body["choices"]] == ["stop", "stop"]
+    # the prompt counted once for its two choices
+    assert body["usage"] == {"prompt_tokens": 3, "completion_tokens": 6, "total_tokens": 9}
+    assert [(p.temperature, p.seed) for p in SEEN] == [(1.0, 3), (1.0, 4)]
+
+
+def test_a_buffered_completion_of_two_prompts(asgi):
+    [r] = posts(asgi, ("/v1/completions", {"model": "talk", "prompt": ["a b c", "d"],
+                                           "max_tokens": 2, "temperature": 0}))
+    body = r.json()
+    assert body["object"] == "text_completion" and body["id"].startswith("cmpl-")
+    assert [(c["index"], c["text"], c["finish_reason"]) for c in body["choices"]] == \
+        [(0, "a b ", "length"), (1, "d ", "stop")]
+    assert body["usage"] == {"prompt_tokens": 4, "completion_tokens": 3, "total_tokens": 7}
+    assert [p.max_new_tokens for p in SEEN] == [2, 2]
+
+
+def test_a_streamed_chat_completion_with_usage(asgi):
+    [r] = posts(asgi, ("/v1/chat/completions",
+                       chat("one two", stream=True, stream_options={"include_usage": True})))
+    assert r.status_code == 200
+    *chunks, usage, done = events(r)
+    assert done == "[DONE]"
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": "one "}
+    assert all(c["object"] == "chat.completion.chunk" and c["usage"] is None for c in chunks)
+    assert len({c["id"] for c in chunks}) == 1
+    assert "".join(c["choices"][0]["delta"].get("content", "") for c in chunks) == "one two "
+    assert [c["choices"][0]["finish_reason"] for c in chunks][-1] == "stop"
+    assert usage["choices"] == [] and usage["usage"]["total_tokens"] == 4
+
+
+def test_streamed_text_equals_the_buffered_text(asgi):
+    body = {"model": "talk", "prompt": "x y z w", "max_tokens": 3}
+    buffered, streamed = posts(asgi, ("/v1/completions", body),
+                               ("/v1/completions", {**body, "stream": True}))
+    *chunks, done = events(streamed)
+    assert "usage" not in chunks[0]   # only with stream_options.include_usage
+    assert "".join(c["choices"][0]["text"] for c in chunks) == \
+        buffered.json()["choices"][0]["text"] == "x y z "
+
+
+def test_refusals_name_the_openai_parameter(asgi):
+    over, tools, wrong = posts(
+        asgi, ("/v1/chat/completions", chat("hi", max_completion_tokens=9)),
+        ("/v1/chat/completions", chat("hi", tools=[{"type": "function"}])),
+        ("/v1/completions", {"model": "talk", "prompt": "hi", "temperature": -1}))
+    assert over.status_code == 400
+    err = over.json()["error"]
+    assert err["param"] == "max_completion_tokens" and "allowed: 1 to 8" in err["message"]
+    assert tools.json()["error"]["param"] == "tools"
+    assert wrong.json()["error"]["param"] == "temperature"
+    assert SEEN == []   # refused before any work
+
+
+def test_failures_before_and_during_the_stream(asgi):
+    before, during = posts(asgi, ("/v1/chat/completions", chat("explode now", stream=True)),
+                           ("/v1/chat/completions", chat("a boom", stream=True)))
+    # nothing streamed yet: an error answer with its status
+    assert before.status_code == 500
+    assert before.json()["error"]["code"] == "endpoint_error"
+    # mid-stream: the chunk sent, then an error event ends the stream (no [DONE])
+    first, error = events(during)
+    assert first["choices"][0]["delta"]["content"] == "a "
+    assert error["error"]["type"] == "server_error" and "boom" in error["error"]["message"]
+
+
+def test_the_native_route_holds_max_new_tokens_to_the_generation_cap(asgi):
+    [r] = posts(asgi, ("/v1/talk", {"inputs": [{"prompt": "a", "max_new_tokens": 8},
+                                               {"prompt": "b", "max_new_tokens": 9}]}))
+    assert r.status_code == 422
+    assert r.json()["error"]["field"] == "inputs[1].max_new_tokens"
+    assert "9 is over the cap" in r.json()["error"]["message"] and SEEN == []
+
+
+class FakeStream:
+    """An ItemStream stand-in: its events, and whether it was cancelled."""
+
+    def __init__(self, evs):
+        self.evs, self.cancelled = list(evs), 0
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self):
+        if not self.evs:
+            raise StopAsyncIteration
+        return self.evs.pop(0)
+
+    def cancel(self):
+        self.cancelled += 1
+        return 1
+
+
+def test_a_stream_closed_early_cancels_its_inputs():
+    """The client gone mid-stream: the body iterator is closed, and the inputs stop."""
+    s = FakeStream([ChunkEvent(0, {"text": "a"}, 0.0), ChunkEvent(0, {"text": "b"}, 0.1)])
+    answer = StreamAnswer("chat", answer_id="c", created=1, model="talk", n_items=1, n=1,
+                          include_usage=False)
+
+    async def go():
+        body = openai_events(s, answer)
+        first = await anext(body)
+        await body.aclose()
+        return first
+
+    assert b'"content":"a"' in asyncio.run(go())
+    assert s.cancelled == 1
+
+
+def test_the_openai_client_streams_and_reads_answers(asgi):
+    async def go():
+        http = httpx.AsyncClient(transport=httpx.ASGITransport(app=asgi), base_url="http://t")
+        async with openai.AsyncOpenAI(base_url="http://t/v1", api_key="k", http_client=http,
+                                      max_retries=0) as c:
+            streamed = await c.chat.completions.create(
+                model="talk", messages=[{"role": "user", "content": "hello big world"}],
+                stream=True, stream_options={"include_usage": True}, seed=1)
+            parts, usage = [], None
+            async for chunk in streamed:
+                parts += [ch.delta.content or "" for ch in chunk.choices]
+                usage = chunk.usage or usage
+            whole = await c.chat.completions.create(
+                model="talk", messages=[{"role": "user", "content": "hello big world"}],
+                seed=1)
+            text = await c.completions.create(model="talk", prompt="p q", max_tokens=1)
+            failed = None
+            try:
+                async for _ in await c.chat.completions.create(
+                        model="talk", messages=[{"role": "user", "content": "x boom"}],
+                        stream=True):
+                    pass
+            except openai.APIError as e:
+                failed = e
+            return "".join(parts), usage, whole, text, failed
+
+    streamed, usage, whole, text, failed = asyncio.run(go())
+    assert streamed == whole.choices[0].message.content == "hello big world "
+    assert usage.prompt_tokens == 3 and usage.completion_tokens == 3
+    assert whole.choices[0].finish_reason == "stop" and whole.usage.total_tokens == 6
+    assert text.choices[0].text == "p " and text.choices[0].finish_reason == "length"
+    assert failed is not None and "boom" in failed.message
+
+
+def test_prefer_respond_async_is_ignored_on_an_openai_route(asgi):
+    async def go():
+        async with client(asgi) as c:
+            return await c.post("/v1/chat/completions", json=chat("a b"),
+                                headers={"Prefer": "respond-async", "Idempotency-Key": "k1"})
+
+    r = asyncio.run(go())
+    assert r.status_code == 200 and "preference-applied" not in r.headers
+    assert r.json()["choices"][0]["message"]["content"] == "a b "
+    assert r.headers["x-floodway-decision"] == "dispatch"
