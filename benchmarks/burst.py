@@ -69,13 +69,9 @@ import contextlib
 import csv
 import math
 import os
-import socket
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -87,6 +83,7 @@ import typer
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
+from serving import served
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_TRACE = ROOT.parent / "shared" / "traces" / "azure_llm_2023_code.csv"
@@ -204,12 +201,6 @@ def load_average() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def write_app(folder: Path, key: str) -> Path:
     cfg = CONFIGS[key]
     path = folder / f"burst_{key.replace(' ', '_')}.py"
@@ -218,47 +209,18 @@ def write_app(folder: Path, key: str) -> Path:
     return path
 
 
-@contextlib.contextmanager
-def running_server(app_file: Path, store: Path | None, work: Path, log: Path) -> Iterator[str]:
-    """`floodway serve APP` on a free loopback port until its whole pool is ready; yields the
-    base URL and always stops it. Output goes to `log` (a pipe nobody reads blocks)."""
-    port = free_port()
-    env = {**os.environ, "FLOODWAY_JOBS_DB": str(work / f"jobs-{port}.sqlite3"),
+def running_server(app_file: Path, store: Path | None, work: Path, log: Path
+                   ) -> contextlib.AbstractContextManager[str]:
+    """`floodway serve APP` until its whole pool is ready (`serving.served`); yields the
+    base URL and always stops it. Output goes to `log`."""
+    env = {**os.environ, "FLOODWAY_JOBS_DB": str(work / f"jobs-{time.monotonic_ns()}.sqlite3"),
            "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
            # The generated app imports modal_app from the repository root.
            "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH"))
                                          if p)}
     if store:
         env["FLOODWAY_STORE"] = str(store)
-    with open(log, "a") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "floodway.cli", "serve", str(app_file), "--port", str(port)],
-            cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        end = time.monotonic() + 120
-        with httpx.Client(base_url=base, timeout=5) as client:
-            while True:
-                if proc.poll() is not None:
-                    raise RuntimeError(f"floodway serve exited ({proc.returncode}); see {log}")
-                if time.monotonic() > end:
-                    raise RuntimeError(f"floodway serve not ready after 120 s; see {log}")
-                with contextlib.suppress(httpx.HTTPError):
-                    r = client.get("/readyz")
-                    states = [c["state"] for cs in r.json().get("endpoints", {}).values()
-                              for c in cs]
-                    if r.status_code == 200 and states and all(s == "ready" for s in states):
-                        break
-                time.sleep(0.1)
-        yield base
-    finally:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+    return served(app_file, [], env, log)
 
 
 # ---------------------------------------------------------------- clients

@@ -23,10 +23,10 @@ request that cannot get its first token in time is shed, 503) and one container 
     (b) one at a time   fw.Generation(max_sequences=1): the naive server, one sequence runs
                         while the rest wait in the router's queue
 
-Each is an app file of its own (`floodway serve` starts every endpoint of the app it is
-given, `::ENDPOINT` or not), served by its own `floodway serve APP --containers 1`, one
-after the other, (b) first. The load: against (b), `--calib` rows of the slice run one at a
-time and a line seconds = a + b x tokens is fitted; the slice then arrives at `--load-x`
+Each is an app file of its own (so that each build and store stays apart), served by its
+own `floodway serve APP --containers 1`, one after the other, (b) first. The load: against
+(b), `--calib` rows of the slice run one at a time and a line seconds = a + b x tokens is
+fitted; the slice then arrives at `--load-x`
 (1.5) times the rate that line says one at a time serves for the slice's mix (its bursts go
 well above that). Both servers get the same warm-up (those rows one at a time, then all at
 once) so that the router has measured the container before the replay. Per request: outcome
@@ -49,18 +49,15 @@ import dataclasses
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from datetime import date
 from pathlib import Path
 from typing import Annotated
 
 import aiohttp
-import httpx
 import typer
 from rich.console import Console
 from rich.progress import Progress
@@ -82,6 +79,7 @@ from generate_parts import (  # noqa: E402
     summarize,
     write_app,
 )
+from serving import served  # noqa: E402
 
 DEFAULT_TRACE = ROOT.parent / "shared" / "traces" / "azure_llm_2023_code.csv"
 CORPUS = ROOT / "examples" / "data" / "tiny_gpt2_corpus.txt"
@@ -91,12 +89,6 @@ console = Console()
 
 
 # ---------------------------------------------------------------- servers
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def env_for(work: Path) -> dict[str, str]:
     return {**os.environ, "FLOODWAY_STORE": str(work / "store"), "HF_HUB_OFFLINE": "1",
@@ -114,42 +106,11 @@ def build(app: Path, work: Path) -> None:
         raise RuntimeError("floodway build failed: " + " | ".join(tail))
 
 
-@contextlib.contextmanager
-def serving(app: Path, work: Path) -> Iterator[str]:
-    """`floodway serve APP --containers 1` on a free loopback port until its container is
-    ready; yields the base URL and always stops it. Its output goes to WORK/serve-APP.log."""
-    port = free_port()
-    log = work / f"serve-{app.stem}.log"
-    with open(log, "a") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "floodway.cli", "serve", str(app), "--port",
-             str(port), "--containers", "1"], cwd=ROOT, env=env_for(work), stdout=out,
-            stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        end = time.monotonic() + 180
-        with httpx.Client(base_url=base, timeout=5) as client:
-            while True:
-                if proc.poll() is not None:
-                    raise RuntimeError(f"floodway serve exited ({proc.returncode}); see {log}")
-                if time.monotonic() > end:
-                    raise RuntimeError(f"floodway serve not ready after 180 s; see {log}")
-                with contextlib.suppress(httpx.HTTPError, ValueError):
-                    r = client.get("/readyz")
-                    states = [c["state"] for cs in r.json().get("endpoints", {}).values()
-                              for c in cs]
-                    if r.status_code == 200 and states and all(s == "ready" for s in states):
-                        break
-                time.sleep(0.1)
-        yield base
-    finally:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+def serving(app: Path, work: Path) -> contextlib.AbstractContextManager[str]:
+    """`floodway serve APP --containers 1` until its container is ready (`serving.served`);
+    yields the base URL and always stops it. Its output goes to WORK/serve-APP.log."""
+    return served(app, ["--containers", "1"], env_for(work), work / f"serve-{app.stem}.log",
+                  ready_timeout_s=180)
 
 
 # ---------------------------------------------------------------- the client

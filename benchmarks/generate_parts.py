@@ -163,8 +163,7 @@ def write_app(folder: Path, name: str, model: Path, *, max_sequences: int, deadl
               max_queue: int = 64) -> Path:
     """FOLDER/bench_NAME.py: one endpoint `name` on `model` with `max_sequences`, one
     container, no spill (a request that cannot get its first token by its deadline is shed,
-    503). One app per endpoint: `floodway serve` starts every endpoint of the app it is
-    given."""
+    503). One app per endpoint, each served alone."""
     path = folder / f"bench_{name}.py"
     path.write_text(APP.format(name=name, model=str(model), context=CONTEXT_LEN,
                                deadline_s=deadline_s, max_queue=max_queue,

@@ -64,6 +64,10 @@ endpoints = fw.App("floodway-generate")
     build=fw.Build(max_seq_len=512, max_batch_rows=8),
     batching=fw.Batching(max_batch_rows=8),
     generation=fw.Generation(max_sequences=8, max_new_tokens=128),
+    # One container stays warm: the first request streams at once rather than waiting out a
+    # cold start the router has not measured yet (it would become a job, 202).
+    warm=fw.WarmPool(min_containers=1),
+    route=fw.Route(timeout_s=10.0),
 )
 async def generate(model: fw.Loaded, prompt: fw.Prompt):
     """One prompt -> its chunks, as the engine produces them."""

@@ -157,7 +157,8 @@ def serve(app: AppArg, host: Annotated[str, typer.Option()] = "127.0.0.1",
           job_ttl_s: Annotated[float, typer.Option(
               min=1, help="seconds a finished job's result is kept")] = 86400.0,
           ) -> None:
-    """Serve endpoints locally: a router on HOST:PORT and worker-process containers."""
+    """Serve endpoints locally: a router on HOST:PORT and worker-process containers
+    (APP::ENDPOINT: that endpoint only; the others are not started and answer 404)."""
     from floodway.routers.admission import ApiKeys
     from floodway.runtime.server import serve as run
 
@@ -258,6 +259,39 @@ def _sim_models(cold_start_s: str, service_ms: str | None, per_row_ms: float):
                   ServiceModel.of([m / 1e3 for m in ms]))
 
 
+def _print_rows(title: str, rows: list[tuple[str, str]]) -> None:
+    from rich.table import Table
+
+    table = Table(title=title)
+    table.add_column("measure")
+    table.add_column("value", justify="right")
+    for name, value in rows:
+        table.add_row(name, value)
+    Console().print(table)
+
+
+def _simulate_generation(ep, tr, cold, seed: int, out: Path | None) -> None:
+    """`simulate` of a streaming endpoint (`floodway.sim.generation`) with its Route,
+    WarmPool and Generation (the default Generation for one that does not stream), the
+    cold starts given, containers at the priors' prefill and step speed. Raises
+    FloodwayError for a trace without token columns, or with --out (no plot for it)."""
+    from floodway.config import Generation
+    from floodway.sim.generation import GenSimConfig, simulate_generation
+
+    if tr.prompt_tokens is None or tr.generated_tokens is None:
+        raise FloodwayError("--generation needs a per-request trace with ContextTokens and "
+                            "GeneratedTokens columns")
+    if out is not None:
+        raise FloodwayError("--out: the generation simulation has no plot; drop --out")
+    gen = ep.generation or Generation()
+    res = simulate_generation(tr, GenSimConfig(
+        route=ep.route, warm=ep.warm, max_sequences=gen.max_sequences,
+        kv_cache_tokens=gen.kv_cache_tokens, max_new_tokens=gen.max_new_tokens, cold=cold,
+        seed=seed))
+    _print_rows(f"floodway simulate {ep.name} (generation) on {tr.name} "
+                f"({tr.requests:,} requests)", res.rows())
+
+
 @cli.command()
 def simulate(app: AppArg,
              trace: Annotated[Path, typer.Option(help="per-request CSV (a timestamp column) or "
@@ -280,12 +314,16 @@ def simulate(app: AppArg,
                  min=0, help="with a single --service-ms: ms added per row")] = 0.0,
              seed: Annotated[int, typer.Option(help="seed of arrivals and samples")] = 0,
              out: Annotated[Path | None, typer.Option(help="write the plot here (PNG)")] = None,
+             generation: Annotated[bool, typer.Option(
+                 help="simulate token generation (a streaming endpoint's sequences) even if "
+                      "the endpoint does not stream; needs ContextTokens and GeneratedTokens "
+                      "columns")] = False,
              ) -> None:
     """Simulate an endpoint's warm pool and router over a trace, with its own config, the
     real decide() and warm-pool policy: cold starts, latency, shed/spill, container-minutes,
-    cost."""
-    from rich.table import Table
-
+    cost. A streaming endpoint on a trace with token columns (or --generation) runs the
+    generation simulator (decide_stream, iteration-level containers at the priors' speed):
+    time to first token, tokens/s, first tokens within the deadline."""
     from floodway.functions.discover import load_app
     from floodway.sim import SimConfig, read_trace
     from floodway.sim import simulate as run
@@ -307,6 +345,9 @@ def simulate(app: AppArg,
                               ("--usd-per-gpu-s", usd_per_gpu_s, 1e6)):
             if not 0 <= x <= most:                      # NaN fails this too
                 raise FloodwayError(f"{flag}: give a number in 0..{most:g}, got {x}")
+        if generation or (ep.streaming and tr.prompt_tokens is not None):
+            _simulate_generation(ep, tr, cold, seed, out)
+            return
     except FloodwayError as e:
         raise _fail(e) from None
     from floodway.sim.kernel import prepare
@@ -318,12 +359,8 @@ def simulate(app: AppArg,
         console.print(f"compiled the simulator's fast path in {took:.1f} s (cached for next time)")
     res = run(tr, SimConfig(route=ep.route, warm=ep.warm, batching=ep.batching, cold=cold,
                             service=svc, usd_per_gpu_s=usd_per_gpu_s, seed=seed))
-    table = Table(title=f"floodway simulate {ep.name} on {tr.name} ({tr.requests:,} requests)")
-    table.add_column("measure")
-    table.add_column("value", justify="right")
-    for name, value in res.rows():
-        table.add_row(name, value)
-    Console().print(table)
+    _print_rows(f"floodway simulate {ep.name} on {tr.name} ({tr.requests:,} requests)",
+                res.rows())
     if out is not None:
         from floodway.sim.plot import plot_result
 

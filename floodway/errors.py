@@ -7,7 +7,8 @@
     ├── RequestError     a client request is invalid (maps to a 4xx answer)
     │   └── Unauthorized no or wrong API key (401 with WWW-Authenticate: Bearer)
     ├── Unavailable      no container can take the work now (503 with Retry-After)
-    ├── EndpointError    the endpoint function raised or broke its contract (500)
+    ├── EndpointError    the endpoint function raised or broke its contract (500; 422 when
+    │                    the item failed on its input)
     └── ProtocolError    a message between the router and a worker process is malformed
 """
 
@@ -115,13 +116,20 @@ class Unavailable(FloodwayError):
 class EndpointError(FloodwayError):
     """The endpoint function raised, or returned the wrong number of outputs (500).
 
+    `status`: the HTTP status to answer with, 500 unless the input was to blame: 422 for an
+    item that failed on its input (it did not decode, or the model refused it, e.g. a prompt
+    too long for its context), 413 for output over a router limit. `field`: the input field
+    to blame (``inputs[0].prompt``), when known. `kind`: the wire error type, when it is
+    not the one its status gives (`floodway.http.streaming.error_kind`).
     `outputs` / `item_errors`, when set: the request's partial result (None for each failed
-    item; ``{"index", "message"}`` per failed item), as a sync 500 answers it."""
+    item; ``{"index", "message"}`` per failed item), as a sync error answers it."""
 
     def __init__(self, message: str, *, outputs: list | None = None,
-                 item_errors: list[dict] | None = None):
+                 item_errors: list[dict] | None = None, status: int = 500,
+                 field: str | None = None, kind: str | None = None):
         super().__init__(message)
         self.outputs, self.item_errors = outputs, item_errors
+        self.status, self.field, self.kind = status, field, kind
 
 
 class ProtocolError(FloodwayError):

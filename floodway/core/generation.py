@@ -20,10 +20,17 @@ The model (all times in seconds, token counts in model tokens):
   container decodes ``active / step_s(active)`` tokens per second.
 - Prefill of one prompt of `p` tokens takes ``per_batch_s + per_row_s * p`` seconds (the same
   fit over measured prompts, rows = prompt tokens): ``1 / per_row_s`` prompt tokens/s.
+- How long a sequence runs: its max_new_tokens is only an upper bound (most stop early, at
+  an end-of-sequence token or a stop string). The model keeps the generated tokens of the
+  last finished sequences (`lengths`, their empirical distribution) and expects
+  E[min(N, max_new_tokens)] of one not yet started and, of one that has generated g, the
+  mean residual life E[min(N, max_new_tokens) - g | N > g] (at least 1); with nothing
+  measured, or past every measured length, only max_new_tokens bounds it. The KV-cache
+  reservation stays prompt + max_new_tokens: the engine reserves that much.
 - Time to first token (TTFT) of a new sequence = the wait for a slot and KV room (none free:
-  until enough running sequences end, each after its remaining tokens at the decode rate) +
-  the prefill of the prompt tokens queued ahead of it and of its own + one decode step
-  (`floodway.routers.decide_stream` combines these).
+  until enough running sequences end, each after its expected remaining tokens at the decode
+  rate) + the prefill of the prompt tokens queued ahead of it and of its own + one decode
+  step (`floodway.routers.decide_stream` combines these).
 
 Each runtime feeds one `GenerationEstimator` per endpoint with what it measures; until it has
 samples the priors of `floodway.core.priors` hold (`PREFILL_PRIOR`, `DECODE_STEP_PRIOR`,
@@ -32,11 +39,15 @@ samples the priors of `floodway.core.priors` hold (`PREFILL_PRIOR`, `DECODE_STEP
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from floodway.core.estimators import ColdStartEstimator
 from floodway.core.priors import (
@@ -92,13 +103,22 @@ def estimate_message_tokens(messages: Sequence[Mapping[str, Any]], cap: int | No
 
 @dataclass(frozen=True)
 class GenerationModel:
-    """Prefill and decode speed of one container (see the module docstring).
+    """Prefill and decode speed of one container, and how long its sequences run (see the
+    module docstring).
 
     `prefill`: seconds to prefill one prompt of `rows` tokens; `step`: seconds of one decode
-    step with `rows` active sequences (both `ServiceTime` lines, coefficients >= 0)."""
+    step with `rows` active sequences (both `ServiceTime` lines, coefficients >= 0);
+    `lengths`: generated tokens of recently finished sequences, ascending (empty: none
+    measured, and every sequence is assumed to run to its max_new_tokens)."""
 
     prefill: ServiceTime = PREFILL_PRIOR
     step: ServiceTime = DECODE_STEP_PRIOR
+    lengths: tuple[int, ...] = ()
+    # Prefix sums of `lengths` (len + 1 entries), for expectations in O(log n).
+    _sums: tuple[int, ...] = field(default=(0,), init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_sums", tuple(itertools.accumulate(self.lengths, initial=0)))
 
     def prefill_s(self, tokens: float, prompts: float = 1.0) -> float:
         """Seconds to prefill `prompts` prompts holding `tokens` prompt tokens in all."""
@@ -121,6 +141,64 @@ class GenerationModel:
         a = self.prefill.per_row_s
         return 1.0 / a if a > 0 else math.inf
 
+    def expected_new(self, cap: float) -> float:
+        """Expected generated tokens of a sequence not yet started that may generate `cap`
+        (its max_new_tokens): E[min(N, cap)] over the measured lengths N; `cap` itself
+        without any (the upper bound, until something was measured)."""
+        return self.expected_remaining(0, cap)
+
+    def expected_remaining(self, generated: int, cap: float) -> float:
+        """Expected tokens still to come of a running sequence that has generated
+        `generated` tokens of at most `cap`: the mean residual life of the measured lengths,
+        E[min(N, cap) - g | N > g] (only sequences longer than g have one still running),
+        at least 1 and at most cap - g. Without a measured length above g (none measured,
+        or this one is longer than all of them) nothing bounds it but `cap`: cap - g."""
+        g, left = max(0, int(generated)), max(1.0, float(cap) - max(0, int(generated)))
+        xs = self.lengths
+        i = bisect.bisect_right(xs, g)              # lengths[i:] are > g
+        n = len(xs) - i
+        if n == 0 or not math.isfinite(cap):
+            return left
+        j = bisect.bisect_right(xs, cap, lo=i)      # lengths[i:j] are <= cap
+        total = (self._sums[j] - self._sums[i]) + (len(xs) - j) * float(cap)
+        return min(left, max(1.0, total / n - g))
+
+    def expected_ends(self, generated: Sequence[int], caps: Sequence[int],
+                      exact: Sequence[float] = ()) -> list[float]:
+        """Expected remaining tokens of the running sequences that have generated
+        ``generated[i]`` of at most ``caps[i]`` each, and of those whose remaining tokens are
+        taken as known (`exact`), as order statistics: entry k is the expected k-th smallest
+        (when the k-th of them ends), ascending.
+
+        Each one's remaining tokens are drawn from the measured lengths longer than what it
+        generated, min(N, cap) - g (at least 1; without such a length, cap - g for sure),
+        independently; E[X_(k)] = sum over t of P(fewer than k have ended by t), from the
+        Poisson-binomial distribution of how many have (David & Nagaraja, Order Statistics,
+        3rd ed., 2003, ch. 5). The first slot frees much sooner than any one sequence's
+        expected end, the last later: taking each one's expectation alone would not say so.
+        """
+        n = len(generated) + len(exact)
+        if n == 0:
+            return []
+        xs = np.asarray(self.lengths, dtype=np.float64)
+        supports = [np.array([max(1.0, float(x))]) for x in exact]
+        for g, cap in zip(generated, caps, strict=True):
+            g, left = max(0, int(g)), max(1, int(cap) - max(0, int(g)))
+            longer = xs[xs > g]
+            supports.append(np.sort(np.clip(np.minimum(longer, g + left) - g, 1, left))
+                            if longer.size else np.array([float(left)]))
+        grid = np.unique(np.concatenate(supports))
+        # ended[i, t]: P(sequence i has ended within grid[t] tokens).
+        ended = np.stack([np.searchsorted(x, grid, side="right") / x.size for x in supports])
+        count = np.zeros((grid.size, n + 1))
+        count[:, 0] = 1.0
+        for p in ended:                              # Poisson-binomial, one sequence at a time
+            count[:, 1:] = count[:, 1:] * (1 - p[:, None]) + count[:, :-1] * p[:, None]
+            count[:, 0] *= 1 - p
+        fewer = np.cumsum(count, axis=1)[:, :n]     # [t, k-1]: P(fewer than k ended by t)
+        gaps = np.diff(grid)
+        return [float(grid[0] + gaps @ fewer[:-1, k]) for k in range(n)]
+
 
 class GenerationEstimator:
     """Fits of what a runtime measured of one streaming endpoint.
@@ -130,7 +208,8 @@ class GenerationEstimator:
     `record_step(active, seconds)`: one decode step with `active` sequences (or the time
     between two chunks of one sequence, with the container's active count then);
     `record_request(prompt_tokens, generated_tokens)`: a finished sequence, for the tokens a
-    request costs (`tokens_per_request`). Each fit is the least-squares line of its last
+    request costs (`tokens_per_request`) and how long sequences run (`model.lengths`).
+    Each fit is the least-squares line of its last
     samples (`ServiceTime.fit`), the prior until the first one; refitted when read."""
 
     def __init__(self, prefill_prior: ServiceTime = PREFILL_PRIOR,
@@ -156,6 +235,7 @@ class GenerationEstimator:
 
     def record_request(self, prompt_tokens: int, generated_tokens: int) -> None:
         self.requests.append((max(0, int(prompt_tokens)), max(0, int(generated_tokens))))
+        self._model = None
 
     def extend_steps(self, samples: Iterable[tuple[int, float]]) -> None:
         for active, seconds in samples:
@@ -167,7 +247,8 @@ class GenerationEstimator:
         if self._model is None:
             self._model = GenerationModel(
                 ServiceTime.fit(list(self.prefills), self.prefill_prior),
-                ServiceTime.fit(list(self.steps), self.step_prior))
+                ServiceTime.fit(list(self.steps), self.step_prior),
+                tuple(sorted(g for _, g in self.requests)))
         return self._model
 
     def tokens_per_request(self) -> float:

@@ -11,10 +11,14 @@ router (its calls in flight per container) and the simulator describe each conta
 `floodway.core.generation.GenerationEstimator` and the cold start from a
 `ColdStartEstimator`; the rest is computed here, once:
 
-- a running sequence's remaining tokens are its max_new_tokens minus the tokens it has
-  streamed (the router's count); sequences the runtime cannot itemize count at the endpoint's
-  `max_new_tokens` cap. Each ends after its remaining tokens at the container's current step
-  time, ``model.step_s(active)``: conservative, since steps get faster as sequences leave;
+- the running sequences end, in order, after the expected order statistics of their
+  remaining tokens (``model.expected_ends``): a sequence whose streamed tokens are known (the
+  router's count) has min(N, max_new_tokens) - streamed left, N drawn from the measured
+  lengths longer than what it streamed; one itemized without them its max_new_tokens minus
+  the tokens streamed (the bound); one the runtime cannot itemize min(N, the endpoint's
+  cap) from its start. While nothing is measured every one runs to its cap. The k-th ends
+  after its tokens at the container's current step time, ``model.step_s(active)``:
+  conservative, since steps get faster as sequences leave;
 - KV room: the container's reported budget and use (`Load.kv_cache_tokens` /
   `kv_cache_capacity`); a container that reports none (a bring-your-own engine: zeros) is
   limited by its slots only. One ending sequence frees the mean reservation;
@@ -55,7 +59,9 @@ class SequenceLoad:
     sequences on it (sent and not ended, the worker's `Load.active_sequences` or the router's
     own count); `max_sequences`: its slots (`Generation.max_sequences`); `remaining_tokens`:
     per running sequence the router can itemize, its max_new_tokens minus the tokens
-    streamed so far (any order; fewer entries than `active`: the rest count at the cap);
+    streamed so far (any order; fewer entries than `active`: the rest are not itemized);
+    `generated_tokens`: the tokens each of those has streamed, in the same order (empty:
+    unknown, and the remaining tokens are taken as they are);
     `kv_tokens` / `kv_capacity`: KV-cache tokens reserved and its budget (0 / 0: not
     reported); `pending_prompt_tokens`: prompt tokens of sequences sent that have no first
     token yet (not prefilled); `starting_for_s`: seconds since its start was asked for.
@@ -66,6 +72,7 @@ class SequenceLoad:
     active: int = 0
     max_sequences: int = 1
     remaining_tokens: tuple[int, ...] = ()
+    generated_tokens: tuple[int, ...] = ()
     kv_tokens: int = 0
     kv_capacity: int = 0
     pending_prompt_tokens: int = 0
@@ -84,10 +91,14 @@ def stream_container(load: SequenceLoad, model: GenerationModel, cold_start_s: f
                                kv_capacity=kv_cache_tokens, kv_free_tokens=kv_cache_tokens,
                                ready_in_s=ready_in)
     rem = [max(1, int(r)) for r in load.remaining_tokens]
+    done = [max(0, int(g)) for g in load.generated_tokens[:len(rem)]]
     active = max(int(load.active), len(rem))
-    rem.extend([max(1, int(max_new_tokens))] * (active - len(rem)))
+    others = active - len(rem)                   # not itemized: from their start
+    ends_tokens = model.expected_ends(
+        done + [0] * others, [g + r for g, r in zip(done, rem, strict=False)] +
+        [max(1, int(max_new_tokens))] * others, exact=rem[len(done):])
     step = model.step_s(active)
-    ends = tuple(sorted(r * step for r in rem))
+    ends = tuple(r * step for r in ends_tokens)
     if load.kv_capacity > 0:
         cap, used = float(load.kv_capacity), float(max(0, load.kv_tokens))
         free, per = max(0.0, cap - used), (used / active if active else 0.0)
@@ -107,10 +118,11 @@ def build_stream_snapshot(now_s: float, endpoint: StreamEndpointConfig,
                           ) -> StreamSnapshot:
     """`decide_stream()`'s view of `endpoint` at `now_s` (seconds on the runtime's clock).
 
-    `model` and `cold_start_s` come from the estimators; `max_sequences`, `kv_cache_tokens`
-    (None: no KV budget known) and `max_new_tokens` (the cap, for sequences the runtime
-    cannot itemize) from the endpoint's `Generation` config; `max_containers` as in
-    `build_snapshot` (default the warm pool's cap)."""
+    `model` (with the measured lengths of sequences) and `cold_start_s` come from the
+    estimators; `max_sequences`, `kv_cache_tokens` (None: no KV budget known) and
+    `max_new_tokens` (the cap, for sequences the runtime cannot itemize) from the endpoint's
+    `Generation` config; `max_containers` as in `build_snapshot` (default the warm pool's
+    cap)."""
     loads = tuple(containers)
     cold = max([cold_start_s, *(c.starting_for_s for c in loads if c.state in STARTING)])
     kv = math.inf if kv_cache_tokens is None else float(kv_cache_tokens)

@@ -94,6 +94,7 @@ from floodway.deploy.modal_stream import (
     is_streaming,
     max_sequences,
     max_stream_s,
+    modal_book,
     modal_stream_snapshot,
     stream_pending,
 )
@@ -282,7 +283,7 @@ class ModalBackend:
     def stream_snapshot(self, endpoint: str) -> Any:
         """A streaming endpoint's state for `decide_stream()`, from the same cached stats
         and in-flight counts (`floodway.deploy.modal_stream.modal_stream_snapshot`; the
-        generation model is the priors': Modal's containers report no step times here)."""
+        generation model fitted from the streams' chunks, `modal_stream.modal_book`)."""
         ep, st, now = self.app[endpoint], self._eps[endpoint], self.clock.monotonic()
         self._maybe_refresh(endpoint, now)
         cold = st.cold.estimate_s()
@@ -339,8 +340,8 @@ class ModalBackend:
         ep = self.app[endpoint]
         stream = None
         if is_streaming(ep):
-            stream = stream_pending(endpoint, method, inputs, clock=self.clock,
-                                    timeout_s=timeout_s, max_stream_s=max_stream_s(ep))
+            stream = stream_pending(endpoint, method, inputs, clock=self.clock, timeout_s=timeout_s,
+                                    max_stream_s=max_stream_s(ep), book=modal_book(ep, st))
             calls = list(stream.futures)
         else:
             calls = [asyncio.ensure_future(method.remote.aio(x)) for x in inputs]

@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import math
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
@@ -221,23 +222,76 @@ async def remote_chunks(endpoint: str, method: Any, item: Any,
         await _close(gen)
 
 
+class _Sequence:
+    """One input of a stream as a `floodway.routers.sequences.SequenceBook` keeps it (the
+    fields of the local batcher's item that the book reads and writes)."""
+
+    __slots__ = ("cost", "id", "last_s", "sent_s", "slot", "tenant", "tokens")
+
+    def __init__(self, sid: str, cost: Any):
+        self.id, self.cost, self.slot, self.tenant = sid, cost, None, ""
+        self.tokens, self.sent_s, self.last_s = 0, None, None
+
+
+def modal_book(ep: Any, state: Any) -> Any:
+    """A `SequenceBook` that feeds ``state.generation`` (the endpoint's
+    `GenerationEstimator` on the router) from the chunks of `ep`'s streams, with the local
+    pool's arithmetic (`floodway.routers.sequences`): prefill from the input's start in its
+    container to its first chunk, decode steps from the gaps between chunks, each finished
+    sequence's tokens.
+
+    What differs on Modal: an input's start is when its call header arrives (the first thing
+    its container yields, so Modal's input queue and the network's way there are left out;
+    the way back is in both ends of the sample); and the router does not know which
+    container runs a sequence nor how many that one runs, so a decode-step sample is taken
+    with the sequences in flight per runner, ``ceil(state.inflight_rows / state.runners)``
+    within 1..max_sequences: the mean load of a runner, exact when the runners share the
+    sequences evenly (Modal spreads inputs over containers with free `max_inputs`), and
+    counting queued inputs too while Modal's backlog is not empty (the runners are then full
+    anyway)."""
+    from floodway.routers.sequences import SequenceBook
+
+    slots = max_sequences(ep)
+    cap = int(getattr(getattr(ep, "generation", None), "max_new_tokens", 256))
+
+    def active(_slot: Any) -> int:
+        return min(slots, max(1, math.ceil(state.inflight_rows / max(1, state.runners or 1))))
+
+    return SequenceBook(cap, estimator=state.generation, active_of=active)
+
+
 def stream_pending(endpoint: str, method: Any, inputs: list[Any], *, clock: Any,
-                   timeout_s: float, max_stream_s: float) -> Any:
+                   timeout_s: float, max_stream_s: float, book: Any = None) -> Any:
     """Start one ``method.remote_gen.aio(item)`` per input now (`remote_chunks`, each in a
     task of its own) -> the request's `floodway.runtime.pending.StreamPending`, the same
     stream interface as the local pool's: events as chunks arrive, or awaited, one combined
     output per input (`floodway.functions.streams.combine`). Its deadlines (first chunk
     within `timeout_s`, the stream within `max_stream_s`) and a client that leaves cancel
     the tasks, which cancels the Modal calls. Never `dispatched` (Modal cannot hand calls
-    under way to a job: a hand-off submits the inputs as a new job)."""
+    under way to a job: a hand-off submits the inputs as a new job). `book` (a
+    `modal_book`; None: measures nothing) is told each input's start, chunks and end."""
     from floodway.runtime.pending import StreamPending
 
     pending = StreamPending(endpoint, len(inputs), clock=clock, timeout_s=timeout_s,
                             max_stream_s=max_stream_s)
 
     async def run(index: int, item: Any) -> None:
-        async for chunk in remote_chunks(endpoint, method, item):
-            pending.on_chunk(index, chunk)
+        seq = None if book is None else _Sequence(str(index), book.cost(item))
+        finished = False
+
+        def started(_call_id: str) -> None:
+            if seq is not None:
+                book.sent(seq, None, clock.monotonic())
+
+        try:
+            async for chunk in remote_chunks(endpoint, method, item, on_call=started):
+                if seq is not None:
+                    book.chunk(seq, chunk, clock.monotonic())
+                pending.on_chunk(index, chunk)
+            finished = True
+        finally:
+            if seq is not None:
+                book.ended(seq, finished)
 
     tasks = [asyncio.ensure_future(run(i, x)) for i, x in enumerate(inputs)]
     pending.attach(tasks, lambda: False)
@@ -253,7 +307,8 @@ def modal_stream_snapshot(now_s: float, ep: Any, *, runners: int, inflight: int,
     their remaining tokens unknown, so counted at the ``max_new_tokens`` cap; no KV use
     reported), one starting container per start asked for ``asked_for_s`` seconds ago, and
     Modal's `backlog` as a FIFO queue of sequences (prompt tokens unknown: 0) with the
-    router's in-flight sequences per tenant (`tenants`). `model`: a `GenerationModel`."""
+    router's in-flight sequences per tenant (`tenants`). `model`: a `GenerationModel`, the
+    router's fit of the streams' chunks (`modal_book`)."""
     from floodway.core.stream_snapshot import SequenceLoad, SequenceQueue, build_stream_snapshot
 
     gen = getattr(ep, "generation", None)
@@ -279,5 +334,5 @@ async def _close(gen: Any) -> None:
 
 
 __all__ = ["CALL_HEADER", "DEFAULT_MAX_SEQUENCES", "STREAM_METHOD", "container_chunks",
-           "is_streaming", "max_sequences", "max_stream_s", "modal_stream_snapshot",
+           "is_streaming", "max_sequences", "max_stream_s", "modal_book", "modal_stream_snapshot",
            "remote_chunks", "stream_pending"]

@@ -7,7 +7,7 @@ at import beyond that: builds, servers and Modal objects are made by whoever con
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from floodway.config import Batching, Build, Generation, Route, WarmPool
@@ -86,3 +86,10 @@ class App:
 
     def __iter__(self) -> Iterator[Endpoint]:
         return iter(self._endpoints.values())
+
+    def only(self, names: Iterable[str]) -> App:
+        """An App of the same name holding only the endpoints `names` (the same objects).
+        Raises KeyError, as `app[name]` does, for a name it does not have."""
+        sub = App(self.name)
+        sub._endpoints = {n: self[n] for n in names}
+        return sub

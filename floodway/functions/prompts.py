@@ -6,7 +6,13 @@ Wire form (one item of a request's ``inputs``), either a completion prompt or ch
     {"messages": [{"role": "user", "content": "hi"}], "stop": ["\\n"]}
 
 A bare string is not a Prompt item (annotate ``str`` for that); `Loaded.generate` takes a
-str, a Prompt, or a dict of its fields. Validation errors name the field and the value.
+str, a Prompt, or a dict of its fields. Validation errors name the field and the value;
+`unknown_field` says what to send instead of a field fw.Prompt does not have (OpenAI's
+names for its fields, e.g. ``max_tokens``, are common).
+
+A message's role is one of `ROLES`; "developer" (OpenAI's newer name for the system role)
+is taken as "system", on the native route and the OpenAI-compatible ones alike
+(`chat_role`).
 """
 
 from __future__ import annotations
@@ -15,18 +21,66 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from floodway.functions.items import bad
+
 MAX_STOPS = 4
 MAX_STOP_CHARS = 64
 MAX_SEED = 2**63 - 1
+# The roles chat templates know (the Hugging Face chat-template convention); other names
+# would be rendered as text by some templates and refused by others: refused here, alike.
+ROLES = ("system", "user", "assistant")
+ROLE_ALIASES = {"developer": "system"}
+# What clients written for OpenAI send in place of fw.Prompt's fields.
+_INSTEAD = {"max_tokens": "max_new_tokens", "max_completion_tokens": "max_new_tokens",
+            "text": "prompt", "input": "prompt", "inputs": "prompt"}
+
+
+def chat_role(value: Any) -> Any:
+    """`value` as one of ROLES ("developer" -> "system"). Raises a PydanticCustomError
+    (floodway's bad-item error: a 422 on the native route, a 400 on the OpenAI ones, naming
+    ``messages[i].role``) that names the value and the allowed roles."""
+    if isinstance(value, str) and value in ROLES:
+        return value
+    if isinstance(value, str) and value in ROLE_ALIASES:
+        return ROLE_ALIASES[value]
+    shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+    allowed = ", ".join(repr(r) for r in ROLES)
+    raise bad(f"{shown} is not a chat role; allowed: {allowed} ('developer' is taken as "
+              "'system')")
+
+
+def unknown_field(loc: tuple[Any, ...]) -> str:
+    """What to say of a field at `loc` (within one Prompt item: ``("max_tokens",)``,
+    ``("messages", 0, "name")``) that fw.Prompt does not have: the field to use instead
+    where there is one, else the fields there are."""
+    name = str(loc[-1]) if loc else ""
+    shown = name if len(name) <= 40 else name[:40] + "..."
+    if len(loc) > 1:
+        return f"unknown field {shown!r}: a message has only 'role' and 'content'"
+    if name in _INSTEAD:
+        return f"unknown field {shown!r}: use {_INSTEAD[name]!r} (fw.Prompt's name for it)"
+    if name == "n":
+        return ("unknown field 'n': one item is one answer; send n items (with different "
+                "seeds) for n answers")
+    if name == "stream":
+        return ("unknown field 'stream': a stream is asked for with the request header "
+                "'Accept: text/event-stream' (or application/x-ndjson), not per item")
+    return f"unknown field {shown!r}; fw.Prompt's fields: {', '.join(Prompt.model_fields)}"
 
 
 class Message(BaseModel):
-    """One chat message: `role` (e.g. "system", "user", "assistant") and its `content`."""
+    """One chat message: `role` (one of ROLES; "developer" is taken as "system") and its
+    `content`."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    role: str = Field(min_length=1, max_length=64)
+    role: str
     content: str
+
+    @field_validator("role", mode="before")
+    @classmethod
+    def _role(cls, v: Any) -> Any:
+        return chat_role(v)
 
 
 class Prompt(BaseModel):
@@ -70,9 +124,11 @@ class Prompt(BaseModel):
 
     @model_validator(mode="after")
     def _exactly_one(self) -> Prompt:
-        if (self.prompt is None) == (self.messages is None):
-            given = "both" if self.prompt is not None else "neither"
-            raise ValueError(f"exactly one of 'prompt' or 'messages' is required; got {given}")
+        if self.prompt is not None and self.messages is not None:
+            raise bad("give either 'prompt' or 'messages', not both")
+        if self.prompt is None and self.messages is None:
+            raise bad("give 'prompt' (text) or 'messages' (a list of {\"role\", "
+                      "\"content\"})")
         return self
 
     @classmethod
@@ -88,4 +144,5 @@ class Prompt(BaseModel):
         return cls.model_validate(value)
 
 
-__all__ = ["MAX_STOPS", "MAX_STOP_CHARS", "Message", "Prompt"]
+__all__ = ["MAX_STOPS", "MAX_STOP_CHARS", "ROLES", "ROLE_ALIASES", "Message", "Prompt",
+           "chat_role", "unknown_field"]

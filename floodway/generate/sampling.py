@@ -8,13 +8,19 @@ from __future__ import annotations
 
 import numpy as np
 
+# Below this temperature a sequence is decoded greedily. Dividing scores by a temperature
+# near the smallest float overflows to inf (and inf - inf is NaN); well before that, at
+# 1e-5, a gap of 0.001 between the two best scores already gives the runner-up a
+# probability of exp(-100), about 4e-44: sampling is greedy decoding in all but name.
+MIN_TEMPERATURE = 1e-5
+
 
 class Sampler:
-    """`temperature` 0: the highest score (argmax, the lowest id on a tie, as
-    `transformers`' greedy search does); else softmax(scores / temperature), cut to the
-    smallest set of most likely tokens whose probability reaches `top_p` (the one that
-    crosses it included), renormalized, and drawn with one uniform number from
-    `numpy.random.default_rng(seed)` (seed None: fresh OS entropy)."""
+    """`temperature` 0 (or below `MIN_TEMPERATURE`): the highest score (argmax, the lowest
+    id on a tie, as `transformers`' greedy search does); else softmax(scores /
+    temperature), cut to the smallest set of most likely tokens whose probability reaches
+    `top_p` (the one that crosses it included), renormalized, and drawn with one uniform
+    number from `numpy.random.default_rng(seed)` (seed None: fresh OS entropy)."""
 
     def __init__(self, temperature: float = 0.0, top_p: float = 1.0, seed: int | None = None):
         if not 0.0 <= temperature <= 2.0:
@@ -26,7 +32,7 @@ class Sampler:
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0.0
+        return self.temperature < MIN_TEMPERATURE
 
     def __call__(self, scores: np.ndarray) -> int:
         """The next token id from `scores` (vocab,), float."""
@@ -39,8 +45,10 @@ def probabilities(scores: np.ndarray, temperature: float, top_p: float
                   ) -> tuple[np.ndarray, np.ndarray]:
     """(token ids, their probabilities) kept by temperature and top-p, most likely first;
     the probabilities sum to 1. Computed in float64."""
-    z = scores.astype(np.float64) / temperature
-    z -= z.max()
+    z = scores.astype(np.float64)
+    # The max subtracted before scaling: every z is then <= 0 and the largest exactly 0,
+    # so a small temperature gives -inf at worst (probability 0), never inf - inf = NaN.
+    z = (z - z.max()) / max(temperature, MIN_TEMPERATURE)
     p = np.exp(z)
     p /= p.sum()
     order = np.argsort(-p, kind="stable")     # ties: the lower id first, deterministically
@@ -59,4 +67,4 @@ def sample(scores: np.ndarray, temperature: float, top_p: float, u: float) -> in
     return int(ids[min(i, len(ids) - 1)])
 
 
-__all__ = ["Sampler", "probabilities", "sample"]
+__all__ = ["MIN_TEMPERATURE", "Sampler", "probabilities", "sample"]

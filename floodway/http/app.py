@@ -9,7 +9,8 @@
     GET  /readyz          200 once a container of every endpoint is warm, else 503; with detail
     GET  /metrics         Prometheus metrics (`floodway.http.metrics`)
 
-    GET  /v1/models, POST /v1/embeddings, /v1/completions, /v1/chat/completions
+    GET  /v1/models, /v1/models/{model}, POST /v1/embeddings, /v1/completions,
+         /v1/chat/completions
                           the OpenAI-compatible routes (`floodway.http.openai`), matched
                           before /v1/<endpoint>: those names are reserved
                           (`floodway.functions.endpoint.RESERVED_NAMES`)
@@ -70,6 +71,7 @@ def make_asgi_app(app: App, backend: Backend, *, lifespan: Any = None,
     oa = OpenAIRoutes(h, clock)
     asgi = Starlette(exception_handlers=EXCEPTION_HANDLERS, lifespan=lifespan, routes=[
         Route("/v1/models", oa.models, methods=["GET"]),
+        Route("/v1/models/{model}", oa.model, methods=["GET"]),
         Route("/v1/embeddings", oa.embeddings, methods=["POST"], middleware=by_model),
         Route("/v1/completions", oa.completions, methods=["POST"], middleware=by_model),
         Route("/v1/chat/completions", oa.chat_completions, methods=["POST"],

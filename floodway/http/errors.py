@@ -8,8 +8,9 @@ answer ``{"error": {"type", "message", "field"}}`` with the status each exceptio
       Unauthorized      401 "unauthorized" + WWW-Authenticate
     Unavailable         503 "unavailable" + Retry-After
       Overloaded        its status (503 shed, 429 tenant rate) and type + Retry-After
-    EndpointError       500 "endpoint_error" (+ "outputs" and "item_errors" when only some
-                        items failed)
+    EndpointError       its `status` (500) and `kind` ("endpoint_error"; 422 "input_error"
+                        when every failed item failed on its input) (+ "outputs" and
+                        "item_errors" when only some items failed)
     TimeoutError        504 "deadline_exceeded"
     ClientClosed        499 "client_closed" (seen only by the metrics: the client left)
     NoJobQueue          501 "not_implemented"
@@ -134,10 +135,15 @@ async def unavailable(request: Request, exc: Exception) -> JSONResponse:
 
 
 async def endpoint_error(request: Request, exc: Exception) -> JSONResponse:
+    """500 "endpoint_error", or the error's own status and type where the input was to
+    blame (422 "input_error", naming the field; 413 "too_large")."""
     assert isinstance(exc, EndpointError)
     extra = None if exc.outputs is None else {"outputs": exc.outputs,
                                               "item_errors": exc.item_errors or []}
-    return error_response(request, 500, "endpoint_error", str(exc), extra=extra)
+    status = getattr(exc, "status", 500)   # one unpickled from before it had one: 500
+    kind = getattr(exc, "kind", None) or "endpoint_error"
+    return error_response(request, status, kind, str(exc), getattr(exc, "field", None),
+                          extra=extra)
 
 
 async def deadline_exceeded(request: Request, exc: Exception) -> JSONResponse:

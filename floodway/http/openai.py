@@ -1,6 +1,7 @@
 """The OpenAI-compatible routes, beside the native ones (`floodway.http.app`):
 
     GET  /v1/models             every endpoint, as a model
+    GET  /v1/models/{model}     one of them (404 model_not_found for another name)
     POST /v1/embeddings         an embedding endpoint (items str, not streaming)
     POST /v1/completions        a text-generation endpoint (streaming, items fw.Prompt)
     POST /v1/chat/completions   the same, from chat messages
@@ -38,6 +39,7 @@ from floodway.http.openai_answers import (
     completion_answer,
     embeddings_answer,
     generated,
+    model_object,
     models_answer,
 )
 from floodway.http.openai_stream import OpenAIStream
@@ -101,6 +103,14 @@ class OpenAIRoutes:
         self.h.admission.tenant(request)
         return JSONResponse(models_answer(sorted(self.h.app.endpoints), self.started))
 
+    async def model(self, request: Request) -> Response:
+        """``GET /v1/models/{model}`` (the ``openai`` client's ``models.retrieve``): the
+        model object; 404 ``model_not_found`` naming the endpoints for another name."""
+        use_openai_errors(request.scope)
+        self.h.admission.tenant(request)
+        ep = self.h.admission.endpoint(request.path_params["model"], field="model")
+        return JSONResponse(model_object(ep.name, self.started))
+
     async def _admit(self, request: Request, parse: ForeignParse, accept: Any,
                      items_field: str, param_of: Any) -> tuple[Endpoint, Admitted]:
         """`Admission.admit_foreign`, an item's error named by OpenAI's parameter."""
@@ -118,7 +128,7 @@ class OpenAIRoutes:
         got: list[EmbeddingsRequest] = []
 
         def parse(body: bytes) -> tuple[str, list[Any]]:
-            got.append(parse_embeddings(body))
+            got.append(parse_embeddings(body, models=self.h.app.endpoints))
             return got[0].model, embedding_items(got[0])
 
         def param_of(i: int, field: str | None) -> str:
@@ -145,10 +155,10 @@ class OpenAIRoutes:
 
         def parse(body: bytes) -> tuple[str, list[Any]]:
             if kind == "chat":
-                chat = parse_chat(body)
+                chat = parse_chat(body, models=self.h.app.endpoints)
                 got.append(chat)
                 return chat.model, chat_items(chat)
-            completion = parse_completion(body)
+            completion = parse_completion(body, models=self.h.app.endpoints)
             got.append(completion)
             return completion.model, completion_items(completion)
 

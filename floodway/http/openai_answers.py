@@ -6,6 +6,7 @@ times are arguments.
     completion_answer(kind, ...)             -> a "text_completion" / "chat.completion"
     StreamAnswer(kind, ...)                  -> the chunks of a streamed one, event by event
     models_answer(names, created)            -> GET /v1/models
+    model_object(name, created)              -> GET /v1/models/{model}
 
 Embedding outputs: a list of numbers per input, or an object ``{"embedding": [...],
 "tokens": <int>}``. Generation outputs: the built-in engine's chunks (``{"text", "tokens",
@@ -210,10 +211,14 @@ class StreamAnswer:
         return {**self.head, "choices": [], "usage": usage_of(self.counts, self.n)}
 
 
+def model_object(name: str, created: int) -> dict[str, Any]:
+    """One endpoint as OpenAI's model object, owned by "floodway"."""
+    return {"id": name, "object": "model", "created": created, "owned_by": "floodway"}
+
+
 def models_answer(names: list[str], created: int) -> dict[str, Any]:
-    """``GET /v1/models``: every endpoint as a model owned by "floodway"."""
-    return {"object": "list", "data": [{"id": name, "object": "model", "created": created,
-                                        "owned_by": "floodway"} for name in names]}
+    """``GET /v1/models``: every endpoint as a model (`model_object`)."""
+    return {"object": "list", "data": [model_object(name, created) for name in names]}
 
 
 def openai_error(message: str, kind: str, param: str | None = None,
@@ -224,4 +229,4 @@ def openai_error(message: str, kind: str, param: str | None = None,
 
 __all__ = ["CHUNK_OBJECT", "ID_PREFIX", "OBJECT", "Generated", "Kind", "StreamAnswer",
            "b64_float32", "completion_answer", "embeddings_answer", "generated",
-           "models_answer", "openai_error", "usage_of"]
+           "model_object", "models_answer", "openai_error", "usage_of"]

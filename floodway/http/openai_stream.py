@@ -13,17 +13,14 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from starlette.responses import StreamingResponse
-from starlette.types import Receive, Scope, Send
-
 from floodway.errors import EndpointError
 from floodway.http.openai_answers import StreamAnswer, openai_error
 from floodway.http.streaming import (
     SSE,
-    STREAM_HEADERS,
     ChunkEvent,
     ItemEnd,
     ItemStream,
+    StreamedResponse,
     StreamEvent,
     error_kind,
     frame,
@@ -83,21 +80,13 @@ async def openai_events(stream: ItemStream, answer: StreamAnswer,
         stream.cancel()   # ended early or the client left: stop the unfinished inputs
 
 
-class OpenAIStream(StreamingResponse):
+class OpenAIStream(StreamedResponse):
     """A streamed completion (`openai_events`) that stops its unfinished inputs however it
-    ends: sent, the client gone (the body iterator cancelled), or an error."""
+    ends (`StreamedResponse`)."""
 
     def __init__(self, stream: ItemStream, answer: StreamAnswer,
                  first: StreamEvent | None = None):
-        super().__init__(openai_events(stream, answer, first), media_type=SSE,
-                         headers=STREAM_HEADERS)
-        self.stream = stream
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            self.stream.cancel()
+        super().__init__(stream, openai_events(stream, answer, first), SSE)
 
 
 __all__ = ["SSE_DONE", "OpenAIStream", "openai_events", "sse", "stream_error"]

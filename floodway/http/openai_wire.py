@@ -2,16 +2,21 @@
 ``/v1/completions`` and ``/v1/chat/completions`` (as the official ``openai`` client v1+
 sends them), checked and turned into floodway items. Pure: no I/O, no clock.
 
-    parse_embeddings(body) -> EmbeddingsRequest      embedding_items(req) -> list[str]
-    parse_completion(body) -> CompletionRequest      completion_items(req) -> list[dict]
-    parse_chat(body)       -> ChatRequest            chat_items(req)       -> list[dict]
+    parse_embeddings(body, models=) -> EmbeddingsRequest   embedding_items(req) -> list[str]
+    parse_completion(body, models=) -> CompletionRequest   completion_items(req) -> list[dict]
+    parse_chat(body, models=)       -> ChatRequest         chat_items(req)       -> list[dict]
     item_error(err, param_of)                        an item's RequestError, OpenAI's names
 
 Every refusal is a RequestError(400) whose `field` is OpenAI's parameter name. A field that
 would change what is generated and that floodway does not do (``tools``, ``logprobs``,
 ``response_format`` json, penalties, ...) is refused unless it holds its neutral value; a
 few that change nothing here (``user``, ``metadata``, ``store``, ...) are ignored; any
-other unknown field is refused, as OpenAI refuses an unrecognized argument.
+other unknown field is refused, as OpenAI refuses an unrecognized argument, saying what to
+send instead where that is known (``max_new_tokens``: ``max_tokens``; ``prompt`` on chat
+completions: ``messages``, or the completions route; `HINTS`). A missing ``model`` lists
+`models`, the endpoints (as an unknown one does). Chat roles follow fw.Prompt's rule
+(`floodway.functions.prompts.chat_role`: "system", "user", "assistant"; "developer" is
+"system").
 
 Completion items are `fw.Prompt` objects in their JSON form: ``{"prompt" | "messages",
 "max_new_tokens", "temperature", "top_p", "seed", "stop"}``; ``n`` > 1 gives n items per
@@ -24,12 +29,14 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from floodway.errors import RequestError
+from floodway.functions.items import BAD_ITEM
+from floodway.functions.prompts import chat_role
 
 # OpenAI's own limit on n (the API reference: "n ... between 1 and 128").
 MAX_N = 128
@@ -74,6 +81,18 @@ CHAT_NEUTRAL = {
 # Fields that change nothing floodway does: accepted and ignored.
 IGNORED = frozenset({"user", "metadata", "store", "service_tier", "parallel_tool_calls",
                      "safety_identifier", "prompt_cache_key"})
+# What to send instead of an unknown field, by route: fw.Prompt's (native) names, and the
+# other generation route's input.
+_INPUTS_HINT = "this route takes OpenAI's request shape; POST /v1/<model> takes {\"inputs\"}"
+HINTS: dict[str, dict[str, str]] = {
+    "embeddings": {"inputs": "use input; " + _INPUTS_HINT},
+    "completions": {"max_new_tokens": "use max_tokens",
+                    "messages": "use prompt, or POST /v1/chat/completions for messages",
+                    "inputs": "use prompt; " + _INPUTS_HINT},
+    "chat": {"max_new_tokens": "use max_tokens (or max_completion_tokens)",
+             "prompt": "use messages, or POST /v1/completions for a prompt",
+             "inputs": "use messages; " + _INPUTS_HINT},
+}
 
 
 M = TypeVar("M", bound=BaseModel)
@@ -127,10 +146,15 @@ class TextPart(_Strict):
 
 
 class Message(_Strict):
-    role: Literal["system", "developer", "user", "assistant"]
+    role: str                     # fw.Prompt's roles; "developer" becomes "system"
     content: str | list[TextPart] | None = None
     name: str | None = None       # a participant's name: not part of the chat template
     refusal: str | None = None    # an earlier answer's refusal, sent back by clients
+
+    @field_validator("role", mode="before")
+    @classmethod
+    def _role(cls, v: Any) -> Any:
+        return chat_role(v)
 
 
 class ChatRequest(_Sampling):
@@ -168,9 +192,11 @@ def load_object(body: bytes) -> dict[str, Any]:
 
 
 def _screen(data: dict[str, Any], known: frozenset[str],
-            neutral: dict[str, Callable[[Any], bool]]) -> dict[str, Any]:
+            neutral: dict[str, Callable[[Any], bool]],
+            hints: dict[str, str] | None = None) -> dict[str, Any]:
     """`data` without the ignored fields and the neutral ones; refuses an unsupported
-    field with another value (naming it and the value) and an unknown field."""
+    field with another value (naming it and the value) and an unknown field (saying what
+    to send instead when `hints` knows)."""
     out = {}
     for key, value in data.items():
         if key in known:
@@ -181,8 +207,9 @@ def _screen(data: dict[str, Any], known: frozenset[str],
                                    "(omit it, or send its default)", status=400, field=key)
         elif key not in IGNORED:
             shown = key if len(key) <= 40 else key[:40] + "..."
-            raise RequestError(f"Unrecognized request argument supplied: {shown}",
-                               status=400, field=shown)
+            hint = (hints or {}).get(key)
+            raise RequestError(f"Unrecognized request argument supplied: {shown}"
+                               f"{f' ({hint})' if hint else ''}", status=400, field=shown)
     return out
 
 
@@ -200,7 +227,9 @@ def _union_tag(part: Any) -> bool:
                                       or part.startswith(("list[", "dict[")))
 
 
-def _validated(model: type[M], data: dict[str, Any]) -> M:
+def _validated(model: type[M], data: dict[str, Any], models: Iterable[str] = ()) -> M:
+    """`data` as `model`; RequestError(400) naming the first bad field (a missing ``model``
+    with the endpoints, `models`, to name)."""
     try:
         return model.model_validate(data)
     except ValidationError as e:
@@ -212,8 +241,14 @@ def _validated(model: type[M], data: dict[str, Any]) -> M:
         loc, err = max((le for le in errs if le[0][:1] == top), key=lambda le: len(le[0]))
         field = _loc(loc) or None
         if err["type"] == "missing":
-            raise RequestError(f"{field}: a required field is missing", status=400,
+            names = ""
+            if field == "model":
+                names = "; it names the endpoint: one of " + (", ".join(sorted(models))
+                                                             or "(none)")
+            raise RequestError(f"{field}: a required field is missing{names}", status=400,
                                field=field) from None
+        if err["type"] == BAD_ITEM:   # the message names the value and what is allowed
+            raise RequestError(f"{field}: {err['msg']}", status=400, field=field) from None
         got = _shown(err.get("input"))
         raise RequestError(f"{field}: {err['msg']}, got {got}", status=400,
                            field=field) from None
@@ -225,25 +260,27 @@ def _refuse_token_ids(data: dict[str, Any], field: str) -> None:
                            "text (a string or a list of strings)", status=400, field=field)
 
 
-def parse_embeddings(body: bytes) -> EmbeddingsRequest:
+def parse_embeddings(body: bytes, *, models: Iterable[str] = ()) -> EmbeddingsRequest:
     """An embeddings request; RequestError(400) naming the field otherwise (token-id
-    ``input`` is refused: floodway's embedding endpoints take text)."""
+    ``input`` is refused: floodway's embedding endpoints take text). `models`: the
+    endpoints, listed when ``model`` is missing."""
     data = load_object(body)
     _refuse_token_ids(data, "input")
     req = _validated(EmbeddingsRequest, _screen(data, frozenset(EmbeddingsRequest.model_fields),
-                                                {}))
+                                                {}, HINTS["embeddings"]), models)
     if isinstance(req.input, list) and not req.input:
         raise RequestError("input: an empty list; send at least one string", status=400,
                            field="input")
     return req
 
 
-def parse_completion(body: bytes) -> CompletionRequest:
+def parse_completion(body: bytes, *, models: Iterable[str] = ()) -> CompletionRequest:
     """A completions request (``prompt``: a string or a list of strings)."""
     data = load_object(body)
     _refuse_token_ids(data, "prompt")
     req = _validated(CompletionRequest,
-                     _screen(data, frozenset(CompletionRequest.model_fields), COMPLETION_NEUTRAL))
+                     _screen(data, frozenset(CompletionRequest.model_fields), COMPLETION_NEUTRAL,
+                             HINTS["completions"]), models)
     if isinstance(req.prompt, list) and not req.prompt:
         raise RequestError("prompt: an empty list; send at least one string", status=400,
                            field="prompt")
@@ -253,10 +290,11 @@ def parse_completion(body: bytes) -> CompletionRequest:
     return req
 
 
-def parse_chat(body: bytes) -> ChatRequest:
+def parse_chat(body: bytes, *, models: Iterable[str] = ()) -> ChatRequest:
     """A chat completions request (text messages: ``content`` a string or text parts)."""
     data = load_object(body)
-    req = _validated(ChatRequest, _screen(data, frozenset(ChatRequest.model_fields), CHAT_NEUTRAL))
+    req = _validated(ChatRequest, _screen(data, frozenset(ChatRequest.model_fields), CHAT_NEUTRAL,
+                                          HINTS["chat"]), models)
     if req.max_tokens is not None and req.max_completion_tokens is not None \
             and req.max_tokens != req.max_completion_tokens:
         raise RequestError("max_tokens and max_completion_tokens differ; send one of them",
@@ -293,15 +331,14 @@ def completion_items(req: CompletionRequest) -> list[dict[str, Any]]:
 def chat_messages(req: ChatRequest) -> list[dict[str, str]]:
     """The messages as fw.Prompt's ``{"role", "content"}``: text parts joined by newlines
     (as vLLM joins them), no content as "", and "developer" (OpenAI's newer name for the
-    system role) as "system", which chat templates know."""
+    system role) as "system", which chat templates know (`chat_role`, at parsing)."""
     out = []
     for m in req.messages:
         if isinstance(m.content, list):
             content = "\n".join(p.text for p in m.content)
         else:
             content = m.content or ""
-        out.append({"role": "system" if m.role == "developer" else m.role,
-                    "content": content})
+        out.append({"role": m.role, "content": content})
     return out
 
 
@@ -335,7 +372,8 @@ def item_error(err: RequestError, param_of: Callable[[int, str | None], str]) ->
                         field=param)
 
 
-__all__ = ["CHAT_NEUTRAL", "COMPLETION_NEUTRAL", "IGNORED", "MAX_N", "OPENAI_DEFAULT_TEMPERATURE",
-           "PROMPT_PARAMS", "ChatRequest", "CompletionRequest", "EmbeddingsRequest", "Message",
-           "StreamOptions", "chat_items", "chat_messages", "completion_items", "embedding_items",
-           "item_error", "load_object", "parse_chat", "parse_completion", "parse_embeddings"]
+__all__ = ["CHAT_NEUTRAL", "COMPLETION_NEUTRAL", "HINTS", "IGNORED", "MAX_N",
+           "OPENAI_DEFAULT_TEMPERATURE", "PROMPT_PARAMS", "ChatRequest", "CompletionRequest",
+           "EmbeddingsRequest", "Message", "StreamOptions", "chat_items", "chat_messages",
+           "completion_items", "embedding_items", "item_error", "load_object", "parse_chat",
+           "parse_completion", "parse_embeddings"]

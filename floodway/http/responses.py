@@ -33,10 +33,12 @@ def prefers(request: Request) -> set[str]:
 
 def outputs(endpoint: str, inputs: list[Any], results: list[Any]) -> list[Any]:
     """`results` (one per input: its output or the exception that failed it alone) as the
-    outputs of a 200. A bad item fails alone: raises EndpointError (500) naming the failed
-    items, with the other outputs (`outputs`, None per failed item; `item_errors`), or
-    Unavailable (503) when every failed item found no capacity. Raises EndpointError when
-    the count of results does not match the inputs."""
+    outputs of a 200. A bad item fails alone: raises EndpointError naming the failed items,
+    with the other outputs (`outputs`, None per failed item; `item_errors`): 500, or the
+    client error every failed item shares (422 "input_error" when each failed on its input,
+    e.g. a prompt too long for the model; its `field` the first one's); Unavailable (503)
+    when every failed item found no capacity. Raises EndpointError when the count of
+    results does not match the inputs."""
     if len(results) != len(inputs):
         raise EndpointError(f"endpoint {endpoint!r} returned {len(results)} outputs for "
                             f"{len(inputs)} inputs")
@@ -46,10 +48,25 @@ def outputs(endpoint: str, inputs: list[Any], results: list[Any]) -> list[Any]:
     if all(isinstance(r, Unavailable) for _, r in failed):
         raise failed[0][1]
     first_i, first = failed[0]
+    status, kind = _client_error([r for _, r in failed])
     raise EndpointError(
         f"{len(failed)} of {len(inputs)} inputs failed; first: inputs[{first_i}]: {first}",
         outputs=[None if isinstance(r, BaseException) else r for r in results],
-        item_errors=[{"index": i, "message": str(r)} for i, r in failed])
+        item_errors=[{"index": i, "message": str(r)} for i, r in failed],
+        status=status, kind=kind,
+        field=getattr(first, "field", None) if status < 500 else None)
+
+
+def _client_error(errors: list[BaseException]) -> tuple[int, str | None]:
+    """(status, kind) of a request whose items failed with `errors`: the 4xx status and
+    type they all share (each an EndpointError the input was to blame for), else 500."""
+    shared = {(getattr(e, "status", 500), getattr(e, "kind", None)) if
+              isinstance(e, EndpointError) else (500, None) for e in errors}
+    if len(shared) == 1:
+        status, kind = shared.pop()
+        if 400 <= status < 500:
+            return status, kind
+    return 500, None
 
 
 def job_answer(request: Request, wire: dict[str, Any], created: bool) -> JSONResponse:

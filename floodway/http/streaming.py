@@ -20,6 +20,7 @@ inputs' combined outputs, unless the client leaves first.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -62,7 +63,8 @@ class ItemEnd:
 
 @dataclass(frozen=True)
 class ItemFailed:
-    """Input `index` failed with `error` (EndpointError, Unavailable, TimeoutError)."""
+    """Input `index` failed with `error` (EndpointError, Unavailable, TimeoutError); its
+    wire type is `error_kind(error)`."""
 
     index: int
     error: Exception
@@ -90,12 +92,17 @@ def stream_mode(request: Request) -> str | None:
 
 
 def error_kind(e: BaseException) -> str:
-    """The wire error type of a failed input (as the JSON error answers name it)."""
+    """The wire error type of a failed input (as the JSON error answers name it):
+    deadline_exceeded, unavailable, endpoint_error, or an EndpointError's own `kind`
+    (input_error: the input was bad, e.g. a prompt too long for the model; too_large: the
+    outputs over the router's cap; slow_client: the client read too slowly)."""
     if isinstance(e, TimeoutError):
         return "deadline_exceeded"
     if isinstance(e, Unavailable):
         return "unavailable"
-    return "endpoint_error" if isinstance(e, EndpointError) else "internal_error"
+    if isinstance(e, EndpointError):
+        return getattr(e, "kind", None) or "endpoint_error"
+    return "internal_error"
 
 
 def event_body(ev: StreamEvent) -> dict[str, Any]:
@@ -104,7 +111,10 @@ def event_body(ev: StreamEvent) -> dict[str, Any]:
         return {"index": ev.index, "chunk": ev.data}
     if isinstance(ev, ItemEnd):
         return {"index": ev.index, "output": ev.output}
-    return {"index": ev.index, "error": {"type": error_kind(ev.error), "message": str(ev.error)}}
+    error = {"type": error_kind(ev.error), "message": str(ev.error)}
+    if (field := getattr(ev.error, "field", None)) is not None:
+        error["field"] = field   # the input field to blame (an input_error)
+    return {"index": ev.index, "error": error}
 
 
 def frame(mode: str, body: Any) -> bytes:
@@ -183,12 +193,13 @@ class FirstEvent:
         return self.pending.adopt()
 
 
-class _StreamedResponse(StreamingResponse):
-    """A StreamingResponse that stops its stream's unfinished inputs however it ends: the
-    body sent, the client gone (the body iterator cancelled), or an error."""
+class StreamedResponse(StreamingResponse):
+    """A StreamingResponse of `body` (the framed events of `stream`) that stops the
+    stream's unfinished inputs however it ends: the body sent, the client gone (the body
+    iterator cancelled), or an error. `media_type`: SSE or NDJSON."""
 
-    def __init__(self, stream: ItemStream, mode: str):
-        super().__init__(_frames(stream, mode), media_type=mode, headers=STREAM_HEADERS)
+    def __init__(self, stream: ItemStream, body: AsyncIterator[bytes | str], media_type: str):
+        super().__init__(body, media_type=media_type, headers=STREAM_HEADERS)
         self.stream = stream
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -209,7 +220,7 @@ async def _frames(stream: ItemStream, mode: str):
 
 def stream_response(stream: ItemStream, mode: str) -> StreamingResponse:
     """The 200 streamed answer of `stream` in `mode` (`SSE` or `NDJSON`)."""
-    return _StreamedResponse(stream, mode)
+    return StreamedResponse(stream, _frames(stream, mode), mode)
 
 
 async def disconnected(request: Request) -> None:
@@ -228,10 +239,14 @@ async def collect_unless_gone(request: Request, stream: ItemStream, count: int) 
         await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
     finally:
         gone.cancel()
-        if not work.done():
+        left = not work.done()
+        if left:
             work.cancel()
         stream.cancel()   # the client left (or an error): stop what is unfinished
-    if work.cancelled():
+    if left:
+        # A cancelled task is done only once it ran its cancellation: wait for that (it
+        # raises CancelledError, or its result if it finished meanwhile) before answering.
+        await asyncio.wait({work})
         raise ClientClosed("the client closed the connection")
     return work.result()
 
@@ -248,6 +263,7 @@ async def collect(stream: ItemStream, count: int) -> list[Any]:
 
 
 __all__ = ["END", "NDJSON", "SSE", "STREAM_HEADERS", "ChunkEvent", "FirstEvent", "ItemEnd",
+           "StreamedResponse",
            "ItemFailed", "ItemStream", "StreamEvent", "collect", "collect_unless_gone",
            "disconnected", "error_kind", "event_body", "frame", "stream_mode",
            "stream_response"]

@@ -1,9 +1,11 @@
 """Async jobs of the local router: a durable SQLite `JobStore` and a `JobRunner` that runs
-each job on the pool through the same `decide()` as sync requests.
+each job on the pool through the same decision as sync requests (`decide()`, or
+`decide_stream()` for a streaming endpoint, whose job's result is the combined output).
 
 Jobs fill idle capacity only (they have no waiting client): they enter the batcher at low
 priority, behind every sync request, counted ahead of none of them by `decide()`, and a batch
-of job rows only goes to a container with nothing in flight (`floodway.routers.batcher`).
+of job rows only goes to a container with nothing in flight (`floodway.routers.batcher`; a
+streaming endpoint's job sequences take free sequence slots, behind the waiting clients').
 Many jobs run at once so that the batcher can pack their rows into full batches. When
 `decide()` would not queue a job (queue full, shed), or asks for a cold container, it goes
 back to the job queue with the estimated wait as its delay; capacity waits are not failed
@@ -21,14 +23,16 @@ from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
-from floodway.errors import EndpointError, Unavailable
+from floodway.errors import EndpointError, RequestError, Unavailable
 from floodway.functions.app import App
 from floodway.http.protocols import SYSTEM_CLOCK, Backend, Clock
 from floodway.jobs.job import Job, JobState
 from floodway.jobs.runner import JobRunner
 from floodway.jobs.store import JobStore
 from floodway.routers.admission import Priority
-from floodway.routers.decide import Action, Request, decide
+from floodway.routers.decide import Action, Decision, Request, decide
+from floodway.routers.decide_stream import decide_stream
+from floodway.routers.sequences import stream_request
 
 JOBS_DB_ENV = "FLOODWAY_JOBS_DB"
 # A job has no client waiting: it may wait long for capacity, but not forever per attempt.
@@ -101,18 +105,34 @@ class LocalJobs:
         self.store.close()
 
     async def _run(self, job: Job) -> list[Any]:
-        snap = self.backend.snapshot(job.endpoint)
-        d = decide(snap, Request(rows=len(job.inputs), deadline_s=snap.now_s + JOB_TIMEOUT_S,
-                                 priority=int(Priority.LOW), tenant=job.tenant or "anonymous",
-                                 allow_async=False))
+        d = self._decide(job)
         if d.action == Action.SPILL_COLD or d.start_cold:
             self.backend.start_cold(job.endpoint)   # e.g. scaled to zero: bring one up
+        if d.status == 413:   # more than a container can ever hold: no wait helps
+            raise RequestError(f"endpoint {job.endpoint!r}: {d.reason}", status=413)
         if d.action not in (Action.DISPATCH, Action.QUEUE):
             raise Unavailable(f"waiting for idle capacity ({d.action}: {d.reason})",
                               retry_after_s=max(IDLE_RETRY_S, d.est_wait_s, d.retry_after_s))
         return _outputs(await self.backend.enqueue(
             job.endpoint, job.inputs, timeout_s=JOB_TIMEOUT_S, priority=int(Priority.LOW),
             tenant=job.tenant or "anonymous"))
+
+    def _decide(self, job: Job) -> Decision:
+        """The decision for a job's attempt: as a low-priority request that may wait
+        `JOB_TIMEOUT_S` and cannot spill to async; for a streaming endpoint through
+        `decide_stream()` on its sequences (time to first token, slots, KV room)."""
+        tenant = job.tenant or "anonymous"
+        ep = self.app.endpoints.get(job.endpoint)
+        gen = ep.generation if ep is not None else None
+        if gen is not None:
+            snap = self.backend.stream_snapshot(job.endpoint)
+            return decide_stream(snap, stream_request(
+                job.inputs, gen.max_new_tokens, deadline_s=snap.now_s + JOB_TIMEOUT_S,
+                priority=int(Priority.LOW), tenant=tenant, allow_async=False))
+        snap = self.backend.snapshot(job.endpoint)
+        return decide(snap, Request(rows=len(job.inputs), deadline_s=snap.now_s + JOB_TIMEOUT_S,
+                                    priority=int(Priority.LOW), tenant=tenant,
+                                    allow_async=False))
 
     async def adopt(self, endpoint: str, inputs: list[Any], work: Awaitable[list[Any]], *,
                     tenant: str, priority: Priority, idempotency_key: str | None

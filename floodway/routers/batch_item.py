@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -102,6 +103,35 @@ def unsendable(batch: list[Item], error: Exception, endpoint: str,
     return [it for it in batch if bad and it.id not in bad]
 
 
+# The worker's name for an item that failed on its input, not in the function: one that
+# did not decode, or a `floodway.errors.RequestError` the model raised (the built-in engine
+# refusing a prompt too long for its context). Only this prefix: a user's function raising
+# some other class named RequestError (httpx has one) is not a client error.
+INPUT_ERROR = "InputError: "
+# An input error's text starts with the field it blames when it names one:
+# "prompt: 602 tokens is too long", "max_new_tokens = 129 is not allowed".
+_FIELD = re.compile(r"^([A-Za-z_]\w*(?:\.\w+|\[\d+\])*)(?: =|:) ")
+
+
+def _index(item_id: str) -> str:
+    """An item id's input index (``"r3:2"`` -> ``"2"``)."""
+    return item_id.rsplit(":", 1)[-1]
+
+
+def item_failed(endpoint: str, item_id: str, message: str) -> EndpointError:
+    """The error of item `item_id` (``<request>:<index>``) that the worker ended with
+    `message` (``"Type: text"``): an EndpointError with status 422 and `field`
+    ``inputs[i]`` (``inputs[i].<field>`` when the text names one) when the input was to
+    blame (`INPUT_ERROR`), else status 500."""
+    if message.startswith(INPUT_ERROR):
+        text = message[len(INPUT_ERROR):]
+        where = f"inputs[{_index(item_id)}]"
+        m = _FIELD.match(text)
+        return EndpointError(f"endpoint {endpoint!r}: {where}: {text}", status=422,
+                             field=f"{where}.{m.group(1)}" if m else where, kind="input_error")
+    return EndpointError(f"endpoint {endpoint!r} raised {message}")
+
+
 def answer(batch: list[Item], result: BatchResultLike, endpoint: str) -> None:
     """Resolve each item of `batch` not resolved yet from its batch's `result`, by id."""
     for it in batch:
@@ -110,8 +140,7 @@ def answer(batch: list[Item], result: BatchResultLike, endpoint: str) -> None:
         if it.id in result.outputs:
             it.future.set_result(result.outputs[it.id])
         elif it.id in result.errors:
-            it.future.set_exception(EndpointError(f"endpoint {endpoint!r} raised "
-                                                  f"{result.errors[it.id]}"))
+            it.future.set_exception(item_failed(endpoint, it.id, result.errors[it.id]))
         else:
             it.future.set_exception(EndpointError(f"endpoint {endpoint!r} returned "
                                                   f"no output for item {it.id}"))
@@ -127,7 +156,23 @@ def hear(it: Item, event: Any, endpoint: str) -> None:
     elif event.TYPE == ITEM_RESULT:
         it.future.set_result(event.output)
     elif event.TYPE == ITEM_ERROR:
-        it.future.set_exception(EndpointError(f"endpoint {endpoint!r} raised {event.message}"))
+        it.future.set_exception(item_failed(endpoint, it.id, event.message))
+
+
+def early(items: dict[str, Item], endpoint: str, sequences: Any,
+          now: Callable[[], float]) -> Callable[[Any], None]:
+    """A batch's `on_item` listener: resolve an item as soon as its own result or error
+    arrives, before the rest of its batch (a small request in a large batch is answered
+    when its row is). A streamed chunk goes to the item's `on_chunk` (`hear`), and to the
+    endpoint's `SequenceBook` (`sequences`, when there is one) at `now()`."""
+    def on_item(event: Any) -> None:
+        it = items.get(event.item_id)
+        if it is None or it.future.done():
+            return   # a chunk of a cancelled sequence reaches no one
+        if event.TYPE == ITEM_CHUNK and sequences is not None:
+            sequences.chunk(it, event.data, now())
+        hear(it, event, endpoint)
+    return on_item
 
 
 def retried(batch: list[Item], error: Exception) -> list[Item]:

@@ -9,7 +9,8 @@ has a free slot: until then items wait in the queue, whose size `decide()` bound
 A batch of low-priority items only (async jobs run at low priority) goes only to a container
 with nothing in flight: work that no client waits for never sits in a container's pipeline
 ahead of work that one does. Nor does it ride in a batch with such work: a batch that starts
-with higher-priority items is not filled up with low-priority ones.
+with higher-priority items is not filled up with low-priority ones. (Not for a streaming
+endpoint: see below.)
 
 Items whose deadline passed or whose caller went away (the future was cancelled) are dropped
 before they reach a model. Results come back keyed by item id and are mapped to the waiting
@@ -23,7 +24,9 @@ future withdraws it while queued and, once on a container, sends that container 
 (its slot frees when the worker ends the item). An item whose container died is retried
 only while no chunk of it went out: a half-sent stream is never replayed (Unavailable).
 Its `SequenceBook` (`floodway.routers.sequences`) counts the sequences' tokens, queued and
-running, and feeds the generation estimator; `pick` then also gets the head's KV need.
+running, and feeds the generation estimator; `pick` then also gets the head's KV need. A
+low-priority sequence takes any free slot (queued behind higher priorities): sequences run
+side by side, so it delays no one's batch, and an idle container may never come.
 
 Times (deadlines, arrivals, the batch wait) are seconds on an injected clock, `loop.time()`
 by default. The loop re-reads the clock whenever it wakes (`notify()`, a slot freeing, a
@@ -52,7 +55,7 @@ from floodway.routers.batch_item import (
     Item,
     Slot,
     answer,
-    hear,
+    early,
     retried,
     unsendable,
     why,
@@ -267,7 +270,7 @@ class Batcher:
             if not self._heap:
                 await self._sleep_until_woken(None)
                 continue
-            slot = self._pick(self._head_is_low(), self._heap[0])
+            slot = self._pick(self._idle_only(self._head_is_low()), self._heap[0])
             if slot is None:
                 # Re-check deadlines now and then even if no slot frees.
                 await self._sleep_until_woken(RECHECK_S)
@@ -287,6 +290,10 @@ class Batcher:
         if self.sequences is None:
             return self.pick(idle_only)
         return self.pick(idle_only, head.cost.kv_need)
+
+    def _idle_only(self, low: bool) -> bool:
+        """Low-priority work waits for an idle container, except a sequence (the module)."""
+        return low and not self.streaming
 
     def _head_is_low(self) -> bool:
         """Everything queued is low priority (the head is the highest priority queued)."""
@@ -312,7 +319,8 @@ class Batcher:
         if not batch:
             return
         try:
-            slot = self._pick(all(self._prio(it) == 0 for it in batch), batch[0])
+            slot = self._pick(self._idle_only(all(self._prio(it) == 0 for it in batch)),
+                              batch[0])
         except BaseException:
             self._requeue(batch)   # taken from the queue: back before the loop restarts
             raise
@@ -321,7 +329,8 @@ class Batcher:
             return
         try:
             fut = slot.submit([(it.id, it.value) for it in batch],
-                              on_item=self._early({it.id: it for it in batch}))
+                              on_item=early({it.id: it for it in batch}, self.endpoint,
+                                            self.sequences, self.now))
         except Unavailable:
             self._requeue(batch)
             return
@@ -361,19 +370,6 @@ class Batcher:
                 self.requests_by_priority[self._prio(item)] += 1
             heapq.heappush(self._heap, item)
         self.notify()
-
-    def _early(self, items: dict[str, Item]) -> Callable[[Any], None]:
-        """Resolve an item as soon as its own result or error arrives, before the rest of
-        its batch: a small request in a large batch is answered when its row is. Events
-        without a final answer (a streamed chunk) go to the item's `on_chunk`."""
-        def on_item(event: Any) -> None:
-            it = items.get(event.item_id)
-            if it is None or it.future.done():
-                return   # a chunk of a cancelled sequence reaches no one
-            if event.TYPE == ITEM_CHUNK and self.sequences is not None:
-                self.sequences.chunk(it, event.data, self.now())
-            hear(it, event, self.endpoint)
-        return on_item
 
     async def _deliver(self, batch: list[Item], slot: Slot, fut: asyncio.Future) -> None:
         try:

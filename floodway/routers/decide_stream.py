@@ -25,11 +25,12 @@ in `decide()`):
    placement's TTFT within the budget -> dispatch.
 3. queue: TTFT = the instant the slot of its last sequence frees (`nth_slot_s` over every
    live container's slot instants: free now, when each running sequence ends after its
-   remaining tokens at the container's current step time, when a starting one is ready;
-   the sequences queued at its priority or above take slots first, each holding one for the
-   prefill of a mean prompt and its mean max_new_tokens at a full container's step time) +
-   the prefill of the prompts ahead (queued at its priority or above, and sent but not yet
-   prefilled) shared over the live containers, and of its own + one full step. Queue when
+   expected remaining tokens at the container's current step time, when a starting one is
+   ready; the sequences queued at its priority or above take slots first, each holding one
+   for the prefill of a mean prompt and its expected tokens, ``model.expected_new`` of the
+   mean max_new_tokens, at a full container's step time) + the prefill of the prompt tokens
+   ahead (queued at its priority or above, and sent but not yet prefilled) shared over the
+   live containers and of its own, with one per-prompt cost + one full step. Queue when
    that fits the budget and the queue has room (`QUEUE_SHARE` of `max_queue` sequences for
    its priority, plus each starting container's slots; the tenant at most `TENANT_SHARE`
    while others wait, as in `decide()`).
@@ -40,9 +41,22 @@ in `decide()`):
 5. else shed 503 with Retry-After = the estimated TTFT (1..60 s); scale from zero as in
    `decide()`.
 
-A running sequence's remaining tokens are known only as its max_new_tokens minus what it
-generated: sequences that stop early free their slot sooner than planned, so the estimate
-errs towards spilling, never towards a missed first token.
+Why the parts are counted as they are (measured with benchmarks/generate.py, where counting
+otherwise shed requests whose first token came in half the estimate):
+
+- The per-prompt cost of the prefill fit (`ServiceTime.per_batch_s` of `model.prefill`) is
+  paid once per request, not once per prompt ahead: the engine prefills the prompts that
+  join between two decode steps in one call (iteration-level scheduling), and what the
+  runtimes measure as a prompt's prefill (dispatch to first chunk, less a step) is mostly
+  the wait for the step under way, which a sequence waits once. The prompt tokens ahead
+  still count at the fit's per-token rate: that compute comes before its first token.
+- How long sequences run is the measured distribution's expectation
+  (`floodway.core.generation`), not max_new_tokens, which most sequences never reach; with
+  nothing measured yet the estimate falls back to max_new_tokens, the upper bound. Where
+  an error would break a promise it stays conservative: the KV-cache room a sequence needs
+  is its prompt + max_new_tokens (the engine reserves that much), and steps are timed at
+  the current (or a full container's) step time, though steps get faster as sequences
+  leave.
 """
 
 from __future__ import annotations
@@ -249,20 +263,30 @@ def queue_ttft_s(snap: StreamSnapshot, req: StreamRequest) -> float:
         return math.inf
     seqs = q + max(req.sequences, 1)
     full = m.step_s(snap.max_sequences)
-    hold = m.prefill_s((p_ahead + req.prompt_tokens) / seqs) + \
-        (n_ahead + req.max_new_tokens * max(req.sequences, 1)) / seqs * full
-    slot = nth_slot_s([t for ins in per for t in ins], seqs, hold)
+    slot = nth_slot_s([t for ins in per for t in ins], seqs, _hold_s(m, req, p_ahead, n_ahead,
+                                                                    seqs, full))
     n = len(serving)
     pending = sum(c.pending_prompt_tokens for c in serving)
-    prefill = m.prefill_s((p_ahead + pending) / n + req.prompt_per_sequence, q / n + 1)
+    prefill = m.prefill_s((p_ahead + pending) / n + req.prompt_per_sequence)
     return slot + prefill + full
+
+
+def _hold_s(m: GenerationModel, req: StreamRequest, p_ahead: int, n_ahead: int, seqs: int,
+            full_s: float) -> float:
+    """Seconds one of `seqs` sequences (those queued ahead, `p_ahead` prompt and `n_ahead`
+    max_new tokens in all, and the request's) holds its slot: the prefill of a mean prompt
+    and the expected tokens of the mean max_new_tokens at a full container's step time."""
+    mine = max(req.sequences, 1)
+    cap = (n_ahead + req.max_new_tokens * mine) / seqs
+    return m.prefill_s((p_ahead + req.prompt_tokens) / seqs) + m.expected_new(cap) * full_s
 
 
 # ---------------------------------------------------------------- spill targets
 
 class StreamColdSpill:
     """Start another container when one is allowed and its measured cold start, the wait for
-    its slots behind its share of the queue ahead, the prefill and one step fit the budget."""
+    its slots behind its share of the queue ahead, the prefill (its share of the prompt
+    tokens ahead and its own, one per-prompt cost) and one step fit the budget."""
 
     action: ClassVar[Action] = Action.SPILL_COLD
     waits: ClassVar[bool] = True
@@ -279,11 +303,9 @@ class StreamColdSpill:
         share = 1.0 / (ctx.live + 1)      # the new container takes its share of the queue
         seqs = math.ceil(q * share) + max(req.sequences, 1)
         full = m.step_s(snap.max_sequences)
-        hold = m.prefill_s((p_ahead + req.prompt_tokens) / (q + max(req.sequences, 1))) + \
-            (n_ahead + req.max_new_tokens * max(req.sequences, 1)) / \
-            (q + max(req.sequences, 1)) * full
+        hold = _hold_s(m, req, p_ahead, n_ahead, q + max(req.sequences, 1), full)
         ttft = cold + nth_slot_s([0.0] * slots, seqs, hold) + \
-            m.prefill_s(p_ahead * share + req.prompt_per_sequence, q * share + 1) + \
+            m.prefill_s(p_ahead * share + req.prompt_per_sequence) + \
             m.step_s(min(seqs, snap.max_sequences))
         if ttft > ctx.budget_s:
             return None

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 from floodway.errors import RequestError
 from floodway.functions.items import BAD_ITEM, MODE_KEY, TOO_LARGE, WIRE
+from floodway.functions.prompts import Prompt, unknown_field
 
 # Items are verified on the router and kept in their JSON wire form (an image as its base64
 # text, an array as {"b64", "dtype", "shape"}): the form that travels to the container.
@@ -106,6 +107,13 @@ def _json_type(value: Any) -> str:
     return "null"
 
 
+# What a client that sent these next to "inputs" meant, and how to ask for it.
+_TOP_LEVEL_HINTS = {
+    "stream": "; a stream is asked for with the request header 'Accept: text/event-stream' "
+              "(SSE) or 'Accept: application/x-ndjson', on a streaming endpoint",
+}
+
+
 def _precheck(data: dict, max_inputs: int | None) -> None:
     """Refuse what needs no per-item validation first: unknown fields and too many items
     cost one look, not a validation of every key or item (a 4 MiB body of a million empty
@@ -117,8 +125,8 @@ def _precheck(data: dict, max_inputs: int | None) -> None:
         raise RequestError(f"missing required field 'inputs'{also}: send "
                            "{\"inputs\": [...]}", status=422, field="inputs")
     if unknown is not None:
-        raise RequestError(f"unknown field {shown!r}: the only field is 'inputs'", status=422,
-                           field=shown)
+        raise RequestError(f"unknown field {shown!r}: the only field is 'inputs'"
+                           f"{_TOP_LEVEL_HINTS.get(unknown, '')}", status=422, field=shown)
     items = data.get("inputs")
     if max_inputs is not None and isinstance(items, list) and len(items) > max_inputs:
         raise RequestError(f"'inputs' has {len(items)} items; this endpoint takes at most "
@@ -219,13 +227,19 @@ def _tuple_wanted(item_type: Any) -> str | None:
 
 def _item_error(index: int, errs: list[Any], item_type: Any) -> RequestError:
     """The RequestError for item `index`'s validation errors: the first one, named by the
-    item's index (413 for an item over a size limit, else 422)."""
+    item's index (413 for an item over a size limit, else 422). An unknown field of an
+    object item is told first (a misnamed field is the likely cause of the rest), with the
+    fields to use instead (`_unknown_field`)."""
+    errs = sorted(errs, key=lambda e: e["type"] != "extra_forbidden")   # stable
     first = {**errs[0], "loc": (index, *errs[0]["loc"])}
     field = "inputs" + _loc(tuple(first["loc"]))
     more = f" (and {len(errs) - 1} more)" if len(errs) > 1 else ""
     if first["type"] in (BAD_ITEM, TOO_LARGE):   # the message says what came and was expected
         return RequestError(f"{field}: {first['msg']}{more}", field=field,
                             status=413 if first["type"] == TOO_LARGE else 422)
+    if first["type"] == "extra_forbidden":
+        return RequestError(f"{field}: {_unknown_field(item_type, errs[0]['loc'])}{more}",
+                            status=422, field=field)
     pair = _tuple_wanted(item_type)
     if pair and first["type"] in ("missing", "too_long", "tuple_type") \
             and len(first["loc"]) <= 2:
@@ -235,6 +249,18 @@ def _item_error(index: int, errs: list[Any], item_type: Any) -> RequestError:
     got = repr(first.get('input'))
     got = got if len(got) <= 80 else got[:77] + '...'
     return RequestError(f"{field}: {first['msg']}, got {got}{more}", status=422, field=field)
+
+
+def _unknown_field(item_type: Any, loc: tuple[Any, ...]) -> str:
+    """What to say of an object item's field at `loc` (within the item) that its type does
+    not have: fw.Prompt says what to send instead; another pydantic model lists its fields."""
+    if item_type is Prompt:
+        return unknown_field(loc)
+    name = str(loc[-1]) if loc else ""
+    shown = name if len(name) <= 40 else name[:40] + "..."
+    if len(loc) == 1 and isinstance(item_type, type) and issubclass(item_type, BaseModel):
+        return f"unknown field {shown!r}; the item's fields: {', '.join(item_type.model_fields)}"
+    return f"unknown field {shown!r}"
 
 
 def error_body(kind: str, message: str, field: str | None = None) -> dict[str, Any]:

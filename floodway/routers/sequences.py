@@ -40,7 +40,7 @@ from floodway.core.generation import (
     estimate_prompt_tokens,
 )
 from floodway.functions.streams import chunk_tokens
-from floodway.routers.decide_stream import SequenceQueue
+from floodway.routers.decide_stream import SequenceQueue, StreamRequest
 
 
 @dataclass(frozen=True)
@@ -89,6 +89,19 @@ def sequence_cost(item: Any, default_new_tokens: int) -> SequenceCost:
     """`SequenceCost` of one item of a streaming endpoint whose `Generation.max_new_tokens`
     is `default_new_tokens`."""
     return SequenceCost(item_prompt_tokens(item), item_max_new_tokens(item, default_new_tokens))
+
+
+def stream_request(items: list[Any], default_new_tokens: int, *, deadline_s: float,
+                   priority: int, tenant: str, allow_async: bool) -> StreamRequest:
+    """`decide_stream()`'s request for `items` (one sequence each) of a streaming endpoint
+    whose `Generation.max_new_tokens` is `default_new_tokens`: the prompt tokens estimated
+    from the items, summed, and the largest max_new_tokens among them (a request is
+    admitted as one: its longest sequence bounds it)."""
+    costs = [sequence_cost(item, default_new_tokens) for item in items]
+    return StreamRequest(prompt_tokens=sum(c.prompt_tokens for c in costs),
+                         max_new_tokens=max(c.max_new_tokens for c in costs),
+                         deadline_s=deadline_s, priority=priority, tenant=tenant,
+                         allow_async=allow_async, sequences=len(costs))
 
 
 class SequenceBook:
@@ -179,4 +192,4 @@ class SequenceBook:
 
 
 __all__ = ["SequenceBook", "SequenceCost", "item_max_new_tokens", "item_prompt_tokens",
-           "sequence_cost"]
+           "sequence_cost", "stream_request"]

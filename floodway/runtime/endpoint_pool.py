@@ -275,6 +275,7 @@ class EndpointPool:
                 str(c.id), str(c.state), active=len(c.inflight), max_sequences=self.slots,
                 remaining_tokens=tuple(max(1, it.cost.max_new_tokens - it.tokens)
                                        for it in running),
+                generated_tokens=tuple(it.tokens for it in running),
                 kv_tokens=self.kv_used(c) if cap else 0, kv_capacity=cap,
                 pending_prompt_tokens=sum(it.cost.prompt_tokens for it in running
                                           if not it.chunks),

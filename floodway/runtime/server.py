@@ -8,12 +8,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
-import json
 import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import httpx
 import uvicorn
 
 from floodway.build.store import ArtifactStore
@@ -22,7 +20,7 @@ from floodway.functions.discover import load_app
 from floodway.http.app import make_asgi_app
 from floodway.jobs.local import LocalJobs, default_jobs_path
 from floodway.routers.admission import API_KEYS_ENV, ApiKeys
-from floodway.runtime.example import describe, example_inputs
+from floodway.runtime.example import show_example
 from floodway.runtime.pool import Pool
 from floodway.warmers.history import TrafficHistory
 
@@ -47,9 +45,13 @@ def build_server(app_spec: str, *, store: str | Path | None = None,
     `api_keys` (None: no authentication) are required as bearer tokens. Async jobs live in
     the SQLite file `jobs_db` (None: FLOODWAY_JOBS_DB, else beside the artifact store) and
     their results are kept `job_ttl_s` seconds after they finish.
-    Raises ArtifactError early when an endpoint has no build.
+    `app_spec` ``FILE_OR_MODULE[:VAR][::ENDPOINT]``: with ``::ENDPOINT`` only that endpoint
+    is served (its containers started, its routes answered); the app's other endpoints are
+    not started and their routes answer 404 as unknown ones do.
+    Raises ArtifactError early when a served endpoint has no build.
     """
     app, eps = load_app(app_spec)
+    app = app.only(ep.name for ep in eps)
     st = ArtifactStore(store)
     for ep in eps:
         st.latest(ep.name)   # fail now, with the command to run, not in every worker
@@ -76,28 +78,17 @@ def build_server(app_spec: str, *, store: str | Path | None = None,
                          on_arrival=pool.record_arrival), pool
 
 
-async def _show_example(base: str, endpoint: str, pool: Pool, timeout_s: float) -> None:
-    """Wait until ready, then print a curl line with items of the endpoint's own type
-    (`floodway.runtime.example`) and the start of its real answer."""
+async def _show_example(base: str, endpoint: str, pool: Pool, server: uvicorn.Server,
+                        timeout_s: float) -> None:
+    """Wait until the containers are ready and the server listens, then print a curl line
+    with items of the endpoint's own type and the start of its real answer (streamed for a
+    streaming endpoint; `floodway.runtime.example.show_example`)."""
     if not await pool.wait_ready(timeout_s):
         print(f"containers not ready after {timeout_s:g} s: {pool.readiness()}", flush=True)
         return
-    inputs = example_inputs(pool.app[endpoint].fn)
-    if inputs is None:
-        print(f"\nready. (no example request for {endpoint}'s item type; POST "
-              f"{{\"inputs\": [...]}} to {base}/v1/{endpoint})", flush=True)
-        return
-    body = {"inputs": inputs}
-    print(f"\nready. try:\n  curl -s -X POST {base}/v1/{endpoint} "
-          f"-H 'Content-Type: application/json' -d '{json.dumps(body)}'", flush=True)
-    async with httpx.AsyncClient(timeout=30) as client:
-        r = await client.post(f"{base}/v1/{endpoint}", json=body)
-    text = r.text
-    print(f"answer ({r.status_code}, {len(text)} bytes): {text[:160]}...", flush=True)
-    if r.status_code == 200:
-        outs = r.json()["outputs"]
-        print(f"  {len(outs)} outputs, each {describe(outs[0])}. Ctrl-C stops the server.\n",
-              flush=True)
+    while not server.started:   # uvicorn binds after the pool is up: no request before
+        await asyncio.sleep(0.05)
+    await show_example(base, pool.app[endpoint])
 
 
 def serve(app_spec: str, *, host: str = "127.0.0.1", port: int = 8000,
@@ -128,7 +119,7 @@ def serve(app_spec: str, *, host: str = "127.0.0.1", port: int = 8000,
         if show_example:
             first = next(iter(pool.containers))
             example = asyncio.create_task(
-                _show_example(f"http://{host}:{port}", first, pool, timeout_s=180))
+                _show_example(f"http://{host}:{port}", first, pool, server, timeout_s=180))
         try:
             await server.serve()
         finally:

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from floodway.runtime import protocol as p
-from floodway.runtime.worker import ContractError, _decoded, _fatal, _to_jsonable
+from floodway.runtime.worker import ContractError, _decoded, _fatal, _to_jsonable, error_text
 
 # Threads pulling sync generators (made on demand): one per sequence stepping at once.
 STREAM_THREADS = 64
@@ -42,9 +42,9 @@ Write = Callable[[bytes], None]   # writes bytes to the router's pipe, then flus
 
 
 def _text(e: BaseException) -> str:
-    """``"Type: message"``, valid UTF-8 whatever the message holds (a lone surrogate)."""
-    text = f"{type(e).__name__}: {e}"
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    """``"Type: message"``, valid UTF-8 whatever the message holds (a lone surrogate);
+    ``"InputError: ..."`` for a RequestError (`floodway.runtime.worker.error_text`)."""
+    return error_text(e)
 
 
 _END = object()
@@ -247,6 +247,8 @@ async def serve_stream(fn: Callable[..., Any], model: Any, lines: AsyncIterator[
     from floodway.errors import ProtocolError
 
     w = StreamWorker(fn, model, write)
+    if _SIGNAL is not None:
+        _SIGNAL.attach(w)
     try:
         async for line in lines:
             try:
@@ -286,18 +288,52 @@ def event_loop() -> asyncio.AbstractEventLoop:
     return _LOOP
 
 
+class LoadSignal:
+    """The engine's `on_load` listener: called on the engine's thread after a step that
+    changed its sequences or cache (a cancelled sequence leaves the engine a step after its
+    item ended here), it has the serving loop check for a Load at once
+    (``call_soon_threadsafe``), so the router's admission sees the freed cache within a step
+    instead of at the next unrelated message. `worker`: the StreamWorker serving now."""
+
+    def __init__(self) -> None:
+        self.worker: StreamWorker | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    def attach(self, worker: StreamWorker) -> None:
+        """Serve `worker`'s Loads from now on (called on its loop)."""
+        self.worker, self.loop = worker, asyncio.get_running_loop()
+
+    def __call__(self, _load: Any = None) -> None:
+        loop = self.loop
+        if loop is None:   # warm-up: the first flush when serving starts sends the Load
+            return
+        try:
+            loop.call_soon_threadsafe(self._due)
+        except RuntimeError:   # the loop is closed: the worker is exiting
+            pass
+
+    def _due(self) -> None:
+        if self.worker is not None:
+            self.worker._touch()
+
+
+_SIGNAL: LoadSignal | None = None
+
+
 def configure(ep: Any, model: Any) -> None:
     """Give a model with a built-in generation engine (`floodway.Loaded` of a
     text-generation build) the endpoint's `fw.Generation` limits before warm-up starts it:
     what the router admits (max_new_tokens cap, sequences per container) is then what the
-    engine runs. Models without `configure_generation` (a user's own engine) are left as
-    they are."""
+    engine runs, and its load changes reach the router as Load at once (`LoadSignal`).
+    Models without `configure_generation` (a user's own engine) are left as they are."""
+    global _SIGNAL
     hook = getattr(model, "configure_generation", None)
     gen = getattr(ep, "generation", None)
     if not callable(hook) or gen is None:
         return
+    _SIGNAL = LoadSignal()
     hook(max_sequences=gen.max_sequences, kv_cache_tokens=gen.kv_cache_tokens,
-         max_new_tokens=gen.max_new_tokens)
+         max_new_tokens=gen.max_new_tokens, on_load=_SIGNAL)
 
 
 # A warm-up sequence is read to its end, or closed after this many chunks (a function
@@ -343,5 +379,6 @@ def run(fn: Callable[..., Any], model: Any, stdin: Any, out: Any) -> int:
     return event_loop().run_until_complete(serve_stream(fn, model, _stdin_lines(stdin), write))
 
 
-__all__ = ["CANCELLED", "STREAM_THREADS", "WARMUP_MAX_CHUNKS", "StreamWorker", "configure",
+__all__ = ["CANCELLED", "STREAM_THREADS", "WARMUP_MAX_CHUNKS", "LoadSignal", "StreamWorker",
+           "configure",
            "event_loop", "run", "serve_stream", "warm_up"]

@@ -119,6 +119,18 @@ def _result(batch_id: int, item_id, output):
         return ItemError(batch_id, item_id, f"{kind}: {e}")
 
 
+def error_text(e: BaseException) -> str:
+    """An item's ItemError message, ``"Type: message"`` (valid UTF-8 whatever the message
+    holds, a lone surrogate escaped); ``"InputError: message"`` for a
+    `floodway.errors.RequestError` (e.g. the built-in engine refusing a prompt too long for
+    its context): the input was to blame, and the router answers it as a client error
+    (`floodway.routers.batch_item.item_failed`)."""
+    from floodway.errors import RequestError
+
+    kind = "InputError" if isinstance(e, RequestError) else type(e).__name__
+    return f"{kind}: {e}".encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def _fatal(e: BaseException) -> bool:
     """What the worker lets end it: Ctrl-C (and a generator's close). Anything else the
     function raises, SystemExit included, fails its items, not the container."""
@@ -181,7 +193,7 @@ def _run(fn, model, batch_id: int, items: list) -> Iterator[list]:
         if _fatal(e):
             raise
         if len(items) == 1 or isinstance(e, ContractError):
-            yield [ItemError(batch_id, i, f"{type(e).__name__}: {e}") for i in ids]
+            yield [ItemError(batch_id, i, error_text(e)) for i in ids]
             return
     else:
         yield [_result(batch_id, i, o) for i, o in zip(ids, outs, strict=True)]

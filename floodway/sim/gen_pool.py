@@ -75,8 +75,8 @@ class GenBox:
         seqs = self.running + self.joining
         return SequenceLoad(
             self.key, "busy" if seqs else "ready", len(seqs), self.max_sequences,
-            tuple(s.max_new - s.generated for s in seqs), self.kv_used,
-            self.kv_capacity or 0, sum(s.prompt for s in seqs if s.generated == 0))
+            tuple(s.max_new - s.generated for s in seqs), tuple(s.generated for s in seqs),
+            self.kv_used, self.kv_capacity or 0, sum(s.prompt for s in seqs if s.generated == 0))
 
     def box(self) -> Box:
         """This container as `floodway.core.reconcile.reconcile` sees it."""

@@ -20,8 +20,10 @@ The model (seconds on the trace's clock; `floodway.sim.gen_pool` holds the conta
   and KV reservation (prompt + max_new_tokens) at once, and the router's queue fills freed
   slots in arrival order. A start takes a cold start drawn from `ColdStartModel`.
 - Every arrival is decided by `decide_stream` on a snapshot built as the runtimes build it
-  (`build_stream_snapshot` from each container's `SequenceLoad`: remaining tokens counted
-  from max_new_tokens, as the router knows them, not from the true lengths); dispatch goes
+  (`build_stream_snapshot` from each container's `SequenceLoad`: what each sequence asked
+  for and streamed, as the router knows them, not its true length; the lengths of the
+  sequences finished so far, updated every minute, as the runtimes' estimators measure
+  them, unless `GenSimConfig.model` gives its own); dispatch goes
   where `place` says, queue and spill_cold wait in the queue (spill_cold starts a container),
   spill_async and shed are counted. A queued sequence whose deadline passes before it gets a
   slot is dropped (`expired`).
@@ -35,12 +37,12 @@ from __future__ import annotations
 
 import heapq
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from floodway.config import Route, WarmPool
-from floodway.core.generation import GenerationModel
+from floodway.core.generation import REQUEST_SAMPLES, GenerationModel
 from floodway.core.priors import GENERATED_TOKENS_PRIOR, PROMPT_TOKENS_PRIOR
 from floodway.core.reconcile import Do, reconcile
 from floodway.core.stream_snapshot import build_stream_snapshot
@@ -120,6 +122,25 @@ class GenSimResult:
     def tokens_per_s(self) -> float:
         return self.tokens / self.span_s if self.span_s > 0 else 0.0
 
+    def rows(self) -> list[tuple[str, str]]:
+        """(name, formatted value) pairs for a printed table (as `SimResult.rows`)."""
+        def ms(x: float) -> str:
+            return "-" if math.isnan(x) else f"{x * 1e3:,.1f} ms"
+        return [
+            ("requests", f"{self.requests:,}"),
+            ("dispatched / queued / spill cold", f"{self.dispatched:,} / {self.queued:,} / "
+                                                 f"{self.spill_cold:,}"),
+            ("spill async / shed / expired", f"{self.spill_async:,} / {self.shed:,} / "
+                                             f"{self.expired:,}"),
+            ("refused (over the KV budget, 413)", f"{self.rejected:,}"),
+            ("finished / first token within deadline", f"{self.finished:,} / "
+                                                       f"{self.within_deadline:,}"),
+            ("TTFT p50 / p99", f"{ms(self.ttft_p50_s)} / {ms(self.ttft_p99_s)}"),
+            ("tokens generated", f"{self.tokens:,} ({self.tokens_per_s:,.1f} tokens/s)"),
+            ("containers started", f"{self.containers_started:,}"),
+            ("container-minutes", f"{self.container_s / 60:,.1f}"),
+        ]
+
 
 def scale_trace(trace: Trace, time_scale: float = 1.0, token_scale: float = 1.0) -> Trace:
     """`trace` with its gaps between arrivals multiplied by `time_scale` (from its first
@@ -167,6 +188,9 @@ class _GenSim(GenPool):
         self.target = WarmTarget(min(cfg.warm.min_containers, self.cap), 0,
                                  float(cfg.warm.scaledown_window_s), "the configured floor")
         self.finished_tokens: list[int] = []
+        # What decide_stream is told: the configured speed, and (unless the config gives
+        # them) the lengths of the last finished sequences, as a runtime's estimator keeps.
+        self.told = cfg.model
 
     # ------------------------------------------------------------ what GenPool reports
     def on_first_token(self, s: Seq, now: float) -> None:
@@ -187,7 +211,7 @@ class _GenSim(GenPool):
         q = self.queue
         queue = SequenceQueue.fifo(len(q), self.queued_prompt, len(q) * cfg.max_new_tokens)
         snap = build_stream_snapshot(now, cfg, [b.load(now) for b in self.live], queue,
-                                     model=cfg.model, cold_start_s=cfg.cold.estimate_s,
+                                     model=self.told, cold_start_s=cfg.cold.estimate_s,
                                      max_sequences=cfg.max_sequences,
                                      kv_cache_tokens=cfg.kv_cache_tokens,
                                      max_new_tokens=cfg.max_new_tokens)
@@ -222,6 +246,9 @@ class _GenSim(GenPool):
             cfg.model.prefill_s(float(np.mean(self.prompts)) if self.prompts.size else 0.0))
 
     def tick(self, now: float) -> None:
+        if not self.cfg.model.lengths and self.finished_tokens:
+            self.told = replace(self.cfg.model, lengths=tuple(sorted(
+                self.finished_tokens[-REQUEST_SAMPLES:])))
         k = int(round(now / MINUTE_S)) - self.trace.start_minute
         hist = History.view_of(self.history, min(max(k, 0), len(self.trace.counts)))
         self.target, self.pstate = desired(now, hist, self.cfg.warm, self.measured(),

@@ -48,6 +48,21 @@ def test_models_list(asgi):
     assert [m.id for m in models] == ["embed"] and models[0].owned_by == "floodway"
 
 
+def test_models_retrieve(asgi):
+    async def go():
+        async with openai_client(asgi) as c:
+            found = await c.models.retrieve("embed")
+            try:
+                await c.models.retrieve("nope")
+            except openai.NotFoundError as e:
+                return found, e
+        raise AssertionError("an unknown model was found")
+
+    found, missing = asyncio.run(go())
+    assert (found.id, found.object, found.owned_by) == ("embed", "model", "floodway")
+    assert missing.code == "model_not_found" and missing.param == "model"
+
+
 def test_embeddings_create_in_base64_and_floats(asgi):
     """The client asks for base64 unless told otherwise, and decodes it itself."""
     async def go():

@@ -12,7 +12,7 @@ import openai
 import pytest
 
 import floodway as fw
-from floodway.errors import EndpointError
+from floodway.errors import RequestError
 from floodway.functions.prompts import Prompt
 from floodway.functions.streams import combine
 from floodway.http.app import make_asgi_app
@@ -20,6 +20,8 @@ from floodway.http.clock import ManualClock
 from floodway.http.openai_answers import StreamAnswer
 from floodway.http.openai_stream import openai_events
 from floodway.http.streaming import ChunkEvent, ItemEnd, ItemFailed
+from floodway.routers.batch_item import item_failed
+from floodway.runtime.worker import error_text
 from tests.app.scripted import ScriptedBackend, client
 
 app = fw.App("gen")
@@ -29,12 +31,16 @@ SEEN: list[Prompt] = []
 @app.endpoint(generation=fw.Generation(max_new_tokens=8))
 async def talk(model, prompt: Prompt):
     """One chunk per word of the prompt (or of the last message), then the engine's last
-    chunk. "boom" raises where it stands; "explode" first raises before any chunk."""
+    chunk. "boom" raises where it stands; "explode" first raises before any chunk;
+    "toolong" is refused as the built-in engine refuses a prompt over its context."""
     SEEN.append(prompt)
     text = prompt.prompt if prompt.prompt is not None else prompt.messages[-1].content
     words = text.split()
     if words[:1] == ["explode"]:
         raise ValueError("exploded")
+    if words[:1] == ["toolong"]:
+        raise RequestError("prompt: 602 tokens is too long: at most 511 tokens leave room "
+                           "for an answer", status=422, field="prompt")
     for w in words[:prompt.max_new_tokens or 8]:
         if w == "boom":
             raise ValueError("boom")
@@ -60,9 +66,8 @@ class StreamingPending:
                 chunks.append(c)
                 await self.queue.put(ChunkEvent(i, c, self.clock.monotonic()))
             await self.queue.put(ItemEnd(i, combine(chunks)))
-        except Exception as e:
-            await self.queue.put(ItemFailed(i, EndpointError(f"endpoint 'talk' raised "
-                                                             f"{type(e).__name__}: {e}")))
+        except Exception as e:   # named as the worker names it, read as the router reads it
+            await self.queue.put(ItemFailed(i, item_failed("talk", f"r1:{i}", error_text(e))))
 
     async def next_event(self):
         if self.left == 0:
@@ -189,12 +194,63 @@ def test_failures_before_and_during_the_stream(asgi):
     assert error["error"]["type"] == "server_error" and "boom" in error["error"]["message"]
 
 
+def test_a_prompt_the_model_refuses_is_a_client_error_on_every_route(asgi):
+    """The engine's RequestError (a prompt over the context) is the client's fault: 422
+    naming the field on the native route, OpenAI's 400 on its routes, streamed or not."""
+    native, both, chat_sse, completion = posts(
+        asgi, ("/v1/talk", {"inputs": [{"prompt": "toolong x"}]}),
+        ("/v1/talk", {"inputs": [{"prompt": "toolong x"}, {"prompt": "fine"}]}),
+        ("/v1/chat/completions", chat("toolong x", stream=True)),
+        ("/v1/completions", {"model": "talk", "prompt": "toolong x"}))
+    err = native.json()["error"]
+    assert native.status_code == 422 and err["type"] == "input_error"
+    assert err["field"] == "inputs[0].prompt" and "602 tokens is too long" in err["message"]
+    assert both.status_code == 422 and both.json()["outputs"][1]["text"] == "fine "
+    assert chat_sse.status_code == 400 and completion.status_code == 400
+    assert chat_sse.json()["error"]["type"] == "invalid_request_error"
+    assert "602 tokens is too long" in completion.json()["error"]["message"]
+
+
+def test_an_input_error_mid_stream_is_an_input_error_event(asgi):
+    """Another input already streamed: a 200 whose event names the input error; one
+    input failing first: its 422 (nothing was sent yet)."""
+    async def go():
+        async with client(asgi) as c:
+            sse = {"Accept": "text/event-stream"}
+            return (await c.post("/v1/talk", json={"inputs": [{"prompt": "a b"},
+                                                              {"prompt": "toolong"}]},
+                                 headers=sse),
+                    await c.post("/v1/talk", json={"inputs": [{"prompt": "toolong"}]},
+                                 headers=sse))
+    r, alone = asyncio.run(go())
+    assert alone.status_code == 422 and alone.json()["error"]["type"] == "input_error"
+    errors = [e["error"] for e in events(r)[:-1] if "error" in e]
+    assert r.status_code == 200
+    assert errors == [{"type": "input_error", "field": "inputs[1].prompt",
+                       "message": errors[0]["message"]}]
+    assert "inputs[1]: prompt: 602 tokens is too long" in errors[0]["message"]
+
+
 def test_the_native_route_holds_max_new_tokens_to_the_generation_cap(asgi):
     [r] = posts(asgi, ("/v1/talk", {"inputs": [{"prompt": "a", "max_new_tokens": 8},
                                                {"prompt": "b", "max_new_tokens": 9}]}))
     assert r.status_code == 422
     assert r.json()["error"]["field"] == "inputs[1].max_new_tokens"
     assert "9 is over the cap" in r.json()["error"]["message"] and SEEN == []
+
+
+def test_chat_roles_are_one_rule_on_both_routes(asgi):
+    bot = [{"role": "bot", "content": "x"}]
+    native, openai_route, dev = posts(
+        asgi, ("/v1/talk", {"inputs": [{"messages": bot}]}),
+        ("/v1/chat/completions", {"model": "talk", "messages": bot}),
+        ("/v1/talk", {"inputs": [{"messages": [{"role": "developer", "content": "hi"}]}]}))
+    n, o = native.json()["error"], openai_route.json()["error"]
+    assert (native.status_code, n["field"]) == (422, "inputs[0].messages[0].role")
+    assert (openai_route.status_code, o["param"]) == (400, "messages[0].role")
+    allowed = "'bot' is not a chat role; allowed: 'system', 'user', 'assistant'"
+    assert allowed in n["message"] and allowed in o["message"]
+    assert dev.status_code == 200 and [m.role for m in SEEN[0].messages] == ["system"]
 
 
 class FakeStream:

@@ -97,6 +97,31 @@ def test_models_lists_every_endpoint():
                and isinstance(m["created"], int) for m in data)
 
 
+def test_one_model_by_its_id_and_an_unknown_one_is_model_not_found():
+    _, _, asgi = setup(api_keys=ApiKeys(frozenset({"s3cret"})))
+    one, unknown, denied = run(asgi, ("GET", "/v1/models/gen", None, KEY),
+                               ("GET", "/v1/models/nope", None, KEY),
+                               ("GET", "/v1/models/gen", None, None))
+    assert one.status_code == 200
+    body = one.json()
+    assert (body["id"], body["object"], body["owned_by"]) == ("gen", "model", "floodway")
+    assert isinstance(body["created"], int)
+    assert "no endpoint 'nope'; endpoints: busy, embed, gen, shout" in error_of(
+        unknown, 404, "invalid_request_error", "model", "model_not_found")
+    error_of(denied, 401, "authentication_error", "Authorization", "invalid_api_key")
+
+
+def test_a_missing_model_lists_the_endpoints_as_an_unknown_one_does():
+    _, backend, asgi = setup()
+    chat, embeddings = run(
+        asgi, post("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}]}),
+        post("/v1/embeddings", {"input": "a"}))
+    for r in (chat, embeddings):
+        assert "one of busy, embed, gen, shout" in error_of(r, 400, "invalid_request_error",
+                                                            "model", None)
+    assert backend.calls == []
+
+
 def test_embeddings_run_through_the_backend_in_order():
     _, backend, asgi = setup()
     floats, packed = run(asgi, post("/v1/embeddings", {"model": "embed", "input": ["ab", "c"]}),

@@ -8,6 +8,7 @@ import json
 import struct
 
 import pytest
+from pydantic import ValidationError
 
 from floodway.errors import EndpointError, RequestError
 from floodway.functions.prompts import Prompt
@@ -156,6 +157,46 @@ def test_neutral_values_of_unsupported_fields_and_harmless_fields_pass():
 def test_bad_completion_fields_are_a_400_naming_them(extra, param):
     err = refused(parse_completion, body(**{"model": "g", "prompt": "x", **extra}))
     assert err.field == param
+
+
+@pytest.mark.parametrize("parse,fields,param,use", [
+    (parse_chat, {**CHAT, "max_new_tokens": 5}, "max_new_tokens", "(use max_tokens"),
+    (parse_completion, {"model": "g", "prompt": "x", "max_new_tokens": 5}, "max_new_tokens",
+     "(use max_tokens)"),
+    (parse_chat, {"model": "g", "prompt": "x"}, "prompt",
+     "(use messages, or POST /v1/completions for a prompt)"),
+    (parse_completion, {"model": "g", "messages": CHAT["messages"]}, "messages",
+     "(use prompt, or POST /v1/chat/completions for messages)"),
+    (parse_embeddings, {"model": "e", "inputs": ["a"]}, "inputs", "POST /v1/<model>"),
+])
+def test_a_misplaced_field_says_what_to_send_instead(parse, fields, param, use):
+    err = refused(parse, body(**fields))
+    assert err.field == param and f"Unrecognized request argument supplied: {param}" in str(err)
+    assert use in str(err), str(err)
+
+
+@pytest.mark.parametrize("parse,fields", [
+    (parse_chat, {"messages": CHAT["messages"]}), (parse_completion, {"prompt": "x"}),
+    (parse_embeddings, {"input": "x"}),
+])
+def test_a_missing_model_lists_the_endpoints(parse, fields):
+    with pytest.raises(RequestError) as e:
+        parse(body(**fields), models=["talk", "embed"])
+    assert e.value.status == 400 and e.value.field == "model"
+    assert str(e.value) == ("model: a required field is missing; it names the endpoint: one of "
+                            "embed, talk")
+
+
+@pytest.mark.parametrize("role", ["bot", "tool", "function", "", 3])
+def test_chat_roles_are_fw_prompts_roles(role):
+    """One rule on both routes: the same roles, and the same words, as fw.Prompt."""
+    err = refused(parse_chat, body(**{**CHAT, "messages": [{"role": role, "content": "x"}]}))
+    assert err.field == "messages[0].role"
+    assert str(err) == (f"messages[0].role: {role!r} is not a chat role; allowed: 'system', "
+                        "'user', 'assistant' ('developer' is taken as 'system')")
+    with pytest.raises(ValidationError) as native:
+        Prompt(messages=[{"role": role, "content": "x"}])
+    assert native.value.errors()[0]["msg"] == str(err).split(": ", 1)[1]
 
 
 def test_an_items_error_is_renamed_to_the_openai_parameter():

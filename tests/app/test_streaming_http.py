@@ -224,6 +224,9 @@ def test_no_first_chunk_within_the_deadline_is_a_504(backend, clock):
     r, p = asyncio.run(go())
     assert r.status_code == 504 and r.json()["error"]["type"] == "deadline_exceeded"
     assert "no first chunk within 0.3 s" in r.json()["error"]["message"]
+    # where the bound came from, and what it bounds
+    assert "X-Deadline-Ms" in r.json()["error"]["message"]
+    assert "bounds the time to the first chunk" in r.json()["error"]["message"]
     assert p.futures[0].cancelled()
 
 
@@ -244,6 +247,27 @@ def test_a_client_that_disconnects_mid_stream_cancels_its_sequences(backend):
 
     p, metrics = asyncio.run(go())
     assert p.futures[1].cancelled() and not p.futures[0].cancelled()
+    assert 'floodway_cancelled_sequences_total{endpoint="words"} 1.0' in metrics
+
+
+def test_a_buffered_client_that_disconnects_is_client_closed_not_an_error(backend):
+    """No stream Accept: the handler collects the outputs while watching the client; one
+    that leaves mid-stream gets ClientClosed (499, for the metrics), its sequences
+    cancelled, and no exception escapes the app."""
+    async def go():
+        a = asgi(backend)
+        call = Call(a, "/v1/words", body("forever"), {})
+        await until(lambda: backend.streams)
+        p = backend.streams[0]
+        p.on_chunk(0, "tick ")   # the first chunk: the handler now collects
+        await settle()
+        call.disconnect()
+        await asyncio.wait_for(call.task, 5)   # raised InvalidStateError before
+        status, _ = await call.start()
+        return status, p, await _metrics(a)
+
+    status, p, metrics = asyncio.run(go())
+    assert status == 499 and p.futures[0].cancelled()
     assert 'floodway_cancelled_sequences_total{endpoint="words"} 1.0' in metrics
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -49,6 +50,23 @@ class Server:
                 return float(line.rsplit(" ", 1)[1])
         return 0.0
 
+    def sse(self, endpoint: str, inputs: list) -> list[tuple[float, object]]:
+        """POST `inputs` to a streaming endpoint asking for SSE -> (arrival seconds, event)
+        per event, the final "[DONE]" last."""
+        out = []
+        with self.client.stream("POST", f"/v1/{endpoint}", json={"inputs": inputs},
+                                headers={"Accept": "text/event-stream"}) as r:
+            assert r.status_code == 200, r.read()
+            for line in r.iter_lines():
+                if line.startswith("data: "):
+                    data = line.removeprefix("data: ")
+                    out.append((time.monotonic(), data if data == "[DONE]" else json.loads(data)))
+        return out
+
+    def sequences(self, endpoint: str) -> dict:
+        """/readyz's running sequences and KV cache of a streaming endpoint ({} if none)."""
+        return self.readiness().get("sequences", {}).get(endpoint, {})
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.terminate()
@@ -90,3 +108,16 @@ def server(built_store, tmp_path_factory) -> Iterator[Server]:
     log = tmp_path_factory.mktemp("serve") / "serve.log"
     with running_server(MODAL_APP, built_store, log=log) as srv:
         yield srv
+
+
+def openai_chat_stream(client, **kwargs) -> tuple[list[str], object]:
+    """`client.chat.completions.create(stream=True, ...)` with usage asked for -> (the
+    streamed text's parts, the usage of its last chunk)."""
+    stream = client.chat.completions.create(stream=True,
+                                            stream_options={"include_usage": True}, **kwargs)
+    parts, usage = [], None
+    for chunk in stream:
+        if chunk.choices and chunk.choices[0].delta.content:
+            parts.append(chunk.choices[0].delta.content)
+        usage = chunk.usage or usage
+    return parts, usage

@@ -4,6 +4,8 @@ build beyond a manifest), whose functions are generators scripted by their input
     words   (async)  yields each word of the text, with a short await between them;
                      "forever" yields "tick " until cancelled
     counts  (sync)   yields {"text": "<i> ", "tokens": 1} for i in range(n)
+    endless (async)  yields "tick " for ever, under Generation(max_stream_s=1): its streams
+                     (and jobs) end at 1 s, far before the route's 10 s timeout
 """
 
 import asyncio
@@ -30,3 +32,11 @@ async def words(model, text: str):
 def counts(model, n: int):
     for i in range(n):
         yield {"text": f"{i} ", "tokens": 1}
+
+
+@app.endpoint(route=fw.Route(timeout_s=10.0), warm=fw.WarmPool(min_containers=1),
+              generation=fw.Generation(max_sequences=2, max_stream_s=1))
+async def endless(model, text: str):
+    while True:
+        await asyncio.sleep(GAP_S)
+        yield "tick "

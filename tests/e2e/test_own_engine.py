@@ -17,14 +17,13 @@ import json
 import os
 import subprocess
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
 
 from tests.conftest import ROOT
-from tests.e2e.conftest import running_server, wait_until
+from tests.e2e.conftest import openai_chat_stream, running_server, wait_until
 
 pytestmark = pytest.mark.e2e
 APP = ROOT / "examples" / "own_engine_app.py"
@@ -52,26 +51,13 @@ def srv(tmp_path_factory):
         yield server
 
 
-def sse(srv, inputs: list) -> list[tuple[float, object]]:
-    """(arrival seconds, event) of each SSE event of one request, [DONE] last."""
-    out = []
-    with srv.client.stream("POST", f"/v1/{NAME}", json={"inputs": inputs},
-                           headers={"Accept": "text/event-stream"}) as r:
-        assert r.status_code == 200, r.read()
-        for line in r.iter_lines():
-            if line.startswith("data: "):
-                data = line.removeprefix("data: ")
-                out.append((time.monotonic(), data if data == "[DONE]" else json.loads(data)))
-    return out
-
-
 def sequences(srv) -> dict:
-    return srv.readiness().get("sequences", {}).get(NAME, {})
+    return srv.sequences(NAME)
 
 
 def test_first_chunk_before_the_end_and_streamed_equals_buffered(srv):
     k = 20
-    events = sse(srv, [{"prompt": PROMPT, "max_new_tokens": k}])
+    events = srv.sse(NAME, [{"prompt": PROMPT, "max_new_tokens": k}])
     assert events[-1][1] == "[DONE]"
     chunks = [(t, e["chunk"]) for t, e in events if isinstance(e, dict) and "chunk" in e]
     # One chunk per engine step, one token each; 20 steps of 20 ms: the first chunk is read
@@ -93,7 +79,7 @@ def test_first_chunk_before_the_end_and_streamed_equals_buffered(srv):
 def test_sampled_text_with_a_seed_and_stop_strings_stream_as_they_buffer(srv):
     items = [{"prompt": PROMPT, "max_new_tokens": 30, "temperature": 0.8, "seed": 5},
              {"prompt": PROMPT, "max_new_tokens": 30, "stop": ["of traffic"]}]
-    events = sse(srv, items)
+    events = srv.sse(NAME, items)
     buffered = srv.client.post(f"/v1/{NAME}", json={"inputs": items}).json()["outputs"]
     for i, out in enumerate(buffered):
         text = "".join(e["chunk"]["text"] for _, e in events
@@ -178,13 +164,7 @@ def test_openai_client_streams_chat_completions(srv):
     client = openai.OpenAI(base_url=srv.base + "/v1", api_key="unused")
     kwargs = {"model": NAME, "max_tokens": 6, "temperature": 0,
               "messages": [{"role": "user", "content": "what is a warm pool"}]}
-    stream = client.chat.completions.create(stream=True,
-                                            stream_options={"include_usage": True}, **kwargs)
-    parts, usage = [], None
-    for chunk in stream:
-        if chunk.choices and chunk.choices[0].delta.content:
-            parts.append(chunk.choices[0].delta.content)
-        usage = chunk.usage or usage
+    parts, usage = openai_chat_stream(client, **kwargs)
     # The toy renders the chat as "user: what is a warm pool\nassistant:" and reverses it.
     assert len(parts) > 1 and "".join(parts) == "assistant: pool warm a is what"
     whole = client.chat.completions.create(**kwargs)
@@ -201,7 +181,7 @@ def test_metrics_count_time_to_first_chunk_and_generated_tokens(srv):
     ttfc = f'floodway_time_to_first_chunk_seconds_count{{endpoint="{NAME}"}}'
     tokens = f'floodway_generated_tokens_total{{endpoint="{NAME}"}}'
     t0, n0 = srv.metric(ttfc), srv.metric(tokens)
-    events = sse(srv, [{"prompt": PROMPT, "max_new_tokens": 9},
+    events = srv.sse(NAME, [{"prompt": PROMPT, "max_new_tokens": 9},
                        {"prompt": PROMPT, "max_new_tokens": 4}])
     assert events[-1][1] == "[DONE]"
     assert srv.metric(ttfc) == t0 + 2

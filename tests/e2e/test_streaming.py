@@ -1,7 +1,9 @@
 """Streaming end to end: a real `floodway serve` and real worker processes running generator
 endpoints (tests/e2e/stream_app.py). The first chunk arrives before the stream ends, the
 streamed text equals the buffered one, a client that leaves mid-stream stops its sequence
-in the container (the active-sequence count drops), and a sync generator streams too."""
+in the container (the active-sequence count drops), and a sync generator streams too;
+max_stream_s stops a stream (and a job's) as configured, a low-priority sequence shares a
+busy container, and a buffered client that leaves is a clean 499."""
 
 from __future__ import annotations
 
@@ -35,21 +37,8 @@ def server(tmp_path_factory):
         yield srv
 
 
-def sse_events(srv, endpoint: str, inputs: list) -> list[tuple[float, object]]:
-    """(arrival seconds, event) per SSE event, [DONE] last."""
-    out = []
-    with srv.client.stream("POST", f"/v1/{endpoint}", json={"inputs": inputs},
-                           headers={"Accept": "text/event-stream"}) as r:
-        assert r.status_code == 200, r.read()
-        for line in r.iter_lines():
-            if line.startswith("data: "):
-                data = line.removeprefix("data: ")
-                out.append((time.monotonic(), data if data == "[DONE]" else json.loads(data)))
-    return out
-
-
 def test_first_chunk_comes_before_the_end_and_the_stream_equals_the_buffered_text(server):
-    events = sse_events(server, "words", [TEXT])
+    events = server.sse("words", [TEXT])
     chunks = [(t, e["chunk"]) for t, e in events if isinstance(e, dict) and "chunk" in e]
     assert len(chunks) == len(TEXT.split())
     first_s, end_s = chunks[0][0], events[-1][0]
@@ -65,7 +54,7 @@ def test_first_chunk_comes_before_the_end_and_the_stream_equals_the_buffered_tex
 
 
 def active(server, endpoint: str = "words") -> int:
-    return server.readiness().get("sequences", {}).get(endpoint, {}).get("active", -1)
+    return server.sequences(endpoint).get("active", -1)
 
 
 def test_a_client_that_leaves_mid_stream_stops_its_sequence(server):
@@ -94,3 +83,43 @@ def test_a_sync_generator_streams_too(server):
     assert outputs == {0: {"text": "0 1 2 ", "tokens": 3}, 1: {"text": "0 1 ", "tokens": 2}}
     assert lines[-1] == {"done": True}
     assert sum(1 for e in lines if "chunk" in e) == 5
+
+
+def test_max_stream_s_ends_a_stream_and_a_job_as_configured(server):
+    t0 = time.monotonic()
+    events = server.sse("endless", ["x"])
+    took = time.monotonic() - t0
+    errors = [e["error"] for _, e in events if isinstance(e, dict) and "error" in e]
+    assert errors and errors[0]["type"] == "deadline_exceeded"
+    assert "max_stream_s (1 s)" in errors[0]["message"]
+    assert took < 5   # 1 s as configured, not the route's 10 s timeout
+    job = server.client.post("/v1/endless/jobs", json={"inputs": ["y"]})
+    assert job.status_code == 202
+    done = wait_until(lambda: (w := server.client.get(job.headers["location"]).json())
+                      ["status"] in ("succeeded", "failed") and w, 10, "the job's end")
+    assert "max_stream_s (1 s)" in json.dumps(done)
+    wait_until(lambda: server.sequences("endless").get("active") == 0, 5, "a free slot")
+
+
+def test_a_low_priority_sequence_takes_a_free_slot_beside_a_long_stream(server):
+    with httpx.Client(base_url=server.base, timeout=30) as c, \
+            c.stream("POST", "/v1/words", json={"inputs": ["forever"]},
+                     headers={"Accept": "application/x-ndjson"}) as r:
+        next(r.iter_lines())   # running in its container
+        t0 = time.monotonic()
+        low = server.client.post("/v1/words", json={"inputs": ["low priority"]},
+                                 headers={"X-Priority": "low"})
+        took = time.monotonic() - t0
+    assert low.status_code == 200 and low.json() == {"outputs": ["low priority "]}
+    assert took < 5   # not after the endless stream ended (it never does)
+
+
+def test_a_buffered_client_that_leaves_is_a_clean_client_closed(server):
+    before = server.metric('floodway_requests_total{endpoint="words",outcome="500"}')
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{server.base}/v1/words", json={"inputs": ["forever"]}, timeout=1.0)
+    wait_until(lambda: server.metric(
+        'floodway_requests_total{endpoint="words",outcome="client_closed"}') >= 1, 10,
+        "the request counted as client_closed")
+    assert server.metric('floodway_requests_total{endpoint="words",outcome="500"}') == before
+    wait_until(lambda: active(server) == 0, 10, "its sequence cancelled")

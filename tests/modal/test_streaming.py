@@ -282,6 +282,11 @@ def test_the_backend_streams_events_and_combines_buffered_answers(fake_modal):
                                              if isinstance(e, ChunkEvent) and e.index == i),
                                             default=-1)
     assert buffered == [ends[0].output, ends[2].output]
+    # The router measured the streams: its generation model is no longer the priors'.
+    est = backend._eps["talk"].generation
+    assert est.prefills and est.steps and len(est.requests) == 4      # two inputs, twice
+    assert backend.stream_snapshot("talk").model.lengths == tuple(sorted(
+        g for _, g in est.requests))
 
     assert first[0].data == {"text": "one ", "tokens": 1} and n == 1
     assert stopped.wait(10), "the cancelled sequence's generator was not stopped"

@@ -91,3 +91,36 @@ def test_from_tokens_refuses_a_container_that_decodes_nothing():
 def test_step_time_never_divides_by_zero():
     m = GenerationModel(step=ServiceTime(0.0, 0.0))
     assert math.isinf(m.tokens_per_s(4)) and m.step_s(0) == 0.0
+
+
+def test_expected_tokens_from_the_measured_lengths():
+    m = GenerationModel(lengths=(10, 20, 30, 200))
+    # Not started, at most 128: E[min(N, 128)].
+    assert m.expected_new(128) == pytest.approx((10 + 20 + 30 + 128) / 4)
+    # 25 generated: only 30 and 200 are still running; E[min(N, 128) - 25 | N > 25].
+    assert m.expected_remaining(25, 128) == pytest.approx((30 + 128) / 2 - 25)
+    # Longer than everything measured: only the cap bounds it; never below one token.
+    assert m.expected_remaining(250, 300) == 50
+    assert m.expected_remaining(29, 30) == 1
+    # Nothing measured: the upper bound, max_new_tokens.
+    assert GenerationModel().expected_new(128) == 128
+    assert GenerationModel().expected_remaining(100, 128) == 28
+
+
+def test_the_estimator_model_carries_the_finished_lengths():
+    est = GenerationEstimator()
+    before = est.model
+    for g in (40, 5, 12):
+        est.record_request(10, g)
+    assert before.lengths == () and est.model.lengths == (5, 12, 40)
+    assert est.model.expected_new(20) == pytest.approx((5 + 12 + 20) / 3)
+
+
+def test_running_sequences_end_as_order_statistics():
+    m = GenerationModel(lengths=(10, 20, 30, 200))
+    # Two at 25 generated: each has 5 or 103 (128 - 25) left, even odds. The first ends
+    # after 5 unless both have 103 (1/4); the second after 103 unless both have 5.
+    assert m.expected_ends([25, 25], [128, 128]) == pytest.approx([29.5, 78.5])
+    # Known remaining tokens are point masses; nothing measured: every one runs to its cap.
+    assert m.expected_ends([], [], exact=[7, 3]) == [3, 7]
+    assert GenerationModel().expected_ends([3, 10], [128, 20]) == [10, 125]

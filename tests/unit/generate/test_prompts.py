@@ -20,8 +20,12 @@ def test_defaults_and_a_str_stop_is_one_stop():
 
 
 @pytest.mark.parametrize("kw, field", [
-    ({}, "exactly one of 'prompt' or 'messages'"),
-    ({"prompt": "a", "messages": [{"role": "u", "content": "c"}]}, "got both"),
+    ({}, r"give 'prompt' \(text\) or 'messages'"),
+    ({"prompt": "a", "messages": [{"role": "user", "content": "c"}]},
+     "give either 'prompt' or 'messages', not both"),
+    ({"messages": [{"role": "bot", "content": "c"}]},
+     r"'bot' is not a chat role; allowed: 'system', 'user', 'assistant'"),
+    ({"messages": [{"role": "tool", "content": "c"}]}, "'tool' is not a chat role"),
     ({"prompt": "a", "temperature": 2.5}, "temperature"),
     ({"prompt": "a", "top_p": 0}, "top_p"),
     ({"prompt": "a", "max_new_tokens": 0}, "max_new_tokens"),
@@ -35,6 +39,13 @@ def test_defaults_and_a_str_stop_is_one_stop():
 def test_bad_prompts_are_refused_naming_the_field(kw, field):
     with pytest.raises(ValidationError, match=field):
         fw.Prompt(**kw)
+
+
+def test_developer_is_the_system_role():
+    """One rule for roles on both routes: "developer" (OpenAI's newer name) is "system"."""
+    p = fw.Prompt(messages=[{"role": "developer", "content": "be brief"},
+                            {"role": "user", "content": "hi"}])
+    assert [m.role for m in p.messages] == ["system", "user"]
 
 
 def test_the_engine_turns_validation_errors_into_422s_naming_the_field():

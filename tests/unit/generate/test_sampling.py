@@ -53,3 +53,20 @@ def test_the_same_seed_draws_the_same_tokens_and_frequencies_follow_p():
 def test_out_of_range_settings_are_refused(kw):
     with pytest.raises(ValueError, match=next(iter(kw))):
         Sampler(**kw)
+
+
+@pytest.mark.parametrize("temperature", [1e-308, 5e-324, 2.2250738585072014e-308, 1e-45, 1e-6])
+def test_a_tiny_temperature_is_greedy_never_nan(temperature):
+    scores = np.array([3.0, 40.0, 39.999, -2.0], dtype=np.float32)
+    s = Sampler(temperature, 0.9, seed=7)
+    assert s.greedy
+    assert [s(scores) for _ in range(5)] == [1] * 5
+    ids, p = probabilities(scores, temperature, 1.0)   # also when asked directly
+    assert not np.isnan(p).any() and ids[0] == 1 and p[0] == pytest.approx(1.0)
+
+
+def test_large_scores_at_a_small_temperature_above_the_floor_stay_finite():
+    scores = np.array([1e30, 1e30 - 1e15, 0.0])
+    ids, p = probabilities(scores, 1e-3, 1.0)
+    assert np.isfinite(p).all() and ids[0] == 0 and p.sum() == pytest.approx(1.0)
+    assert not Sampler(1e-3).greedy

@@ -56,3 +56,17 @@ def test_prefer_tokens():
                    "headers": [(b"prefer", b"wait=10"), (b"prefer", b"respond-async")]})
     assert prefers(two) == {"wait", "respond-async"}
     assert "respond-async" not in prefers(_request())
+
+
+def test_outputs_is_a_client_error_only_when_every_failure_was_the_inputs():
+    bad = EndpointError("inputs[1]: prompt: too long", status=422, field="inputs[1].prompt",
+                        kind="input_error")
+    boom = EndpointError("endpoint 'e' raised ValueError: boom")
+    with pytest.raises(EndpointError) as only_inputs:
+        outputs("e", [1, 2, 3], ["a", bad, "c"])
+    with pytest.raises(EndpointError) as mixed:
+        outputs("e", [1, 2, 3], [boom, bad, "c"])
+    e = only_inputs.value
+    assert (e.status, e.kind, e.field) == (422, "input_error", "inputs[1].prompt")
+    assert e.outputs == ["a", None, "c"]
+    assert (mixed.value.status, mixed.value.kind, mixed.value.field) == (500, None, None)

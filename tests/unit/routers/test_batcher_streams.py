@@ -164,3 +164,54 @@ def test_a_failed_sequence_fails_its_own_future():
         await b.stop()
 
     run(go())
+
+
+def test_low_priority_sequences_take_free_slots_behind_normal_ones():
+    """Continuous batching: a job's sequence (low priority) shares a container that runs
+    another stream, instead of waiting for it to be idle; normal work still goes first."""
+    async def go():
+        slot, clock = StreamSlot("a", slots=3), FakeClock()
+
+        def pick(idle_only=False):   # as the pool's: idle_only wants nothing in flight
+            busy = slot.free < slot.slots
+            return slot if slot.free > 0 and not (idle_only and busy) else None
+        b = Batcher("gen", max_batch_rows=1, wait_ms=0, pick=pick, clock=clock,
+                    streaming=True)
+        clock.batcher = b
+        b.start()
+        b.submit("long", ["x"], deadline_s=T0 + 60)
+        await settle()
+        b.submit("job1", ["j1"], deadline_s=T0 + 60, priority=0)
+        b.submit("job2", ["j2"], deadline_s=T0 + 60, priority=0)
+        b.submit("user", ["u"], deadline_s=T0 + 60)   # arrives last, sent before job2
+        await settle()
+        sent = [items[0][0] for items, _, _ in slot.batches.values()]
+        queued = b.queued_rows
+        await b.stop()
+        return sent, queued
+
+    sent, queued = run(go())
+    assert sent == ["long:0", "user:0", "job1:0"] and queued == 1
+
+
+def test_an_item_that_failed_on_its_input_is_a_422_naming_the_field():
+    async def go():
+        slot, clock = StreamSlot("a", slots=4), FakeClock()
+        b = make([slot], clock)
+        b.start()
+        fs = b.submit("r1", ["x", "y", "z"], deadline_s=T0 + 5)
+        await settle()
+        slot.end("r1:0", "InputError: prompt: 602 tokens is too long: at most 511 tokens")
+        slot.end("r1:1", "InputError: Value error, exactly one of prompt or messages")
+        slot.end("r1:2", "ValueError: boom")
+        got = await asyncio.gather(*fs, return_exceptions=True)
+        await b.stop()
+        return got
+
+    long, bad, boom = run(go())
+    assert (long.status, long.field, long.kind) == (422, "inputs[0].prompt", "input_error")
+    assert str(long) == ("endpoint 'gen': inputs[0]: prompt: 602 tokens is too long: at "
+                         "most 511 tokens")
+    assert (bad.status, bad.field) == (422, "inputs[1]")
+    assert (boom.status, boom.field, boom.kind) == (500, None, None)
+    assert str(boom) == "endpoint 'gen' raised ValueError: boom"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import heapq
 import math
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -117,6 +118,15 @@ def test_sequences_queued_ahead_take_slots_and_prefill_first():
     s9 = snap(full(end_s=0.5), queue=SequenceQueue.fifo(9, 900, 90))
     hold = 0.1 + 10 * 0.05
     assert queue_ttft_s(s9, req()) == pytest.approx(0.5 + hold + 1.0 + 0.05)
+
+
+def test_the_per_prompt_prefill_cost_is_paid_once_not_per_prompt_ahead():
+    # What the runtimes measure as a prompt's fixed cost (100 ms here) is mostly the wait
+    # for the step under way; the prompts joining between two steps are prefilled in one
+    # call. Five queued ahead, eight slots free at 0.5 s: 0.5 + 0.1 + one step, not + 0.6.
+    m = GenerationModel(prefill=ServiceTime(0.0, 0.1), step=ServiceTime(0.0, 0.05))
+    s = snap(full(end_s=0.5), queue=SequenceQueue.fifo(5, 500, 50), model=m)
+    assert queue_ttft_s(s, req()) == pytest.approx(0.5 + 0.1 + 0.05)
 
 
 def test_lower_priority_queued_work_is_not_ahead():
@@ -238,3 +248,73 @@ def test_more_queued_prompt_tokens_never_lower_the_first_token_estimate(
     c2 = warm(active=len(ends), ends=tuple(sorted(ends)), pending=pending + more)
     assert queue_ttft_s(snap(c2, full("b"), queue=base), r) >= \
         queue_ttft_s(snap(c, full("b"), queue=base), r) - 1e-9
+
+
+# ---------------------------------------------------------------- a continuous-batching spike
+
+# What benchmarks/generate.py's router measured of its 8-slot container during the spike:
+# prefill 60 ms + 0.93 ms per prompt token (dispatch to first chunk, less a step), a step of
+# 8.4 ms + 3.4 ms per active sequence (chunk gaps). Lengths: 200 finished sequences, about
+# geometric with mean 40 (most stop well before max_new_tokens 128).
+MEASURED = GenerationModel(ServiceTime(0.00093, 0.060), ServiceTime(0.0034, 0.0084))
+LENGTHS = tuple(sorted(min(128, max(1, round(-40 * math.log(1 - (i + 0.5) / 200))))
+                       for i in range(200)))
+DONE = (2, 5, 9, 14, 20, 27, 35, 44)       # tokens the eight running sequences streamed
+
+
+def _spike(model: GenerationModel, queued: int):
+    from floodway.config import Route, WarmPool
+    from floodway.core.stream_snapshot import SequenceLoad, build_stream_snapshot
+
+    class Ep:
+        route, warm = Route(max_queue=64, spill=()), WarmPool(max_containers=1)
+
+    load = SequenceLoad("a", "busy", 8, 8, tuple(128 - g for g in DONE), DONE)
+    s = build_stream_snapshot(NOW, Ep(), [load], SequenceQueue.fifo(queued, 58 * queued,
+                                                                    128 * queued),
+                              model=model, cold_start_s=30.0, max_sequences=8,
+                              max_new_tokens=128)
+    return s, StreamRequest(58, 128, NOW + 2.0)
+
+
+def _simulated_ttft(queued: int, runs: int = 200) -> float:
+    """Mean first-token time of the request behind `queued` others in an iteration-level
+    simulation of the container (floodway.sim.gen_pool) with lengths drawn from LENGTHS."""
+    from floodway.sim.gen_pool import GenPool, Seq
+    from floodway.sim.model import ColdStartModel
+
+    rng = np.random.default_rng(7)
+    out = []
+    for _ in range(runs):
+        pool = GenPool(MEASURED, 8, None, ColdStartModel((1.0,)), rng)
+        first: dict[int, float] = {}
+        pool.on_first_token = lambda s, now, first=first: first.setdefault(s.idx, now)
+        box = pool.start_box(0.0, warm_now=True)
+        for i, g in enumerate(DONE):           # a running one is longer than what it streamed
+            longer = [n for n in LENGTHS if n > g] or [128]
+            s = Seq(100 + i, 58, 128, int(rng.choice(longer)), math.inf)
+            s.generated = g
+            box.running.append(s)
+        pool.begin(box, 0.0)
+        for i in range(queued + 1):
+            pool.enqueue(Seq(i, 58, 128, int(rng.choice(LENGTHS)), math.inf), 0.0)
+        while queued not in first:
+            t, kind, _, obj = heapq.heappop(pool.heap)
+            pool.on_step(obj, t)
+        out.append(first[queued])
+    return float(np.mean(out))
+
+
+@pytest.mark.parametrize("queued", [0, 3, 8])
+def test_a_batching_container_in_a_spike_is_not_judged_by_max_new_tokens(queued):
+    truth = _simulated_ttft(queued)
+    s, r = _spike(MEASURED, queued)
+    bound_s = queue_ttft_s(s, r)                  # no lengths measured: max_new_tokens
+    s2, _ = _spike(GenerationModel(MEASURED.prefill, MEASURED.step, LENGTHS), queued)
+    est = queue_ttft_s(s2, r)
+    # The bound (every sequence runs its 128 tokens) is several times what happens, and
+    # sheds requests whose first token would come well within the 1.7 s budget ...
+    assert bound_s > 2.5 * truth and decide_stream(s, r).action == Action.SHED
+    # ... the expectation from the measured lengths is close to it, and decides by it.
+    assert 0.8 * truth <= est <= 1.25 * truth
+    assert (decide_stream(s2, r).action == Action.QUEUE) == (truth < 2.0 * 0.85)

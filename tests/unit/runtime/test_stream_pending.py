@@ -199,3 +199,73 @@ def test_readiness_sums_the_sequences_of_a_streaming_endpoint(tmp_path):
 
     assert run(go())["sequences"] == {"gen": {"active": 2, "kv_cache_tokens": 300,
                                               "kv_cache_capacity": 4096}}
+
+
+def test_max_stream_s_stops_a_stream_nobody_reads_on_a_timer(tmp_path):
+    """The deadline is a timer, not a check on read: a client that reads nothing (its
+    answer stuck in send) still has its stream stopped at max_stream_s from its first
+    chunk, even when that is shorter than the request's timeout."""
+    async def go():
+        pool, clock, c = await ready_pool(tmp_path, max_stream_s=3)
+        p = pool.enqueue("gen", ["a"], timeout_s=10.0)
+        await settle()
+        clock.advance(0.5)
+        c.chunk("r1:0", 0, "t")
+        await settle()
+        clock.advance(2.9)
+        await settle()
+        early = list(c.cancelled)
+        clock.advance(0.1)   # 3 s after the first chunk, 3.5 s into a 10 s timeout
+        await settle()
+        events_ = await events(p)
+        await pool.stop()
+        return early, c.cancelled, events_
+
+    early, cancelled, evs = run(go())
+    assert early == [] and cancelled == ["r1:0"]
+    assert isinstance(evs[-1], ItemFailed)
+    assert "ran past max_stream_s (3 s)" in str(evs[-1].error)
+
+
+def test_a_job_awaiting_a_stream_is_bounded_by_max_stream_s_not_its_long_timeout(tmp_path):
+    async def go():
+        pool, clock, c = await ready_pool(tmp_path, max_stream_s=5)
+        job = asyncio.ensure_future(pool.enqueue("gen", ["a"], timeout_s=300.0))
+        await settle()
+        c.chunk("r1:0", 0, "t")
+        await settle()
+        clock.advance(5.0)
+        out = await job
+        await pool.stop()
+        return out, c.cancelled
+
+    (out,), cancelled = run(go())
+    assert isinstance(out, TimeoutError) and "max_stream_s (5 s)" in str(out)
+    assert cancelled == ["r1:0"]
+
+
+def test_an_adopted_endless_stream_frees_its_slot_at_max_stream_s(tmp_path):
+    async def go():
+        pool, clock, c = await ready_pool(tmp_path, max_stream_s=20)
+        p = pool.enqueue("gen", ["a", "b"], timeout_s=1.0)
+        await settle()
+        work = p.adopt()
+        clock.advance(5.0)     # past the client's deadline: no longer applies
+        await settle()
+        c.chunk("r1:0", 0, "A")
+        for _ in range(100):   # nobody reads: no events are kept for a job
+            c.chunk("r1:0", 1, "x" * 100)
+        await settle()
+        unread = p.unread_bytes
+        clock.advance(19.0)    # 24 s: "b" never streamed (20 s from the hand-off)
+        await settle()
+        clock.advance(1.0)     # "a" 20 s after its first chunk
+        out = await work
+        await pool.stop()
+        return out, c.cancelled, unread
+
+    out, cancelled, unread = run(go())
+    assert unread == 0
+    assert "no first chunk within max_stream_s (20 s) of its hand-off" in str(out[1])
+    assert "ran past max_stream_s (20 s)" in str(out[0])
+    assert cancelled == ["r1:1", "r1:0"]

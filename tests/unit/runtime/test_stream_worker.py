@@ -300,3 +300,70 @@ def test_warm_up_reads_a_sequence_and_names_a_broken_contract():
 
     with pytest.raises(ContractError, match="returned a object"):
         stream_worker.warm_up(bad, None, ["warm-up"])
+
+
+def test_the_engine_freeing_a_cancelled_sequence_sends_a_load_at_once(monkeypatch):
+    """A cancelled sequence leaves the built-in engine a step after its item ended: the
+    engine's on_load (called on its own thread) makes the worker send the freed Load then,
+    with no other message to carry it."""
+    monkeypatch.setattr(stream_worker, "_SIGNAL", None)
+
+    class Engine:
+        used, on_load = 0, None
+
+        def configure_generation(self, *, max_sequences, kv_cache_tokens, max_new_tokens,
+                                 on_load=None):
+            self.on_load = on_load
+
+        def generation_load(self):
+            return (1 if self.used else 0), self.used, 4096
+
+    class Ep:
+        class generation:   # noqa: N801 - an fw.Generation's fields
+            max_sequences, kv_cache_tokens, max_new_tokens = 4, None, 16
+
+    model = Engine()
+    stream_worker.configure(Ep, model)
+    assert callable(model.on_load)
+
+    async def endless(model, text: str):
+        model.used = 500
+        while True:
+            await asyncio.sleep(0)
+            yield "t"
+
+    async def script(pipe):
+        pipe.send(Batch(1, (("a", "x"),)))
+        await until(lambda: pipe.of(Chunk))
+        pipe.send(Cancel(1, "a"))
+        await until(lambda: pipe.of(BatchDone))
+        for _ in range(20):   # every flush due has run: nothing more comes by itself
+            await asyncio.sleep(0)
+        stale.append(pipe.of(Load)[-1])
+        model.used = 0    # the engine drops the sequence at its next step, on its thread
+        t = threading.Thread(target=model.on_load, args=((0, 0, 4096),))
+        t.start()
+        t.join()
+        await until(lambda: pipe.of(Load)[-1].active_sequences == 0)
+
+    stale: list = []
+    _, pipe = run(endless, script, model=model)
+    assert (stale[0].active_sequences, stale[0].kv_cache_tokens) == (1, 500)
+    assert (pipe.of(Load)[-1].active_sequences, pipe.of(Load)[-1].kv_cache_tokens) == (0, 0)
+
+
+def test_a_request_error_from_the_model_is_named_an_input_error():
+    from floodway.errors import RequestError
+
+    async def refuses(model, text: str):
+        raise RequestError("prompt: 602 tokens is too long: at most 511 tokens leave room",
+                           status=422, field="prompt")
+        yield text   # a generator function
+
+    async def script(pipe):
+        pipe.send(Batch(1, (("a", "x"),)))
+        await until(lambda: pipe.of(BatchDone))
+
+    _, pipe = run(refuses, script)
+    assert pipe.of(ItemError)[0].message == \
+        "InputError: prompt: 602 tokens is too long: at most 511 tokens leave room"

@@ -414,3 +414,16 @@ def test_an_input_that_does_not_decode_fails_alone():
     assert got[1].startswith("InputError: not a PNG, JPEG")
     assert through_the_pipe(sizes, ["bm90IGFuIGltYWdl"])[0].startswith("InputError")
     assert seen == [2]   # a batch left empty is not run
+
+
+def test_a_request_error_fails_its_item_as_an_input_error():
+    from floodway.errors import RequestError
+
+    def picky(model, texts: list[str]) -> list[str]:
+        if "long" in texts:
+            raise RequestError("prompt: 900 tokens is too long", status=422, field="prompt")
+        return texts
+
+    done, errors = worker.run_batch(picky, None, [[0, "a"], [1, "long"]])
+    assert done == [[0, "a"]]
+    assert errors == [[1, "InputError: prompt: 900 tokens is too long"]]
