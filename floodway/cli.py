@@ -14,9 +14,10 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+from floodway.cli_help import BUILD_HELP, CLI_HELP, SERVE_HELP, SIMULATE_HELP
 from floodway.errors import FloodwayError
 
-cli = typer.Typer(help="Serverless GPU model endpoints that survive traffic spikes.",
+cli = typer.Typer(help=CLI_HELP,
                   no_args_is_help=True, add_completion=False)
 console = Console(stderr=True, soft_wrap=True)
 
@@ -96,7 +97,7 @@ def _build_on_modal(app: str, force: bool) -> None:
                       f"{res['seconds']:.1f}s; skipped: {res['skipped'] or 'nothing'}")
 
 
-@cli.command()
+@cli.command(help=BUILD_HELP)
 def build(app: AppArg, store: StoreOpt = None,
           force: Annotated[bool, typer.Option(help="rebuild even if unchanged")] = False,
           on_modal: Annotated[bool, typer.Option(
@@ -104,7 +105,7 @@ def build(app: AppArg, store: StoreOpt = None,
                                  "artifact Volume; runs the build functions alone, not the "
                                  "serving app (needs Modal credentials)")] = False,
           ) -> None:
-    """Build cold-start artifacts: fetch, snapshot, export, optimize, compile, verify, publish."""
+    """Build cold-start artifacts (`BUILD_HELP`)."""
     from floodway.build.pipeline import STAGES, build_endpoint
     from floodway.build.store import ArtifactStore
     from floodway.functions.discover import load_app
@@ -140,7 +141,7 @@ def build(app: AppArg, store: StoreOpt = None,
         raise _fail(e) from None
 
 
-@cli.command()
+@cli.command(help=SERVE_HELP)
 def serve(app: AppArg, host: Annotated[str, typer.Option()] = "127.0.0.1",
           port: Annotated[int, typer.Option()] = 8000, store: StoreOpt = None,
           containers: Annotated[int | None, typer.Option(
@@ -157,8 +158,7 @@ def serve(app: AppArg, host: Annotated[str, typer.Option()] = "127.0.0.1",
           job_ttl_s: Annotated[float, typer.Option(
               min=1, help="seconds a finished job's result is kept")] = 86400.0,
           ) -> None:
-    """Serve endpoints locally: a router on HOST:PORT and worker-process containers
-    (APP::ENDPOINT: that endpoint only; the others are not started and answer 404)."""
+    """Serve endpoints locally (`SERVE_HELP`)."""
     from floodway.routers.admission import ApiKeys
     from floodway.runtime.server import serve as run
 
@@ -292,7 +292,7 @@ def _simulate_generation(ep, tr, cold, seed: int, out: Path | None) -> None:
                 f"({tr.requests:,} requests)", res.rows())
 
 
-@cli.command()
+@cli.command(help=SIMULATE_HELP)
 def simulate(app: AppArg,
              trace: Annotated[Path, typer.Option(help="per-request CSV (a timestamp column) or "
                                                       "per-minute counts CSV (minute_1..N)")],
@@ -319,11 +319,7 @@ def simulate(app: AppArg,
                       "the endpoint does not stream; needs ContextTokens and GeneratedTokens "
                       "columns")] = False,
              ) -> None:
-    """Simulate an endpoint's warm pool and router over a trace, with its own config, the
-    real decide() and warm-pool policy: cold starts, latency, shed/spill, container-minutes,
-    cost. A streaming endpoint on a trace with token columns (or --generation) runs the
-    generation simulator (decide_stream, iteration-level containers at the priors' speed):
-    time to first token, tokens/s, first tokens within the deadline."""
+    """Simulate an endpoint's pool over a trace (`SIMULATE_HELP`)."""
     from floodway.functions.discover import load_app
     from floodway.sim import SimConfig, read_trace
     from floodway.sim import simulate as run

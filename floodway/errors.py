@@ -132,6 +132,13 @@ class EndpointError(FloodwayError):
         self.status, self.field, self.kind = status, field, kind
 
 
+def failed_input(index: int, error: BaseException) -> str:
+    """``inputs[<index>]: <error>`` for the first failed input of a request's message; the
+    error's text alone when it already names that input (an input error does)."""
+    text, where = str(error), f"inputs[{index}]"
+    return text if where in text else f"{where}: {text}"
+
+
 class ProtocolError(FloodwayError):
     """A line between the router and a worker process is not a valid message: not JSON, not
     an object, an unknown or unexpected type, or a field missing, extra or of the wrong type.

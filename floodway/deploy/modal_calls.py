@@ -7,7 +7,11 @@ The router sends one ``predict.remote.aio(row)`` per row (`floodway.deploy.modal
 ``@modal.batched`` regroups them in the containers. A row that raised in the container comes
 back as ``{ITEM_ERROR: "Type: message"}`` (the GPU class answers so rather than failing every
 row of its Modal batch), a Modal client error as Unavailable (the row may succeed on a
-retry), anything else as EndpointError.
+retry), anything else as EndpointError. A row that failed on its input (the container
+names it ``"InputError: ..."``, as the local worker does: it did not decode, or the endpoint
+raised a `floodway.errors.RequestError`) is answered as the local router answers it
+(`floodway.routers.batch_item.item_failed`): an EndpointError with status 422, kind
+"input_error" and the field ``inputs[i]`` (``inputs[i].<field>`` when the message names one).
 """
 
 from __future__ import annotations
@@ -18,9 +22,10 @@ from typing import Any
 
 import modal
 
-from floodway.errors import EndpointError, Unavailable
+from floodway.errors import EndpointError, Unavailable, failed_input
 from floodway.http.clock import within
 from floodway.http.protocols import Clock
+from floodway.routers.batch_item import item_failed
 
 # A per-row output of the GPU class that stands for "this item raised" (a bad item fails
 # alone; raising would fail every row of its Modal batch): {ITEM_ERROR: "Type: message"}.
@@ -34,13 +39,15 @@ TRANSIENT = (modal.exception.ConnectionError, modal.exception.ServiceError,
              modal.exception.InternalError, modal.exception.ResourceExhaustedError)
 
 
-def row_result(endpoint: str, call: asyncio.Future) -> Any:
-    """One finished row's result: its output, or the exception that failed it alone."""
+def row_result(endpoint: str, call: asyncio.Future, index: int = 0) -> Any:
+    """One finished row's result (`index`: its input's place in the request): its output,
+    or the exception that failed it alone (`item_failed` for an item error: 422 when the
+    input was to blame)."""
     exc = call.exception()
     if exc is None:
         out = call.result()
         if isinstance(out, dict) and set(out) == {ITEM_ERROR}:
-            return EndpointError(f"endpoint {endpoint!r} raised {out[ITEM_ERROR]}")
+            return item_failed(endpoint, str(index), str(out[ITEM_ERROR]))
         return out
     if isinstance(exc, (EndpointError, Unavailable)):
         return exc
@@ -91,7 +98,7 @@ class ModalPending:
             for c in calls:
                 c.cancel()              # no-op for the finished ones
         self._on_answered(len(calls), self._clock.monotonic() - self.started_s)
-        return [row_result(self.endpoint, c) for c in calls]
+        return [row_result(self.endpoint, c, i) for i, c in enumerate(calls)]
 
 
 async def run_job_rows(backend: Any, endpoint: str, inputs: list[Any]) -> list[Any]:
@@ -106,7 +113,7 @@ async def run_job_rows(backend: Any, endpoint: str, inputs: list[Any]) -> list[A
     if failed:
         i, err = failed[0]
         raise EndpointError(f"{len(failed)} of {len(results)} inputs failed; first: "
-                            f"inputs[{i}]: {err}")
+                            f"{failed_input(i, err)}")
     return results
 
 

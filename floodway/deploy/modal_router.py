@@ -21,9 +21,8 @@ other runtime's with `floodway.core.snapshot.build_snapshot`:
   ``@modal.batched`` each input slot fetches one batch, modal 1.6's
   ``_ContainerIOManager._generate_inputs``). The router's own in-flight rows (sent, not yet
   answered) are spread evenly over the runners, each runner's share cut into batches of at
-  most ``max_batch_rows`` rows (`runner_loads`). A start the
-  router asked for (`start_cold`) is a "starting" container until the stats show it or its
-  cold start has passed.
+  most ``max_batch_rows`` rows (`runner_loads`). A start the router asked for (`start_cold`)
+  is a "starting" container until the stats show it or its cold start has passed.
 - Modal's backlog is its input queue, served in arrival order: `QueueLoad.fifo` of its
   rows (as requests: over the mean rows per recent request) and the router's in-flight
   requests per tenant. Our own queued rows count twice: conservative, never optimistic.
@@ -36,7 +35,7 @@ other runtime's with `floodway.core.snapshot.build_snapshot`:
 
 `start_cold` calls nothing: Modal's autoscaler starts containers by itself when inputs queue,
 up to ``max_containers`` (https://modal.com/docs/guide/scale). The router only remembers the
-start it asked for, so that one burst does not count on the same new capacity many times.
+start it asked for, so one burst does not count on the same new capacity many times.
 
 Work: `enqueue` sends one ``predict.remote.aio(row)`` per row at once (``@modal.batched``
 regroups them in the containers) and returns a `ModalPending`. Modal cannot hand work under
@@ -46,11 +45,13 @@ out of the router's sight: `add_batch_listener` accepts a listener and never cal
 
 Streaming endpoints (`floodway.deploy.modal_stream`): `enqueue` starts one
 ``stream.remote_gen.aio(item)`` per input and returns the same `StreamPending` as the local
-pool; a stream closed early cancels its Modal calls. Each sequence counts as one in-flight row.
+pool; a stream closed early cancels its Modal calls. Each sequence counts as one in-flight
+row, and the endpoint's `modal_book` keeps it (waiting in Modal's queue, then running, its
+tokens counted) for `stream_snapshot` (`floodway.deploy.modal_sequences`).
 
-Known gaps: whether ``num_total_runners`` includes booting containers is not documented
-(all count as warm). With ``min_containers=0`` and no runner, a sync request whose deadline
-is shorter than the cold start becomes a job (which starts a container) or is shed.
+Known gaps: whether ``num_total_runners`` includes booting containers is not documented (all
+count as warm). With ``min_containers=0`` and no runner, a sync request whose deadline is
+shorter than the cold start becomes a job (which starts a container) or is shed.
 """
 
 from __future__ import annotations
@@ -87,8 +88,8 @@ from floodway.deploy.modal_stats import (
     STATS_DICT,
     cold_estimator,
     cold_key,
+    measured_record,
     record_cold_start,
-    service_key,
 )
 from floodway.deploy.modal_stream import (
     is_streaming,
@@ -172,6 +173,7 @@ class _Endpoint:
     arrivals: ArrivalRate = field(default_factory=ArrivalRate)
     request_rows: deque = field(default_factory=lambda: deque(maxlen=SERVICE_SAMPLES))
     generation: GenerationEstimator = field(default_factory=GenerationEstimator)
+    sequences: Any = None               # a streaming endpoint's modal_book
 
     def mean_rows(self) -> float:
         rows = self.request_rows
@@ -235,15 +237,13 @@ class ModalBackend:
             st.refreshing = False
 
     async def _publish_service(self, endpoint: str) -> None:
-        """Write the measured batch time to ``service:<endpoint>`` in the stats Dict, for the
-        warmers' Little's-law sizing (any router's recent fit will do: last writer wins)."""
-        st = self._eps[endpoint]
-        if not st.service.samples:
-            return
-        mbr = self.app[endpoint].batching.max_batch_rows
-        await self._kv.put(service_key(endpoint), {
-            "batch_s": st.service.fit.seconds(mbr), "batch_rows": mbr,
-            "rows_per_request": st.mean_rows(), "samples": len(st.service.samples)})
+        """Write what this router measured of `endpoint` to the stats Dict for the warmers'
+        sizing: a batch endpoint's batch time, a streaming one's generation fits
+        (`modal_stats.measured_record`; any router's recent fit will do: last writer wins)."""
+        ep = self.app[endpoint]
+        key, record = measured_record(ep, self._eps[endpoint], is_streaming(ep))
+        if record is not None:
+            await self._kv.put(key, record)
 
     def _maybe_refresh(self, endpoint: str, now: float) -> None:
         st = self._eps[endpoint]
@@ -281,9 +281,8 @@ class ModalBackend:
                               cold_start_s=cold, arrival_rows_per_s=st.arrivals.rate(now))
 
     def stream_snapshot(self, endpoint: str) -> Any:
-        """A streaming endpoint's state for `decide_stream()`, from the same cached stats
-        and in-flight counts (`floodway.deploy.modal_stream.modal_stream_snapshot`; the
-        generation model fitted from the streams' chunks, `modal_stream.modal_book`)."""
+        """A streaming endpoint's state for `decide_stream()`: the same cached stats and
+        in-flight counts, and its `modal_book` (`modal_sequences.modal_stream_snapshot`)."""
         ep, st, now = self.app[endpoint], self._eps[endpoint], self.clock.monotonic()
         self._maybe_refresh(endpoint, now)
         cold = st.cold.estimate_s()
@@ -292,7 +291,8 @@ class ModalBackend:
         return modal_stream_snapshot(
             now, ep, runners=runners, inflight=st.inflight_rows,
             asked_for_s=[now - t for t in st.cold_asked], backlog=st.backlog,
-            tenants=st.inflight, model=st.generation.model, cold_start_s=cold)
+            tenants=st.inflight, model=st.generation.model, cold_start_s=cold,
+            book=st.sequences)
 
     def start_cold(self, endpoint: str) -> bool:
         """Note one more container as starting; False at ``max_containers``. Modal's
@@ -316,10 +316,9 @@ class ModalBackend:
         (synchronously, so a burst's next decision already sees them, and in the arrival
         rate); return the `ModalPending` of the results. For a streaming endpoint, one
         ``stream.remote_gen.aio(item)`` per input instead, returning its `StreamPending`
-        (`floodway.deploy.modal_stream.stream_pending`). The counts drop when the last call
-        ends, whether or not the pending work is ever awaited. `priority` has no effect on
-        Modal (one FIFO input queue per class). Raises Unavailable for an endpoint without a
-        Modal class."""
+        (`modal_stream.stream_pending`). The counts drop when the last call ends, awaited or
+        not. `priority` has no effect on Modal (one FIFO input queue per class). Raises
+        Unavailable for an endpoint without a Modal class."""
         if endpoint not in self._classes:
             raise Unavailable(f"no Modal class for endpoint {endpoint!r}")
         st, method, n = self._eps[endpoint], self._method(endpoint), len(inputs)
@@ -338,21 +337,21 @@ class ModalBackend:
                     del st.inflight[tenant]
 
         ep = self.app[endpoint]
-        stream = None
         if is_streaming(ep):
-            stream = stream_pending(endpoint, method, inputs, clock=self.clock, timeout_s=timeout_s,
-                                    max_stream_s=max_stream_s(ep), book=modal_book(ep, st))
-            calls = list(stream.futures)
+            st.sequences = st.sequences or modal_book(ep, st)
+            pending: Any = stream_pending(
+                endpoint, method, inputs, clock=self.clock, timeout_s=timeout_s,
+                max_stream_s=max_stream_s(ep), book=st.sequences, tenant=tenant)
+            calls = list(pending.futures)
         else:
             calls = [asyncio.ensure_future(method.remote.aio(x)) for x in inputs]
+            pending = ModalPending(endpoint, calls, timeout_s, now, self.clock,
+                                   lambda rows, seconds: self._answered(endpoint, rows, seconds))
         for c in calls:
             c.add_done_callback(release)
         if not calls:
             release()
-        if stream is not None:
-            return stream
-        return ModalPending(endpoint, calls, timeout_s, now, self.clock,
-                            lambda rows, seconds: self._answered(endpoint, rows, seconds))
+        return pending
 
     def _answered(self, endpoint: str, rows: int, seconds: float) -> None:
         """A request of `rows` rows answered in `seconds` (round trip): one service sample

@@ -5,9 +5,13 @@
 
 The ``floodway-stats`` `modal.Dict` holds, per endpoint, ``cold:<endpoint>``: the last
 `COLD_SAMPLES` container starts (``{"init_s", "at"}``, written by the GPU class's
-``@modal.enter(snap=False)`` hook), and ``service:<endpoint>``: the batch time a router
-measured (``{"batch_s", "batch_rows", "rows_per_request", "samples"}``, written by
-`floodway.deploy.modal_router.ModalBackend`). Both readers turn the cold-start samples into
+``@modal.enter(snap=False)`` hook), and what a router measured (`measured_record`, written
+by `floodway.deploy.modal_router.ModalBackend` when it re-reads the cold starts): for a batch
+endpoint ``service:<endpoint>``, its batch time (``{"batch_s", "batch_rows",
+"rows_per_request", "samples"}``); for a streaming endpoint ``generation:<endpoint>``, its
+`GenerationEstimator`'s fits (`generation_record`, read back by `generation_estimator`), from
+which the warmers size its warm pool in tokens/s as the local pool does
+(`floodway.core.generation.measured_generation`). Both readers turn the cold-start samples into
 one estimate the same way (`cold_estimator`: `floodway.core.estimators.ColdStartEstimator`
 with `BOOT_S` added, the prior `floodway.core.priors.COLD_START_PRIOR_S` without samples).
 
@@ -21,6 +25,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from floodway.core.estimators import ColdStartEstimator
+from floodway.core.generation import GenerationEstimator
+from floodway.routers.decide import ServiceTime
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +45,65 @@ def cold_key(endpoint: str) -> str:
 
 def service_key(endpoint: str) -> str:
     return f"service:{endpoint}"
+
+
+def generation_key(endpoint: str) -> str:
+    return f"generation:{endpoint}"
+
+
+def _line(fit: ServiceTime) -> dict[str, float]:
+    return {"per_row_s": fit.per_row_s, "per_batch_s": fit.per_batch_s}
+
+
+def generation_record(gen: GenerationEstimator) -> dict[str, Any] | None:
+    """What a router publishes of a streaming endpoint (``generation:<endpoint>``), None
+    before its first sample: the prefill fit (s per prompt token, s per prompt) and the
+    decode-step fit (s per active sequence, s per step) as ``{"per_row_s",
+    "per_batch_s"}``, the mean generated and prompt tokens per request, and the samples
+    behind each (``{"prefill", "step", "requests"}``). The finished sequences' lengths are
+    left out: the warm-pool sizing reads only the mean (`measured_generation`)."""
+    if not (gen.prefills or gen.steps or gen.requests):
+        return None
+    model = gen.model
+    return {"prefill": _line(model.prefill), "step": _line(model.step),
+            "tokens_per_request": gen.tokens_per_request(),
+            "prompt_tokens_per_request": gen.prompt_tokens_per_request(),
+            "samples": {"prefill": len(gen.prefills), "step": len(gen.steps),
+                        "requests": len(gen.requests)}}
+
+
+def generation_estimator(record: Mapping[str, Any] | None = None) -> GenerationEstimator:
+    """A `GenerationEstimator` that answers as the one `record` was published from (its fits
+    and means, as priors with no samples of its own); None, or a field missing: the priors of
+    `floodway.core.priors` for it. Raises ValueError/TypeError on a field that is not a
+    number."""
+    record = record or {}
+    prior = GenerationEstimator()
+
+    def line(name: str, default: ServiceTime) -> ServiceTime:
+        got = record.get(name) or {}
+        return ServiceTime(float(got.get("per_row_s", default.per_row_s)),
+                           float(got.get("per_batch_s", default.per_batch_s)))
+
+    return GenerationEstimator(
+        line("prefill", prior.prefill_prior), line("step", prior.step_prior),
+        float(record.get("tokens_per_request", prior.generated_prior)),
+        float(record.get("prompt_tokens_per_request", prior.prompt_prior)))
+
+
+def measured_record(ep: Any, state: Any, streaming: bool) -> tuple[str, dict[str, Any] | None]:
+    """What a router publishes of endpoint `ep` for the warmers, as (key, record); the record
+    is None before the first sample. `state`: the router's measurements of it (``service``, a
+    `ServiceEstimator` of its batches; ``mean_rows()``, rows per request; ``generation``, a
+    `GenerationEstimator` of its streams). A streaming endpoint: ``generation:<name>``,
+    `generation_record`; another: ``service:<name>``, its fitted seconds per batch of
+    ``max_batch_rows`` rows."""
+    if streaming:
+        return generation_key(ep.name), generation_record(state.generation)
+    svc, mbr = state.service, ep.batching.max_batch_rows
+    return service_key(ep.name), None if not svc.samples else {
+        "batch_s": svc.fit.seconds(mbr), "batch_rows": mbr,
+        "rows_per_request": state.mean_rows(), "samples": len(svc.samples)}
 
 
 def cold_estimator(samples: Iterable[Mapping[str, Any]] | None = None) -> ColdStartEstimator:
@@ -79,4 +144,5 @@ def record_cold_start(endpoint: str, load_started: float, load_ended: float,
 
 
 __all__ = ["BOOT_S", "COLD_SAMPLES", "STATS_DICT", "cold_estimator", "cold_key",
+           "generation_estimator", "generation_key", "generation_record", "measured_record",
            "record_cold_start", "service_key"]

@@ -13,40 +13,56 @@ What ``stream`` yields (`container_chunks`), in order:
   router needs the id to cancel the call, because closing ``remote_gen`` does not cancel the
   input on Modal (modal 1.6.4's ``_Invocation.run_generator`` only stops reading);
 - each chunk the function yields, as JSON values (`floodway.runtime.worker._to_jsonable`);
-- on failure, one last ``{ITEM_ERROR: "Type: message"}`` (an input that does not decode is an
-  ``InputError``, a chunk JSON cannot carry a ``ContractError``), then the generator ends: a
-  failing sequence never fails the container or the other sequences.
+- on failure, one last ``{ITEM_ERROR: "Type: message"}``, named as the local worker names it
+  (`floodway.runtime.worker.error_text`: an input that does not decode, or a
+  `floodway.errors.RequestError` the endpoint raised, such as the engine refusing a prompt
+  too long for its context, is an ``InputError``; a chunk JSON cannot carry a
+  ``ContractError``), then the generator ends: a failing sequence never fails the container
+  or the other sequences. The router answers an ``InputError`` as the local router does
+  (`floodway.routers.batch_item.item_failed`: 422, kind "input_error", the field).
 
 The router consumes one ``stream.remote_gen.aio(item)`` per input (`remote_chunks`); when its
 consumer stops early (a client that disconnected), it closes that generator and cancels the
 call (``FunctionCall.cancel``): Modal delivers the cancellation to the container with its
 next heartbeat, which cancels the input's task, which closes the function's generator (for a
-sync generator: after the step under way, on the thread running it).
+sync generator: after the step under way, on the thread running it). `stream_pending` stops
+an input the same way at its deadlines (`floodway.runtime.pending.StreamPending`): no first
+chunk within the request's deadline, or `Generation.max_stream_s` past its first chunk. It
+also keeps each input in the endpoint's `modal_book` (`floodway.deploy.modal_sequences`),
+which the router's stream snapshot reads.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
+import itertools
 import logging
-import math
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 from floodway.deploy.modal_calls import ITEM_ERROR, TRANSIENT
+from floodway.deploy.modal_sequences import (
+    DEFAULT_MAX_SEQUENCES,
+    FIFO,
+    ModalSequence,
+    max_sequences,
+    modal_book,
+    modal_stream_snapshot,
+)
 from floodway.errors import EndpointError, Unavailable
+from floodway.routers.batch_item import item_failed
 
 log = logging.getLogger(__name__)
 
 STREAM_METHOD = "stream"
 # The first message of every stream: {CALL_HEADER: function call id}.
 CALL_HEADER = "__floodway_call__"
-# Sequences one container runs at once when the endpoint declares no fw.Generation (the
-# default of fw.Generation.max_sequences).
-DEFAULT_MAX_SEQUENCES = 8
 DEFAULT_MAX_STREAM_S = 600.0
 
 _cancels: set[asyncio.Task] = set()     # cancel RPCs under way (strong references)
+_requests = itertools.count(1)          # sequence ids: "<request>:<index>", unique per router
 
 
 def is_streaming(ep: Any) -> bool:
@@ -56,13 +72,6 @@ def is_streaming(ep: Any) -> bool:
     if flag is not None:
         return bool(ep.streaming)
     return inspect.isgeneratorfunction(ep.fn) or inspect.isasyncgenfunction(ep.fn)
-
-
-def max_sequences(ep: Any) -> int:
-    """Sequences one container of streaming endpoint `ep` runs at once:
-    ``generation.max_sequences``, `DEFAULT_MAX_SEQUENCES` without a fw.Generation."""
-    generation = getattr(ep, "generation", None)
-    return int(getattr(generation, "max_sequences", DEFAULT_MAX_SEQUENCES))
 
 
 def max_stream_s(ep: Any) -> float:
@@ -125,7 +134,7 @@ async def container_chunks(fn: Callable[..., Any], model: Any, item: Any) -> Asy
     call header, the chunks as JSON values, and on failure one ``{ITEM_ERROR: ...}``."""
     import modal
 
-    from floodway.runtime.worker import _fatal, _to_jsonable
+    from floodway.runtime.worker import _fatal, _to_jsonable, error_text
 
     yield {CALL_HEADER: modal.current_function_call_id() or ""}
     try:
@@ -144,7 +153,7 @@ async def container_chunks(fn: Callable[..., Any], model: Any, item: Any) -> Asy
     except BaseException as e:  # noqa: BLE001 - a failing sequence fails only itself
         if _fatal(e) or isinstance(e, asyncio.CancelledError):
             raise
-        failed = f"{type(e).__name__}: {e}"
+        failed = error_text(e)
     finally:
         if chunks is not None:
             await chunks.aclose()   # type: ignore[attr-defined]
@@ -186,14 +195,18 @@ def _failure(endpoint: str, exc: BaseException) -> Exception:
 
 
 async def remote_chunks(endpoint: str, method: Any, item: Any,
-                        on_call: Callable[[str], None] | None = None) -> AsyncIterator[Any]:
-    """The chunks of one input of streaming endpoint `endpoint`, as they arrive:
-    ``method.remote_gen.aio(item)`` (`method`: the class's ``stream``) without its header.
+                        on_call: Callable[[str], None] | None = None, *,
+                        index: int = 0) -> AsyncIterator[Any]:
+    """The chunks of input `index` of a request to streaming endpoint `endpoint`, as they
+    arrive: ``method.remote_gen.aio(item)`` (`method`: the class's ``stream``) without its
+    header.
 
-    Raises EndpointError when the sequence failed in the container (its message) or on
-    Modal, Unavailable for a Modal client error (the input may succeed on a retry). Closed
-    (or cancelled) before its end, it closes the Modal generator and cancels the call.
-    `on_call(call_id)` is told the Modal function call id once known.
+    Raises EndpointError when the sequence failed in the container, as the local router
+    answers a worker's item error (`floodway.routers.batch_item.item_failed`: status 422,
+    kind "input_error" and field ``inputs[<index>]...`` for an ``InputError``, else 500 with
+    its message), or failed on Modal; Unavailable for a Modal client error (the input may
+    succeed on a retry). Closed (or cancelled) before its end, it closes the Modal generator
+    and cancels the call. `on_call(call_id)` is told the Modal function call id once known.
     """
     gen = method.remote_gen.aio(item)
     call_id, ended = "", False
@@ -208,7 +221,7 @@ async def remote_chunks(endpoint: str, method: Any, item: Any,
                         continue
                     if ITEM_ERROR in msg:
                         ended = True
-                        raise EndpointError(f"endpoint {endpoint!r} raised {msg[ITEM_ERROR]}")
+                        raise item_failed(endpoint, str(index), str(msg[ITEM_ERROR]))
                 yield msg
             ended = True
         except (GeneratorExit, asyncio.CancelledError):
@@ -222,107 +235,62 @@ async def remote_chunks(endpoint: str, method: Any, item: Any,
         await _close(gen)
 
 
-class _Sequence:
-    """One input of a stream as a `floodway.routers.sequences.SequenceBook` keeps it (the
-    fields of the local batcher's item that the book reads and writes)."""
-
-    __slots__ = ("cost", "id", "last_s", "sent_s", "slot", "tenant", "tokens")
-
-    def __init__(self, sid: str, cost: Any):
-        self.id, self.cost, self.slot, self.tenant = sid, cost, None, ""
-        self.tokens, self.sent_s, self.last_s = 0, None, None
-
-
-def modal_book(ep: Any, state: Any) -> Any:
-    """A `SequenceBook` that feeds ``state.generation`` (the endpoint's
-    `GenerationEstimator` on the router) from the chunks of `ep`'s streams, with the local
-    pool's arithmetic (`floodway.routers.sequences`): prefill from the input's start in its
-    container to its first chunk, decode steps from the gaps between chunks, each finished
-    sequence's tokens.
-
-    What differs on Modal: an input's start is when its call header arrives (the first thing
-    its container yields, so Modal's input queue and the network's way there are left out;
-    the way back is in both ends of the sample); and the router does not know which
-    container runs a sequence nor how many that one runs, so a decode-step sample is taken
-    with the sequences in flight per runner, ``ceil(state.inflight_rows / state.runners)``
-    within 1..max_sequences: the mean load of a runner, exact when the runners share the
-    sequences evenly (Modal spreads inputs over containers with free `max_inputs`), and
-    counting queued inputs too while Modal's backlog is not empty (the runners are then full
-    anyway)."""
-    from floodway.routers.sequences import SequenceBook
-
-    slots = max_sequences(ep)
-    cap = int(getattr(getattr(ep, "generation", None), "max_new_tokens", 256))
-
-    def active(_slot: Any) -> int:
-        return min(slots, max(1, math.ceil(state.inflight_rows / max(1, state.runners or 1))))
-
-    return SequenceBook(cap, estimator=state.generation, active_of=active)
-
-
 def stream_pending(endpoint: str, method: Any, inputs: list[Any], *, clock: Any,
-                   timeout_s: float, max_stream_s: float, book: Any = None) -> Any:
+                   timeout_s: float, max_stream_s: float, book: Any = None,
+                   tenant: str = "") -> Any:
     """Start one ``method.remote_gen.aio(item)`` per input now (`remote_chunks`, each in a
     task of its own) -> the request's `floodway.runtime.pending.StreamPending`, the same
     stream interface as the local pool's: events as chunks arrive, or awaited, one combined
     output per input (`floodway.functions.streams.combine`). Its deadlines (first chunk
-    within `timeout_s`, the stream within `max_stream_s`) and a client that leaves cancel
-    the tasks, which cancels the Modal calls. Never `dispatched` (Modal cannot hand calls
-    under way to a job: a hand-off submits the inputs as a new job). `book` (a
-    `modal_book`; None: measures nothing) is told each input's start, chunks and end."""
+    within `timeout_s`, the stream within `max_stream_s` of its first chunk) and a client
+    that leaves cancel the tasks, which cancels the Modal calls. Never `dispatched` (Modal
+    cannot hand calls under way to a job: a hand-off submits the inputs as a new job).
+
+    `book` (the endpoint's `modal_book`, shared by its requests; None: measures nothing)
+    keeps each input as a `ModalSequence` of `tenant`: in its queue from now (synchronously,
+    so the next decision sees it) until its call header arrives, then running (its chunks
+    counted) until its end."""
     from floodway.runtime.pending import StreamPending
 
     pending = StreamPending(endpoint, len(inputs), clock=clock, timeout_s=timeout_s,
                             max_stream_s=max_stream_s)
+    request = next(_requests)
+    seqs: list[ModalSequence | None] = [None] * len(inputs)
+    if book is not None:
+        for i, item in enumerate(inputs):
+            seq = seqs[i] = ModalSequence(f"{request}:{i}", book.cost(item), tenant)
+            book.queued(seq, FIFO)
+            seq.waiting = True
 
-    async def run(index: int, item: Any) -> None:
-        seq = None if book is None else _Sequence(str(index), book.cost(item))
-        finished = False
+    def unqueue(seq: ModalSequence) -> None:
+        if seq.waiting:
+            seq.waiting = False
+            book.unqueued(seq, FIFO)
 
+    def ended(seq: ModalSequence, task: asyncio.Future) -> None:
+        # A done callback, not a `finally`: a task cancelled before its first step never
+        # runs its body, and its sequence must still leave the book.
+        unqueue(seq)
+        book.ended(seq, not task.cancelled() and task.exception() is None)
+
+    async def run(index: int, item: Any, seq: ModalSequence | None) -> None:
         def started(_call_id: str) -> None:
             if seq is not None:
+                unqueue(seq)
                 book.sent(seq, None, clock.monotonic())
 
-        try:
-            async for chunk in remote_chunks(endpoint, method, item, on_call=started):
-                if seq is not None:
-                    book.chunk(seq, chunk, clock.monotonic())
-                pending.on_chunk(index, chunk)
-            finished = True
-        finally:
+        async for chunk in remote_chunks(endpoint, method, item, on_call=started, index=index):
             if seq is not None:
-                book.ended(seq, finished)
+                seq.chunks += 1
+                book.chunk(seq, chunk, clock.monotonic())
+            pending.on_chunk(index, chunk)
 
-    tasks = [asyncio.ensure_future(run(i, x)) for i, x in enumerate(inputs)]
+    tasks = [asyncio.ensure_future(run(i, x, seqs[i])) for i, x in enumerate(inputs)]
+    for seq, task in zip(seqs, tasks, strict=True):
+        if seq is not None:
+            task.add_done_callback(functools.partial(ended, seq))
     pending.attach(tasks, lambda: False)
     return pending
-
-
-def modal_stream_snapshot(now_s: float, ep: Any, *, runners: int, inflight: int,
-                          asked_for_s: list[float], backlog: int, tenants: Any,
-                          model: Any, cold_start_s: float) -> Any:
-    """`decide_stream()`'s view of streaming endpoint `ep` on Modal (`floodway.core.
-    stream_snapshot.build_stream_snapshot`): `runners` warm containers (Modal's stats)
-    sharing the router's `inflight` sequences evenly (each with ``max_sequences`` slots;
-    their remaining tokens unknown, so counted at the ``max_new_tokens`` cap; no KV use
-    reported), one starting container per start asked for ``asked_for_s`` seconds ago, and
-    Modal's `backlog` as a FIFO queue of sequences (prompt tokens unknown: 0) with the
-    router's in-flight sequences per tenant (`tenants`). `model`: a `GenerationModel`, the
-    router's fit of the streams' chunks (`modal_book`)."""
-    from floodway.core.stream_snapshot import SequenceLoad, SequenceQueue, build_stream_snapshot
-
-    gen = getattr(ep, "generation", None)
-    slots, cap = max_sequences(ep), int(getattr(gen, "max_new_tokens", 256))
-    base, extra = divmod(inflight, runners) if runners else (0, 0)
-    loads = [SequenceLoad(f"runner-{i}", "ready", active=base + (i < extra), max_sequences=slots)
-             for i in range(runners)]
-    loads += [SequenceLoad(f"asked-{i}", "starting", max_sequences=slots, starting_for_s=t)
-              for i, t in enumerate(asked_for_s)]
-    queue = SequenceQueue.fifo(backlog, 0, backlog * cap, dict(tenants))
-    return build_stream_snapshot(now_s, ep, loads, queue, model=model,
-                                 cold_start_s=cold_start_s, max_sequences=slots,
-                                 kv_cache_tokens=getattr(gen, "kv_cache_tokens", None),
-                                 max_new_tokens=cap)
 
 
 async def _close(gen: Any) -> None:

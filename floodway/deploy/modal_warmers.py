@@ -11,10 +11,10 @@ at the window edges, ``warm_tick`` every minute for predictive endpoints (and fo
 whose edges do not fit a few crons: `floodway.deploy.modal_crons`).
 
 **Every body does the same** (`run_warmer`): for each of its endpoints, read the measured cold
-start and batch time (the ``floodway-stats`` Dict the GPU classes and routers write,
-`measured_of`), the per-minute history (predictive endpoints only, from the
-``floodway-traffic`` Dict: `floodway.deploy.modal_traffic`) and the policy state
-(``floodway-warm``, JSON via `PolicyState.to_dict`), compute
+start and batch time, or a streaming endpoint's generation fits (the ``floodway-stats`` Dict
+the GPU classes and routers write, `measured_of`), the per-minute history (predictive
+endpoints only, from the ``floodway-traffic`` Dict: `floodway.deploy.modal_traffic`) and the
+policy state (``floodway-warm``, JSON via `PolicyState.to_dict`), compute
 ``desired(now, history, ep.warm, measured, state)``, and call the autoscaler only when the
 settings differ from the last ones applied (kept in ``floodway-warm``), or those are older
 than `REAPPLY_S`. A cron body never applies its `CronCall`'s number blindly: windows may
@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 
 from floodway.core.estimators import ServiceEstimator, measured
+from floodway.core.generation import measured_generation
 from floodway.deploy.modal_crons import (
     TICK_NAME,
     WarmerSpec,
@@ -65,7 +66,16 @@ from floodway.deploy.modal_deploy import (
     secret_exists,
 )
 from floodway.deploy.modal_kv import MemoryStore, Store
-from floodway.deploy.modal_stats import BOOT_S, STATS_DICT, cold_estimator, cold_key, service_key
+from floodway.deploy.modal_sequences import max_sequences
+from floodway.deploy.modal_stats import (
+    BOOT_S,
+    STATS_DICT,
+    cold_estimator,
+    cold_key,
+    generation_estimator,
+    generation_key,
+    service_key,
+)
 from floodway.deploy.modal_traffic import TRAFFIC_DICT, ArrivalRecorder, scan_traffic
 from floodway.errors import FloodwayError
 from floodway.functions.app import App
@@ -109,10 +119,17 @@ def modal_stores() -> Stores:
 def measured_of(ep: Endpoint, stats: Store) -> Measured:
     """The endpoint's measurements, as the router and the local pool estimate them: the cold
     start from the ``cold:<endpoint>`` samples (`cold_estimator`: `BOOT_S` + the slowest, or
-    the prior); the service time and concurrency from the batch time a router measured
-    (``service:<endpoint>``, `Measured.from_batches`), else the prior batch time at
-    ``max_batch_rows`` per batch (`floodway.core.estimators.measured`)."""
+    the prior). A streaming endpoint: its containers' tokens/s with all ``max_sequences``
+    sequences running and a request's tokens, from the generation fits a router published
+    (``generation:<endpoint>``, `generation_estimator`; the priors without one), through
+    the local pool's `floodway.core.generation.measured_generation`. Another: the service
+    time and concurrency from the batch time a router measured (``service:<endpoint>``,
+    `Measured.from_batches`), else the prior batch time at ``max_batch_rows`` per batch
+    (`floodway.core.estimators.measured`)."""
     cold = cold_estimator(stats.get(cold_key(ep.name)))
+    if ep.streaming:
+        gen = generation_estimator(stats.get(generation_key(ep.name)))
+        return measured_generation(cold, gen, max_sequences(ep))
     svc = stats.get(service_key(ep.name))
     if svc:
         return Measured.from_batches(cold.estimate_s(), float(svc["batch_s"]),

@@ -202,7 +202,9 @@ def _batched_worker(base: type, ep: Endpoint) -> type:
             """A batch of N input rows -> N outputs, in order (callers send one row each).
 
             A raising batch is re-run item by item; an item that still raises answers
-            ``{ITEM_ERROR: "Type: message"}`` instead of failing every row of its batch.
+            ``{ITEM_ERROR: "Type: message"}`` instead of failing every row of its batch
+            (``"InputError: ..."`` when its input was to blame, as the local worker names
+            it: the router answers that with a 422, `floodway.deploy.modal_calls`).
             """
             return self._predict(inputs)
 

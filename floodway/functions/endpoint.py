@@ -143,7 +143,7 @@ def _stream_item_type(ann: Any, field: str, out: list[Problem]) -> Any:
 
 
 def _check_generation(fn: Callable[..., Any], model: object, load: object,
-                      generation: object, out: list[Problem]) -> None:
+                      generation: object, build: object, out: list[Problem]) -> None:
     """fw.Generation only on a streaming endpoint; a graph model of a generation task
     (`floodway.tasks.FAMILIES`) only behind a streaming function."""
     from floodway.tasks import FAMILIES
@@ -165,6 +165,12 @@ def _check_generation(fn: Callable[..., Any], model: object, load: object,
         out.append(Problem("function", getattr(fn, "__name__", fn),
                            f"a generator function fn(model, item) that yields chunks: task "
                            f"{task!r} generates (a streaming endpoint)"))
+    if family == "generation" and load is None and getattr(build, "tensorrt", False) is True:
+        # The engine feeds the key/value cache at every length; the TensorRT profile has no
+        # shapes for those inputs yet. On a GPU, ONNX Runtime's CUDA provider runs the graph.
+        out.append(Problem("build.tensorrt", True, f"False for task {task!r} (no TensorRT "
+                           "profile for its key/value-cache inputs; on a GPU ONNX Runtime's "
+                           "CUDA provider serves it)"))
 
 
 def _check_task_items(fn: Callable[..., Any], model: object, input_type: Any,
@@ -268,7 +274,7 @@ def make_endpoint(fn: Callable[..., Any], *, name: str | None, model: object, bu
     _check_gpu(gpu, out)
     _check_gpu_snapshot(gpu_memory_snapshot, gpu, out)
     _check_load(load, model, build, out)
-    _check_generation(fn, model, load, generation, out)
+    _check_generation(fn, model, load, generation, build, out)
     n_problems = len(out)
     input_type = _input_type(fn, out)
     graph = load is None and model is not None

@@ -91,6 +91,8 @@ class Prompt(BaseModel):
       followed by ``assistant:``.
     - `max_new_tokens`: 1 .. the endpoint's `Generation.max_new_tokens` (None: that
       default); the cap is checked where the endpoint's config is known (a 422 naming it).
+      The numbers are strict: an integer field takes a JSON integer only (not "4", true
+      or 2.0), a float field a JSON number (an integer too), never a string or a boolean.
     - `temperature`: 0 (greedy: the most likely token) .. 2; `top_p`: in (0, 1], nucleus
       sampling (the smallest set of most likely tokens whose probability reaches top_p);
       `seed`: the same seed gives the same text (None: a fresh one).
@@ -102,10 +104,12 @@ class Prompt(BaseModel):
 
     prompt: str | None = None
     messages: list[Message] | None = Field(default=None, min_length=1)
-    max_new_tokens: int | None = Field(default=None, ge=1)
-    temperature: float = Field(default=0.0, ge=0.0, le=2.0)
-    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
-    seed: int | None = Field(default=None, ge=0, le=MAX_SEED)
+    # strict: "4", true and 2.0 are not integers, "0.5" is not a number (a number that is
+    # an integer, 1, is a float); as the OpenAI-compatible routes validate theirs.
+    max_new_tokens: int | None = Field(default=None, ge=1, strict=True)
+    temperature: float = Field(default=0.0, ge=0.0, le=2.0, strict=True)
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0, strict=True)
+    seed: int | None = Field(default=None, ge=0, le=MAX_SEED, strict=True)
     stop: list[str] = Field(default_factory=list, max_length=MAX_STOPS)
 
     @field_validator("stop", mode="before")
@@ -118,8 +122,9 @@ class Prompt(BaseModel):
     def _stop_lengths(cls, v: list[str]) -> list[str]:
         for s in v:
             if not 1 <= len(s) <= MAX_STOP_CHARS:
-                raise ValueError(f"each stop string must have 1 to {MAX_STOP_CHARS} "
-                                 f"characters, got {s[:80]!r} ({len(s)})")
+                shown = repr(s) if len(s) <= 40 else repr(s[:37]) + "..."
+                raise bad(f"each stop string must have 1 to {MAX_STOP_CHARS} characters; "
+                          f"{shown} has {len(s)}")
         return v
 
     @model_validator(mode="after")

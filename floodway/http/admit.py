@@ -5,6 +5,8 @@
     X-Priority, X-Deadline-Ms             400 invalid_request       (`parse_priority`, ...)
     the tenant's token bucket             429 rate_limited + Retry-After (`TenantLimiter`)
     the body: size, arrival, payload      413 too_large, 408 request_timeout, 400/422
+    a streaming endpoint's sequences      413 too_large (more than it can ever hold,
+                                          `check_sequences`), 422 (max_new_tokens)
 
 The body is read last, and never buffered beyond the route's limit: a refused request costs
 no upload. Every refusal is raised (`floodway.http.errors` answers it).
@@ -159,6 +161,7 @@ class Admission:
                                              max_inputs=ep.route.max_inputs)
         else:
             inputs = parse_predict(body, ep.input_type, max_inputs=ep.route.max_inputs)
+        check_sequences(ep, len(inputs), "inputs")
         check_generation(ep, inputs)
         if self.on_arrival is not None:
             self.on_arrival(name, self.clock.wall())   # admitted user traffic only
@@ -187,7 +190,8 @@ class Admission:
         raises RequestError when that endpoint cannot serve this kind of request. The
         endpoint's 404 names the field "model". The inputs are validated as the native
         route validates them (errors name ``inputs[i]``, as `parse_predict`); more than
-        the route's max_inputs is a 413 naming `items_field`. Returns the endpoint and the
+        the route's max_inputs is a 413 naming `items_field`, as are more sequences than a
+        streaming endpoint can ever hold (`check_sequences`). Returns the endpoint and the
         admitted request."""
         tenant = self.tenant(request)
         priority = parse_priority(request.headers.get("x-priority"))
@@ -208,6 +212,7 @@ class Admission:
             raise RequestError(f"{items_field}: the request makes {len(raw)} inputs; model "
                                f"{name!r} takes at most {max_inputs} per request (split it)",
                                status=413, field=items_field)
+        check_sequences(ep, len(raw), items_field)
         if decodes_images(ep.input_type):
             inputs = await asyncio.get_running_loop().run_in_executor(
                 image_executor(), _validate_images, raw, ep.input_type)
@@ -226,6 +231,34 @@ class Admission:
         if size > PARSE_IN_THREAD_BYTES:
             return await asyncio.to_thread(fn, *args, **kw)
         return fn(*args, **kw)
+
+
+def most_sequences(ep: Endpoint) -> int | None:
+    """The most sequences one request to streaming endpoint `ep` can ever be admitted with
+    (None: not a streaming endpoint): every container it may run busy with them
+    (`WarmPool.max_containers` x `Generation.max_sequences`) and the rest queued
+    (`Route.max_queue`). A request within this that finds the queue's share for its
+    priority or tenant taken is shed (503, retry); one beyond it never fits."""
+    if ep.generation is None:
+        return None
+    return ep.warm.container_cap * ep.generation.max_sequences + ep.route.max_queue
+
+
+def check_sequences(ep: Endpoint, count: int, field: str) -> None:
+    """A request of `count` sequences (one per input) to `ep` within `most_sequences`,
+    else RequestError 413 naming `field` (``inputs``; OpenAI's ``n``), the count and the
+    limit: a request no wait would admit is not told to retry."""
+    most = most_sequences(ep)
+    if most is None or count <= most:
+        return
+    gen, warm = ep.generation, ep.warm
+    assert gen is not None
+    cap = "" if warm.max_containers is not None else " (its default)"
+    raise RequestError(f"{field}: the request makes {count} sequences; endpoint {ep.name!r} "
+                       f"can hold at most {most} at once: WarmPool.max_containers "
+                       f"{warm.container_cap}{cap} x Generation.max_sequences "
+                       f"{gen.max_sequences} running + Route.max_queue {ep.route.max_queue} "
+                       "queued (split the request)", status=413, field=field)
 
 
 def check_generation(ep: Endpoint, inputs: list[Any]) -> None:
@@ -253,4 +286,5 @@ def _validate_images(raw: list[Any], item_type: Any) -> list[Any]:
 
 
 __all__ = ["BODY_TIMEOUT_S", "IMAGE_THREADS", "Admission", "Admitted", "ForeignParse",
-           "check_generation", "image_executor", "parse_images", "read_body"]
+           "check_generation", "check_sequences", "image_executor", "most_sequences",
+           "parse_images", "read_body"]

@@ -15,7 +15,8 @@ answer ``{"error": {"type", "message", "field"}}`` with the status each exceptio
     ClientClosed        499 "client_closed" (seen only by the metrics: the client left)
     NoJobQueue          501 "not_implemented"
     HTTPException       its status: 404 "not_found", 405 "method_not_allowed" (Starlette's
-                        routing: unknown path, wrong method)
+                        routing: unknown path, wrong method; in OpenAI's shape on the
+                        OpenAI-compatible paths)
     anything else       500 "internal_error", the details only in the log (a bug: never a
                         plain-text answer)
 
@@ -158,8 +159,23 @@ async def no_job_queue(request: Request, exc: Exception) -> JSONResponse:
     return error_response(request, 501, "not_implemented", str(exc))
 
 
+# The OpenAI-compatible routes' paths: Starlette's own refusals of them (a wrong method)
+# are answered in OpenAI's shape too, as the routes' handlers never ran to say so.
+OPENAI_PATHS = frozenset({"/v1/models", "/v1/embeddings", "/v1/completions",
+                          "/v1/chat/completions"})
+
+
+def is_openai_path(path: str) -> bool:
+    """Whether `path` is one of the OpenAI-compatible routes (``/v1/models/<id>`` too)."""
+    return path in OPENAI_PATHS or (path.startswith("/v1/models/") and path.count("/") == 3)
+
+
 async def http_error(request: Request, exc: Exception) -> JSONResponse:
+    """Starlette's routing refusals: 404 for an unknown path, 405 for a wrong method (in
+    OpenAI's shape on the OpenAI-compatible paths, `is_openai_path`)."""
     assert isinstance(exc, HTTPException)
+    if is_openai_path(request.url.path):
+        use_openai_errors(request.scope)
     kind = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
     return error_response(request, exc.status_code, kind,
                           f"{request.method} {request.url.path}: {exc.detail}",
@@ -185,6 +201,6 @@ EXCEPTION_HANDLERS = {
     Exception: internal_error,
 }
 
-__all__ = ["EXCEPTION_HANDLERS", "OPENAI_ERRORS_KEY", "REQUEST_ERROR_TYPES", "ClientClosed",
-           "NoJobQueue", "Overloaded", "error_response", "openai_shaped", "retry_after",
-           "use_openai_errors"]
+__all__ = ["EXCEPTION_HANDLERS", "OPENAI_ERRORS_KEY", "OPENAI_PATHS", "REQUEST_ERROR_TYPES",
+           "ClientClosed", "NoJobQueue", "Overloaded", "error_response", "is_openai_path",
+           "openai_shaped", "retry_after", "use_openai_errors"]

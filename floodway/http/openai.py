@@ -20,12 +20,13 @@ job), so a request that cannot meet its deadline is shed or spills to a cold con
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
 
-from floodway.errors import RequestError
+from floodway.errors import EndpointError, RequestError
 from floodway.functions.endpoint import Endpoint
 from floodway.functions.prompts import Prompt
 from floodway.http.admit import Admitted, ForeignParse
@@ -42,16 +43,15 @@ from floodway.http.openai_answers import (
     model_object,
     models_answer,
 )
+from floodway.http.openai_params import PROMPT_PARAMS, input_error, item_error
 from floodway.http.openai_stream import OpenAIStream
 from floodway.http.openai_wire import (
-    PROMPT_PARAMS,
     ChatRequest,
     CompletionRequest,
     EmbeddingsRequest,
     chat_items,
     completion_items,
     embedding_items,
-    item_error,
     parse_chat,
     parse_completion,
     parse_embeddings,
@@ -165,6 +165,19 @@ class OpenAIRoutes:
         ep, a = await self._admit(request, parse, accept_generation, "n",
                                   lambda i, field: self._param(got[0], i, field))
         req = got[0]
+        rename = self._input_errors(req)
+        try:
+            return await self._answer(request, kind, ep, a, req, rename)
+        except (RequestError, EndpointError) as e:
+            renamed = rename(e)
+            if renamed is e:
+                raise
+            raise renamed from None
+
+    async def _answer(self, request: Request, kind: Kind, ep: Endpoint, a: Admitted,
+                      req: CompletionRequest | ChatRequest,
+                      rename: Callable[[Exception], Exception]) -> Response:
+        """The admitted completion request's answer, streamed or buffered."""
         # No async spill, hand-off or job: an OpenAI client cannot follow a 202.
         stream = await self.h.open_stream(request, ep.name, a, allow_async=False)
         if isinstance(stream, Response):   # a job's answer: never without allow_async
@@ -178,7 +191,7 @@ class OpenAIRoutes:
             if isinstance(first, ItemFailed):   # nothing sent yet: answered with its status
                 stream.cancel()
                 raise first.error
-            return OpenAIStream(stream, answer, first)
+            return OpenAIStream(stream, answer, first, rename=rename)
         results = outputs(ep.name, a.inputs,
                           await collect_unless_gone(request, stream, len(a.inputs)))
         choices = [generated(ep.name, r) for r in results]
@@ -186,17 +199,25 @@ class OpenAIRoutes:
             kind, answer_id=answer_id, created=created, model=ep.name, choices=choices,
             n=req.choices_per_prompt))
 
+    def _input_errors(self, req: CompletionRequest | ChatRequest
+                      ) -> Callable[[Exception], Exception]:
+        """An input's error from the container (or the router's refusal of ``inputs``)
+        named by OpenAI's parameter (`input_error`)."""
+        whole = "messages" if isinstance(req, ChatRequest) else "prompt"
+        return lambda e: input_error(e, lambda i, field: self._param(req, i, field), whole)
+
     @staticmethod
     def _param(req: CompletionRequest | ChatRequest, i: int, field: str | None) -> str:
-        """The OpenAI parameter behind field `field` of item `i`."""
-        if field == "max_new_tokens" and isinstance(req, ChatRequest) \
-                and req.max_completion_tokens is not None:
+        """The OpenAI parameter behind field `field` of item `i` (an engine that names the
+        text it was given "prompt" on a chat request means the messages: their rendering)."""
+        chat = isinstance(req, ChatRequest)
+        if field == "max_new_tokens" and chat and req.max_completion_tokens is not None:
             return "max_completion_tokens"
-        if field == "prompt" and isinstance(req, CompletionRequest) \
-                and isinstance(req.prompt, list):
-            return f"prompt[{i // req.choices_per_prompt}]"
-        return PROMPT_PARAMS.get(field or "", "messages" if isinstance(req, ChatRequest)
-                                 else "prompt")
+        if field in (None, "prompt", "messages"):
+            if isinstance(req, CompletionRequest) and isinstance(req.prompt, list):
+                return f"prompt[{i // req.choices_per_prompt}]"
+            return "messages" if chat else "prompt"
+        return PROMPT_PARAMS.get(field, "messages" if chat else "prompt")
 
 
 __all__ = ["OpenAIRoutes", "accept_embeddings", "accept_generation"]

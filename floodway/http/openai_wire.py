@@ -5,7 +5,8 @@ sends them), checked and turned into floodway items. Pure: no I/O, no clock.
     parse_embeddings(body, models=) -> EmbeddingsRequest   embedding_items(req) -> list[str]
     parse_completion(body, models=) -> CompletionRequest   completion_items(req) -> list[dict]
     parse_chat(body, models=)       -> ChatRequest         chat_items(req)       -> list[dict]
-    item_error(err, param_of)                        an item's RequestError, OpenAI's names
+
+(An item's error renamed to OpenAI's parameters: `floodway.http.openai_params`.)
 
 Every refusal is a RequestError(400) whose `field` is OpenAI's parameter name. A field that
 would change what is generated and that floodway does not do (``tools``, ``logprobs``,
@@ -21,14 +22,16 @@ completions: ``messages``, or the completions route; `HINTS`). A missing ``model
 Completion items are `fw.Prompt` objects in their JSON form: ``{"prompt" | "messages",
 "max_new_tokens", "temperature", "top_p", "seed", "stop"}``; ``n`` > 1 gives n items per
 prompt (choice ``i * n + j`` is prompt i's j-th), with seeds ``seed + j`` when a seed is
-given (so that the n choices differ, and each is reproducible). The answers are built by
-`floodway.http.openai_answers`.
+given (so that the n choices differ, and each is reproducible). OpenAI takes any int64
+seed, fw.Prompt 0 .. 2**63 - 1: the item's seed is ``(seed + j) mod 2**63`` (`item_seed`;
+a negative seed, or one so large that ``seed + j`` passes 2**63 - 1, wraps round, the same
+way every time). ``stream_options`` without ``stream: true`` is a 400, as OpenAI answers
+it. The answers are built by `floodway.http.openai_answers`.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Iterable
 from typing import Any, Literal, TypeVar
 
@@ -36,7 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from floodway.errors import RequestError
 from floodway.functions.items import BAD_ITEM
-from floodway.functions.prompts import chat_role
+from floodway.functions.prompts import MAX_SEED, chat_role
 
 # OpenAI's own limit on n (the API reference: "n ... between 1 and 128").
 MAX_N = 128
@@ -121,7 +124,7 @@ class _Sampling(_Strict):
     temperature: float | None = Field(default=None, ge=0, le=2)
     top_p: float | None = Field(default=None, gt=0, le=1)
     n: int | None = Field(default=None, ge=1, le=MAX_N)
-    seed: int | None = None
+    seed: int | None = Field(default=None, ge=-2**63, le=2**63 - 1)   # OpenAI's int64
     stop: str | list[str] | None = None
     stream: bool | None = None
     stream_options: StreamOptions | None = None
@@ -260,6 +263,13 @@ def _refuse_token_ids(data: dict[str, Any], field: str) -> None:
                            "text (a string or a list of strings)", status=400, field=field)
 
 
+def _stream_options(req: _Sampling) -> None:
+    """``stream_options`` only with ``stream: true`` (as OpenAI answers it)."""
+    if req.stream_options is not None and not req.stream:
+        raise RequestError("stream_options: only allowed when stream is true (it sets what a "
+                           "stream carries)", status=400, field="stream_options")
+
+
 def parse_embeddings(body: bytes, *, models: Iterable[str] = ()) -> EmbeddingsRequest:
     """An embeddings request; RequestError(400) naming the field otherwise (token-id
     ``input`` is refused: floodway's embedding endpoints take text). `models`: the
@@ -284,6 +294,7 @@ def parse_completion(body: bytes, *, models: Iterable[str] = ()) -> CompletionRe
     if isinstance(req.prompt, list) and not req.prompt:
         raise RequestError("prompt: an empty list; send at least one string", status=400,
                            field="prompt")
+    _stream_options(req)
     if req.best_of not in (None, req.choices_per_prompt):
         raise RequestError(f"best_of: {req.best_of} is not supported by this server (only "
                            "best_of equal to n)", status=400, field="best_of")
@@ -299,6 +310,7 @@ def parse_chat(body: bytes, *, models: Iterable[str] = ()) -> ChatRequest:
             and req.max_tokens != req.max_completion_tokens:
         raise RequestError("max_tokens and max_completion_tokens differ; send one of them",
                            status=400, field="max_completion_tokens")
+    _stream_options(req)
     return req
 
 
@@ -318,7 +330,15 @@ def _sampling(req: _Sampling, max_tokens: int | None) -> list[dict[str, Any]]:
     if req.stop is not None:
         base["stop"] = [req.stop] if isinstance(req.stop, str) else list(req.stop)
     n = req.choices_per_prompt
-    return [base if req.seed is None else {**base, "seed": req.seed + j} for j in range(n)]
+    return [base if req.seed is None else {**base, "seed": item_seed(req.seed, j)}
+            for j in range(n)]
+
+
+def item_seed(seed: int, j: int) -> int:
+    """fw.Prompt's seed for choice `j` of a request with OpenAI's `seed` (any int64):
+    ``(seed + j) mod 2**63``, in fw.Prompt's range 0 .. 2**63 - 1. The same request gives
+    the same seeds; a seed from 0 to 2**63 - 1 - j is its own value plus j."""
+    return (seed + j) % (MAX_SEED + 1)
 
 
 def completion_items(req: CompletionRequest) -> list[dict[str, Any]]:
@@ -350,30 +370,8 @@ def chat_items(req: ChatRequest) -> list[dict[str, Any]]:
     return [{"messages": messages, **s} for s in _sampling(req, max_tokens)]
 
 
-# fw.Prompt's fields by the OpenAI parameter that sets them.
-PROMPT_PARAMS = {"prompt": "prompt", "messages": "messages", "max_new_tokens": "max_tokens",
-                 "temperature": "temperature", "top_p": "top_p", "seed": "seed",
-                 "stop": "stop"}
-_ITEM_FIELD = re.compile(r"^inputs\[(\d+)\](?:\.(\w+))?")
-
-
-def item_error(err: RequestError, param_of: Callable[[int, str | None], str]) -> RequestError:
-    """`err` (from the validation of the items, ``inputs[i].<field>: ...``) renamed to the
-    OpenAI parameter `param_of(i, field)` names; any other error as it is. An item's error
-    is a 400 here (OpenAI answers bad parameters with 400), not the native route's 422."""
-    m = _ITEM_FIELD.match(err.field or "")
-    if m is None:
-        return err
-    param = param_of(int(m.group(1)), m.group(2))
-    message = str(err)
-    prefix = re.match(r"^inputs\[\d+\](?:\.\w+)?", message)
-    rest = message[prefix.end():] if prefix else ": " + message
-    return RequestError(f"{param}{rest}", status=400 if err.status == 422 else err.status,
-                        field=param)
-
-
 __all__ = ["CHAT_NEUTRAL", "COMPLETION_NEUTRAL", "HINTS", "IGNORED", "MAX_N",
-           "OPENAI_DEFAULT_TEMPERATURE", "PROMPT_PARAMS", "ChatRequest", "CompletionRequest",
+           "OPENAI_DEFAULT_TEMPERATURE", "ChatRequest", "CompletionRequest",
            "EmbeddingsRequest", "Message", "StreamOptions", "chat_items", "chat_messages",
-           "completion_items", "embedding_items", "item_error", "load_object", "parse_chat",
+           "completion_items", "embedding_items", "item_seed", "load_object", "parse_chat",
            "parse_completion", "parse_embeddings"]

@@ -13,7 +13,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse as StarletteJSONResponse
 
 from floodway.codec import dumps
-from floodway.errors import EndpointError, Unavailable
+from floodway.errors import EndpointError, Unavailable, failed_input
 
 
 class JSONResponse(StarletteJSONResponse):
@@ -50,7 +50,7 @@ def outputs(endpoint: str, inputs: list[Any], results: list[Any]) -> list[Any]:
     first_i, first = failed[0]
     status, kind = _client_error([r for _, r in failed])
     raise EndpointError(
-        f"{len(failed)} of {len(inputs)} inputs failed; first: inputs[{first_i}]: {first}",
+        f"{len(failed)} of {len(inputs)} inputs failed; first: {failed_input(first_i, first)}",
         outputs=[None if isinstance(r, BaseException) else r for r in results],
         item_errors=[{"index": i, "message": str(r)} for i, r in failed],
         status=status, kind=kind,

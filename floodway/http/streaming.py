@@ -9,7 +9,8 @@ input i, chunks and then its end or failure:
 
 `Accept: text/event-stream` gets them as Server-Sent Events (``data: <json>\\n\\n``, closed by
 ``data: [DONE]``), `Accept: application/x-ndjson` as one JSON object per line (closed by
-``{"done": true}``); any other client the buffered ``{"outputs": [...]}`` (`stream_mode`).
+``{"done": true}``); any other client the buffered ``{"outputs": [...]}`` (`stream_mode`,
+which weighs the Accept header's q-values).
 `ItemStream` is the iterator the routes read (the native route here, the OpenAI-compatible
 ones elsewhere); it observes the streaming metrics as events pass, and closing it (a client
 that went away) stops every input not finished: queued ones are withdrawn, running ones get
@@ -37,9 +38,7 @@ if TYPE_CHECKING:
     from floodway.http.metrics import Metrics
     from floodway.http.protocols import StreamPending
 
-SSE, NDJSON = "text/event-stream", "application/x-ndjson"
-# Media types a client may accept the buffered JSON answer under.
-_JSON_OK = frozenset({"application/json", "application/*", "*/*"})
+SSE, NDJSON, JSON = "text/event-stream", "application/x-ndjson", "application/json"
 STREAM_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
@@ -73,18 +72,70 @@ class ItemFailed:
 StreamEvent = ChunkEvent | ItemEnd | ItemFailed
 
 
+def _accept_ranges(header: str) -> list[tuple[str, float]]:
+    """The media ranges of an Accept header, each with its q-value (RFC 9110 section
+    12.5.1): lower case, parameters other than q dropped; a q that is not a number counts
+    as 1, one out of 0..1 is clamped to it."""
+    out = []
+    for part in header.split(","):
+        media, *params = (p.strip() for p in part.split(";"))
+        q = 1.0
+        for p in params:
+            name, _, value = p.partition("=")
+            if name.strip().lower() == "q":
+                try:
+                    q = min(1.0, max(0.0, float(value.strip())))
+                except ValueError:
+                    q = 1.0
+                q = q if q == q else 1.0   # NaN
+        if media:
+            out.append((media.lower(), q))
+    return out
+
+
+def _quality(ranges: list[tuple[str, float]], offer: str) -> tuple[float, int]:
+    """(q, specificity) of media type `offer` under `ranges`: the q of the most specific
+    range that matches it (2 the type itself, 1 ``type/*``, 0 ``*/*``); (0, -1) when none
+    does (not acceptable)."""
+    kind = offer.split("/", 1)[0]
+    best = (0.0, -1)
+    for media, q in ranges:
+        level = 2 if media == offer else 1 if media == f"{kind}/*" else \
+            0 if media == "*/*" else -1
+        if level > best[1]:
+            best = (q, level)
+    return best
+
+
+# At equal q and specificity: a stream the client named, then JSON, then a stream it only
+# accepts by a wildcard (``*/*`` is the buffered answer). Keys: (offer, named exactly).
+_TIE = {(SSE, True): 5, (NDJSON, True): 4, (JSON, True): 3, (JSON, False): 3,
+        (SSE, False): 2, (NDJSON, False): 1}
+
+
 def stream_mode(request: Request) -> str | None:
-    """`SSE` or `NDJSON` when the client's Accept asks for a stream, None for the buffered
-    JSON answer. Raises RequestError (406, field Accept) when it accepts none of them."""
+    """`SSE` or `NDJSON` when the client's Accept prefers a stream, None for the buffered
+    JSON answer. No Accept (or only ``*/*``, ``application/json``): None. Otherwise the
+    answer of highest q among SSE, NDJSON and JSON, each with the q of the most specific
+    range that names it (``text/*`` is SSE, ``application/*`` NDJSON or JSON; q=0: not
+    acceptable); at equal q, the more specific match, then a stream the client named
+    itself over JSON, and JSON over a stream it only accepts by a wildcard. Raises
+    RequestError (406, field Accept) when it accepts none of them."""
     header = ",".join(request.headers.getlist("accept")).strip()
-    if not header:
+    ranges = _accept_ranges(header)
+    if not ranges:
         return None
-    types = {part.split(";", 1)[0].strip().lower() for part in header.split(",")}
-    for mode in (SSE, NDJSON):
-        if mode in types:
-            return mode
-    if types & _JSON_OK or "" in types:
-        return None
+    best: tuple[float, int, int] | None = None
+    choice: str | None = None
+    for offer in (SSE, NDJSON, JSON):
+        q, level = _quality(ranges, offer)
+        if q <= 0:
+            continue
+        key = (q, level, _TIE[offer, level == 2])
+        if best is None or key > best:
+            best, choice = key, offer
+    if choice is not None:
+        return None if choice == JSON else choice
     shown = header if len(header) <= 80 else header[:77] + "..."
     raise RequestError(f"Accept {shown!r}: this endpoint answers {SSE} (a stream of Server-"
                        f"Sent Events), {NDJSON} (a stream of JSON lines) or application/json",

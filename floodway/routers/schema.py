@@ -67,10 +67,11 @@ def _not_json(literal: str) -> Any:
     raise ValueError(f"{literal} is not a JSON number (JSON has no NaN or infinities)")
 
 
-def _bad_unicode(item: Any) -> tuple[str, UnicodeEncodeError] | None:
+def _bad_unicode(item: Any) -> tuple[str, bool, UnicodeEncodeError] | None:
     """The first string (or object key) in `item` that is not valid Unicode (a lone
-    surrogate) -> (where, relative to the item, e.g. ``"[0].k"``; the error), else None.
-    Walked with a stack, not recursion: an item may be nested as deeply as JSON allows."""
+    surrogate) -> (where, relative to the item, e.g. ``".messages[0].content"``; whether it
+    is an object's key (then `where` is that object); the error), else None. Walked with a
+    stack, not recursion: an item may be nested as deeply as JSON allows."""
     stack: list[tuple[str, Any]] = [("", item)]
     while stack:
         where, value = stack.pop()
@@ -78,7 +79,7 @@ def _bad_unicode(item: Any) -> tuple[str, UnicodeEncodeError] | None:
             try:
                 value.encode("utf-8")
             except UnicodeEncodeError as e:
-                return where, e
+                return where, False, e
         elif isinstance(value, list):
             stack.extend((f"{where}[{i}]", v) for i, v in reversed(list(enumerate(value))))
         elif isinstance(value, dict):
@@ -86,7 +87,7 @@ def _bad_unicode(item: Any) -> tuple[str, UnicodeEncodeError] | None:
                 try:
                     k.encode("utf-8")
                 except UnicodeEncodeError as e:
-                    return f"{where} (a key)", e
+                    return where, True, e
                 stack.append((f"{where}.{k}", v))
     return None
 
@@ -197,11 +198,7 @@ def validate_items(inputs: list[Any], item_type: Any, *, check_unicode: bool) ->
     for i, item in enumerate(inputs):
         bad = _bad_unicode(item) if check_unicode else None
         if bad is not None:
-            where, e = bad
-            where = where if len(where) <= 80 else where[:77] + "..."
-            raise RequestError(f"inputs[{i}]: not valid Unicode ({e.reason} at character "
-                               f"{e.start} of the string at inputs[{i}]{where})", status=422,
-                               field=f"inputs[{i}]")
+            raise _unicode_error(i, *bad)
         if item_type is Any or (item_type is str and isinstance(item, str)):
             out.append(item)   # nothing to check: no call into pydantic per item
             continue
@@ -213,6 +210,17 @@ def validate_items(inputs: list[Any], item_type: Any, *, check_unicode: bool) ->
         # to the container, a job row or a Modal call; the container validates it into T.
         out.append(value if plain else adapter.dump_python(value, mode="json"))
     return out
+
+
+def _unicode_error(index: int, where: str, key: bool, e: UnicodeEncodeError) -> RequestError:
+    """The 422 for a string of item `index` that is not valid Unicode, at `where` within
+    the item (`_bad_unicode`): its `field` the string's path (``inputs[0].prompt``), or the
+    object's whose key it is."""
+    field = f"inputs[{index}]{where}"
+    field = field if len(field) <= 80 else field[:77] + "..."
+    what = "an object key" if key else "the string"
+    return RequestError(f"{field}: {what} is not valid Unicode ({e.reason} at character "
+                        f"{e.start})", status=422, field=field)
 
 
 def _tuple_wanted(item_type: Any) -> str | None:

@@ -209,6 +209,62 @@ def test_a_prompt_the_model_refuses_is_a_client_error_on_every_route(asgi):
     assert chat_sse.status_code == 400 and completion.status_code == 400
     assert chat_sse.json()["error"]["type"] == "invalid_request_error"
     assert "602 tokens is too long" in completion.json()["error"]["message"]
+    # named by OpenAI's parameter, the native names (inputs[0], the item's field) not told
+    chat_err, completion_err = chat_sse.json()["error"], completion.json()["error"]
+    assert chat_err["param"] == "messages" and completion_err["param"] == "prompt"
+    assert chat_err["message"] == ("messages: 602 tokens is too long: at most 511 tokens "
+                                   "leave room for an answer")
+    assert completion_err["message"].startswith("prompt: 602 tokens")
+    assert "inputs" not in chat_err["message"] + completion_err["message"]
+
+
+def test_an_input_error_names_the_openai_parameter_buffered_and_mid_stream(asgi):
+    """n choices that all fail on their input (a 400 naming messages), and the second
+    prompt of a list failing after the first streamed (an error event naming prompt[1])."""
+    both, streamed = posts(
+        asgi, ("/v1/chat/completions", chat("toolong x", n=2)),
+        ("/v1/completions", {"model": "talk", "prompt": ["a b", "toolong"], "stream": True}))
+    err = both.json()["error"]
+    assert both.status_code == 400 and err["param"] == "messages"
+    assert err["message"].startswith("messages: 602 tokens is too long")
+    *_, error = events(streamed)
+    assert streamed.status_code == 200
+    assert error["error"]["type"] == "invalid_request_error"
+    assert (error["error"]["param"], error["error"]["code"]) == ("prompt[1]", "input_error")
+    assert error["error"]["message"].startswith("prompt[1]: 602 tokens is too long")
+
+
+def test_a_lone_surrogate_names_the_openai_field_and_path(asgi):
+    async def go():
+        async with client(asgi) as c:
+            hdr = {"content-type": "application/json"}
+            return (await c.post("/v1/chat/completions", headers=hdr, content=(
+                        b'{"model": "talk", "messages": [{"role": "user", "content": "a"},'
+                        b' {"role": "user", "content": "b\\ud800"}]}')),
+                    await c.post("/v1/completions", headers=hdr, content=(
+                        b'{"model": "talk", "prompt": ["ok", "\\udfff"], "n": 2}')))
+
+    msgs, prompts = (r.json()["error"] for r in asyncio.run(go()))
+    assert msgs["param"] == "messages[1].content"
+    assert msgs["message"] == ("messages[1].content: the string is not valid Unicode "
+                               "(surrogates not allowed at character 1)")
+    assert prompts["param"] == "prompt[1]" and prompts["message"].startswith("prompt[1]: ")
+
+
+def test_a_wrong_method_on_an_openai_path_is_answered_in_openais_shape(asgi):
+    async def go():
+        async with client(asgi) as c:
+            return [await c.get(p) for p in ("/v1/chat/completions", "/v1/completions",
+                                            "/v1/embeddings")] + \
+                [await c.delete("/v1/models"), await c.get("/v1/talk")]
+
+    *wrong, native = asyncio.run(go())
+    for r in wrong:
+        err = r.json()["error"]
+        assert r.status_code == 405 and set(err) == {"message", "type", "param", "code"}
+        assert (err["type"], err["code"]) == ("invalid_request_error", "method_not_allowed")
+        assert "Method Not Allowed" in err["message"]
+    assert native.status_code == 405 and native.json()["error"]["type"] == "method_not_allowed"
 
 
 def test_an_input_error_mid_stream_is_an_input_error_event(asgi):

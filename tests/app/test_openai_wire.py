@@ -22,11 +22,11 @@ from floodway.http.openai_answers import (
     models_answer,
     usage_of,
 )
+from floodway.http.openai_params import input_error, item_error
 from floodway.http.openai_wire import (
     chat_items,
     completion_items,
     embedding_items,
-    item_error,
     parse_chat,
     parse_completion,
     parse_embeddings,
@@ -97,8 +97,40 @@ def test_sampling_fields_map_to_prompt_fields():
     assert req.include_usage and req.choices_per_prompt == 2
     for item in items:
         Prompt.model_validate(item)   # each is a valid fw.Prompt
-    assert not parse_completion(body(model="g", prompt="a",
-                                     stream_options={"include_usage": True})).include_usage
+    assert not parse_completion(body(model="g", prompt="a", stream=True)).include_usage
+
+
+@pytest.mark.parametrize("stream", [None, False])
+def test_stream_options_without_stream_true_is_a_400_naming_it(stream):
+    for parse, fields in ((parse_completion, {"prompt": "a"}),
+                          (parse_chat, {"messages": [{"role": "user", "content": "a"}]})):
+        sent = {"model": "g", **fields, "stream_options": {"include_usage": True}}
+        if stream is not None:
+            sent["stream"] = stream
+        e = refused(parse, body(**sent))
+        assert e.field == "stream_options" and "only allowed when stream is true" in str(e)
+        # null is no stream_options at all
+        assert not parse(body(**{**sent, "stream_options": None})).include_usage
+
+
+@pytest.mark.parametrize(("seed", "n", "seeds"), [
+    (7, 2, [7, 8]),
+    (2**63 - 1, 2, [2**63 - 1, 0]),          # seed + 1 wraps round instead of overflowing
+    (-1, 3, [2**63 - 1, 0, 1]),              # OpenAI takes negative seeds
+    (-2**63, 1, [0]),
+])
+def test_any_int64_seed_maps_into_prompts_range_the_same_way_each_time(seed, n, seeds):
+    req = parse_completion(body(model="g", prompt="a", seed=seed, n=n))
+    items = completion_items(req)
+    assert [i["seed"] for i in items] == seeds == [i["seed"] for i in completion_items(req)]
+    for item in items:
+        Prompt.model_validate(item)   # within fw.Prompt's 0 .. 2**63 - 1
+
+
+@pytest.mark.parametrize("seed", [2**63, -2**63 - 1])
+def test_a_seed_outside_int64_is_a_400_naming_the_value_sent(seed):
+    e = refused(parse_completion, body(model="g", prompt="a", seed=seed, n=2))
+    assert e.field == "seed" and f"got {seed}" in str(e)
 
 
 def test_chat_messages_become_prompt_messages():
@@ -210,6 +242,24 @@ def test_an_items_error_is_renamed_to_the_openai_parameter():
     assert (whole.field, str(whole), whole.status) == ("input[2]", "input[2]: bad", 413)
     auth = RequestError("no key", status=401, field="Authorization")
     assert item_error(auth, lambda i, f: "x") is auth   # not an item's: as it is
+    deep = item_error(RequestError("inputs[0].messages[2].content: bad", status=422,
+                                   field="inputs[0].messages[2].content"), lambda i, f: f)
+    assert (deep.field, str(deep)) == ("messages[2].content", "messages[2].content: bad")
+
+
+def test_an_inputs_failure_in_its_container_is_renamed_to_the_openai_parameter():
+    told = EndpointError("2 of 2 inputs failed; first: inputs[1]: endpoint 'g': inputs[1]: "
+                         "prompt: 602 tokens is too long", status=422,
+                         field="inputs[1].prompt", kind="input_error")
+    renamed = input_error(told, lambda i, f: f"prompt[{i}]", "prompt")
+    assert isinstance(renamed, EndpointError)
+    assert (renamed.status, renamed.field, renamed.kind) == (422, "prompt[1]", "input_error")
+    assert str(renamed) == "prompt[1]: 602 tokens is too long"
+    kv = input_error(RequestError("too big", status=413, field="inputs"), lambda i, f: "x",
+                     "messages")
+    assert (kv.field, kv.status, str(kv)) == ("messages", 413, "too big")
+    crash = EndpointError("endpoint 'g' raised ValueError: boom")   # 500: not the input's
+    assert input_error(crash, lambda i, f: "x", "prompt") is crash
 
 
 # ------------------------------------------------------------------ answers out

@@ -30,15 +30,17 @@ def anyin(model, items: list[Any]) -> list[Any]:
     return [len(x) for x in items]
 
 
-BAD = [("/v1/pair", b'{"inputs": [["a", "b"], ["\\ud800", "b"]]}'),
-       ("/v1/pair/jobs", b'{"inputs": [["a", "b"], ["\\ud800", "b"]]}'),
-       ("/v1/anyin", b'{"inputs": ["ok", {"\\udc00": 1}]}'),
-       ("/v1/anyin/jobs", b'{"inputs": ["ok", {"\\udc00": 1}]}'),
-       ("/v1/anyin/jobs", b'{"inputs": ["ok", {"k": ["\\udfff"]}]}')]
+# (path, body, the field named: the bad string's path, or the object whose key it is)
+BAD = [("/v1/pair", b'{"inputs": [["a", "b"], ["\\ud800", "b"]]}', "inputs[1][0]"),
+       ("/v1/pair/jobs", b'{"inputs": [["a", "b"], ["\\ud800", "b"]]}', "inputs[1][0]"),
+       ("/v1/anyin", b'{"inputs": ["ok", {"\\udc00": 1}]}', "inputs[1]"),
+       ("/v1/anyin/jobs", b'{"inputs": ["ok", {"\\udc00": 1}]}', "inputs[1]"),
+       ("/v1/anyin/jobs", b'{"inputs": ["ok", {"k": ["\\udfff"]}]}', "inputs[1].k[0]")]
 
 
-@pytest.mark.parametrize("path, body", BAD)
-def test_a_lone_surrogate_in_an_item_is_422_and_the_endpoint_goes_on(tmp_path, path, body):
+@pytest.mark.parametrize("path, body, field", BAD)
+def test_a_lone_surrogate_in_an_item_is_422_and_the_endpoint_goes_on(tmp_path, path, body,
+                                                                    field):
     clock = ManualClock()
     backend = ScriptedBackend(app, clock)
     jobs = LocalJobs(app, backend, tmp_path / "jobs.sqlite3", clock=clock)
@@ -70,7 +72,7 @@ def test_a_lone_surrogate_in_an_item_is_422_and_the_endpoint_goes_on(tmp_path, p
 
     bad, good, job, done = asyncio.run(go())
     assert bad.status_code == 422 and bad.headers["content-type"] == "application/json"
-    assert bad.json()["error"]["field"] == "inputs[1]"
+    assert bad.json()["error"]["field"] == field
     assert "not valid Unicode" in bad.json()["error"]["message"]
     assert good.status_code == 200 and job.status_code == 202
     assert done["status"] == "succeeded" and done["outputs"] == good.json()["outputs"]

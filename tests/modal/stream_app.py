@@ -3,7 +3,9 @@ runtime (no model), deployed against the fake control plane only.
 
 ``talk`` (async generator) yields one chunk per word of its prompt, then a last chunk with
 ``finish_reason``: the text-generation chunk shape. A word ``boom`` raises there; a word
-``wait`` waits until the sequence is cancelled. As its generator closes it writes
+``wait`` waits until the sequence is cancelled; a prompt of more than `MAX_WORDS` words is
+refused before any chunk with a `fw.RequestError` naming the field, as the built-in engine
+refuses a prompt too long for its context. As its generator closes it writes
 ``ended '<prompt>'`` (it ran to its end) or ``stopped '<prompt>'`` to the file named by
 ``STREAM_STOPPED_FILE``, when set. ``count`` (sync generator)
 yields 0..n-1.
@@ -17,6 +19,7 @@ from floodway.deploy import to_modal
 
 endpoints = fw.App("floodway-stream")
 STOPPED_ENV = "STREAM_STOPPED_FILE"
+MAX_WORDS = 6
 
 
 @endpoints.endpoint(generation=fw.Generation(max_sequences=4),
@@ -25,6 +28,9 @@ STOPPED_ENV = "STREAM_STOPPED_FILE"
 async def talk(model, prompt: str):
     words, ended = prompt.split(), False
     try:
+        if len(words) > MAX_WORDS:
+            raise fw.RequestError(f"prompt: {len(words)} words is more than this model "
+                                  f"takes ({MAX_WORDS})", status=422, field="prompt")
         for i, word in enumerate(words):
             if word == "boom":
                 raise ValueError(f"boom after {i} words")

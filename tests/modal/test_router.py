@@ -13,6 +13,9 @@ from typing import Any
 import httpx
 from modal_proto import api_pb2
 
+# Imported here, on the main thread: a handler would import it lazily on the fake's thread
+# otherwise, and CPython 3.11 breaks when two threads compile modules at once.
+import floodway.runtime.worker  # noqa: F401
 from floodway.deploy.modal_kv import MemoryKV
 from floodway.deploy.modal_router import ModalBackend
 from tests.modal.support import API_KEY, APP_NAME, DIM, deploy_example, embed_rows, run_async
@@ -133,6 +136,50 @@ def test_router_stats_come_from_modal(fake_modal):
     assert (ready["runners"], ready["backlog"], ready["error"]) == (2, 3, None)
     assert len(snap.containers) == 2 and snap.queued_rows == 3
     assert [o[0] for o in outs] == [5.0] * slots + [1.0] * 3
+
+
+def test_a_row_refused_on_its_input_is_a_422_naming_its_field(fake_modal, monkeypatch):
+    """The GPU class's own ``predict`` body answers the fake's batches: a row the endpoint
+    refuses (a `fw.RequestError`) comes back as "InputError: ...", which the router answers
+    as the local router does, a 422 "input_error" naming ``inputs[i].<field>`` with the
+    other rows' outputs; a row that raised anything else is still a 500."""
+    from types import SimpleNamespace
+
+    import floodway as fw
+    from floodway.deploy.modal_worker import _Hooks
+
+    monkeypatch.setenv("FLOODWAY_API_KEYS", API_KEY)
+    mod = deploy_example(fake_modal)
+
+    def embed(model: Any, texts: list[str]) -> list[list[float]]:
+        for t in texts:
+            if len(t) > 5:
+                raise fw.RequestError(f"text: {len(t)} characters is more than 5", status=422)
+            if t == "boom":
+                raise ValueError("boom")
+        return embed_rows(texts)
+
+    hooks = _Hooks()
+    hooks.ep, hooks.model = SimpleNamespace(fn=embed), None    # type: ignore[assignment]
+    fake_modal.handle("Embed.predict", hooks._predict)
+
+    async def go() -> tuple[httpx.Response, httpx.Response]:
+        async with router_client(mod) as c:
+            refused = await c.post("/v1/embed", json={"inputs": ["a", "toolong", "cc"]},
+                                   headers=AUTH)
+            raised = await c.post("/v1/embed", json={"inputs": ["a", "boom"]}, headers=AUTH)
+            return refused, raised
+
+    refused, raised = run_async(go())
+    assert refused.status_code == 422, refused.text
+    body = refused.json()
+    assert (body["error"]["type"], body["error"]["field"]) == ("input_error", "inputs[1].text")
+    assert [o and o[0] for o in body["outputs"]] == [1.0, None, 2.0]
+    [item] = body["item_errors"]
+    assert item["index"] == 1 and "7 characters is more than 5" in item["message"]
+    assert raised.status_code == 500, raised.text
+    assert raised.json()["error"]["type"] == "endpoint_error"
+    assert "ValueError: boom" in raised.json()["item_errors"][0]["message"]
 
 
 async def _backlog_is(predict: Any, n: int) -> bool:

@@ -28,7 +28,7 @@ import floodway.runtime.worker  # noqa: F401
 from floodway.deploy.modal_calls import ITEM_ERROR
 from floodway.deploy.modal_stream import CALL_HEADER, container_chunks, remote_chunks
 from floodway.errors import EndpointError
-from tests.modal.support import deploy_example, run_async
+from tests.modal.support import asgi_post, deploy_example, run_async, sse_events
 from tests.modal_fake.entrypoint import Container, Failed
 
 STREAM_APP = Path(__file__).with_name("stream_app.py")
@@ -298,52 +298,6 @@ def test_the_backend_streams_events_and_combines_buffered_answers(fake_modal):
 # ------------------------------------------------------------ through the deployed router
 
 
-async def _asgi_post(app: Any, path: str, body: dict, headers: dict[str, str],
-                     gone: asyncio.Event | None = None,
-                     on_body: Any = None) -> tuple[int, bytes]:
-    """POST `body` as JSON to the ASGI `app`; (status, the body as sent). The client
-    disconnects once `gone` is set (never when None); `on_body(bytes so far)` sees each
-    part of the body as it is sent."""
-    import json
-
-    data = json.dumps(body).encode()
-    sent, status, gone = [False], [0], gone or asyncio.Event()
-    parts: list[bytes] = []
-
-    async def receive() -> dict:
-        if not sent[0]:
-            sent[0] = True
-            return {"type": "http.request", "body": data, "more_body": False}
-        await gone.wait()
-        return {"type": "http.disconnect"}
-
-    async def send(msg: dict) -> None:
-        if msg["type"] == "http.response.start":
-            status[0] = msg["status"]
-        elif msg["type"] == "http.response.body":
-            parts.append(msg.get("body", b""))
-            if on_body is not None:
-                on_body(b"".join(parts))
-
-    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
-             "method": "POST", "scheme": "http", "path": path, "raw_path": path.encode(),
-             "query_string": b"", "root_path": "", "client": ("127.0.0.1", 1),
-             "server": ("router", 80),
-             "headers": [(k.lower().encode(), v.encode()) for k, v in
-                         {"content-type": "application/json",
-                          "content-length": str(len(data)), **headers}.items()]}
-    await app(scope, receive, send)
-    return status[0], b"".join(parts)
-
-
-def _sse_events(body: bytes) -> list[Any]:
-    import json
-
-    frames = [f.removeprefix(b"data: ") for f in body.split(b"\n\n") if f]
-    assert frames[-1] == b"[DONE]", body
-    return [json.loads(f) for f in frames[:-1]]
-
-
 def test_sse_through_the_router_matches_the_buffered_answer_and_a_disconnect_cancels(
         fake_modal, monkeypatch):
     """The deployed router app (what ``router()`` builds) in-process, the class's own
@@ -376,18 +330,18 @@ def test_sse_through_the_router_matches_the_buffered_answer_and_a_disconnect_can
     inputs = [WORDS, "x y z"]
 
     async def go() -> tuple[Any, Any, Any]:
-        streamed = await _asgi_post(asgi, "/v1/talk", {"inputs": inputs},
+        streamed = await asgi_post(asgi, "/v1/talk", {"inputs": inputs},
                                     {**auth, "accept": "text/event-stream"})
-        buffered = await _asgi_post(asgi, "/v1/talk", {"inputs": inputs}, auth)
+        buffered = await asgi_post(asgi, "/v1/talk", {"inputs": inputs}, auth)
         gone = asyncio.Event()
-        left = await _asgi_post(asgi, "/v1/talk", {"inputs": ["one wait"]},
+        left = await asgi_post(asgi, "/v1/talk", {"inputs": ["one wait"]},
                                 {**auth, "accept": "text/event-stream"}, gone,
                                 on_body=lambda b: b'"chunk"' in b and gone.set())
         return streamed, buffered, left
 
     streamed, buffered, left = run_async(go())
     assert streamed[0] == 200 and buffered[0] == 200, (streamed, buffered)
-    events = _sse_events(streamed[1])
+    events = sse_events(streamed[1])
     chunks = {i: [e["chunk"] for e in events if e.get("index") == i and "chunk" in e]
               for i in range(2)}
     ends = {e["index"]: e["output"] for e in events if "output" in e}
@@ -400,3 +354,48 @@ def test_sse_through_the_router_matches_the_buffered_answer_and_a_disconnect_can
     assert stopped.wait(10), "the disconnected client's sequence was not stopped"
     [cancelled] = [c for c in fake_modal.state.calls.values() if c.cancelled]
     assert fake_modal.run(fake_modal.servicer.until_stopped(cancelled.function_call_id))
+
+
+def test_a_refused_input_is_a_422_naming_its_field(fake_modal, monkeypatch):
+    """An input the endpoint refuses (a `fw.RequestError` before its first chunk, as the
+    engine refuses a prompt too long for its context), run by the class's own ``stream``
+    body in the fake: the container names it "InputError: ...", and the router answers it
+    as the local router does. Alone in its request: a 422 "input_error" naming
+    ``inputs[0].prompt``, streamed or not; beside an input that streams: that input's
+    ``error`` event with the type and field, and a buffered 422 with the other output."""
+    import json
+
+    from tests.modal.support import API_KEY
+
+    monkeypatch.setenv("FLOODWAY_API_KEYS", API_KEY)
+    mod = _deploy(fake_modal)
+    talk = mod.endpoints["talk"]
+    fake_modal.handle("Talk.stream", lambda prompt: container_chunks(talk.fn, None, prompt))
+    asgi = mod.router.local()
+    auth = {"authorization": f"Bearer {API_KEY}"}
+    sse = {**auth, "accept": "text/event-stream"}
+    long = "w " * 9
+
+    async def go() -> list[tuple[int, bytes]]:
+        return [await asgi_post(asgi, "/v1/talk", {"inputs": inputs}, headers)
+                for inputs, headers in (([long], sse), ([long], auth),
+                                        (["a b", long], sse), (["a b", long], auth))]
+
+    alone_sse, alone, beside_sse, beside = run_async(go())
+    for status, body in (alone_sse, alone):
+        assert status == 422, body
+        error = json.loads(body)["error"]
+        assert (error["type"], error["field"]) == ("input_error", "inputs[0].prompt"), error
+        assert "9 words is more than this model takes" in error["message"]
+        assert "raised" not in error["message"]
+    assert beside_sse[0] == 200, beside_sse
+    events = sse_events(beside_sse[1])
+    [failed] = [e for e in events if "error" in e]
+    assert failed["index"] == 1 and failed["error"]["type"] == "input_error"
+    assert failed["error"]["field"] == "inputs[1].prompt"
+    [done] = [e for e in events if "output" in e]
+    assert done["index"] == 0 and done["output"]["text"] == "a b "
+    assert beside[0] == 422, beside
+    answer = json.loads(beside[1])
+    assert answer["error"]["field"] == "inputs[1].prompt"
+    assert answer["outputs"] == [done["output"], None]

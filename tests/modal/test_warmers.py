@@ -81,3 +81,36 @@ def test_warmer_uses_the_current_autoscaler_api(fake_modal):
     assert _embed_updates(fake_modal), "no autoscaler update reached Modal"
     deprecated = [str(w.message) for w in caught if "deprecated" in str(w.message)]
     assert deprecated == []
+
+
+def test_a_streaming_endpoint_is_sized_from_what_the_router_published(fake_modal):
+    """The router's generation fits of a streaming endpoint reach the warmers through the
+    real ``floodway-stats`` Dict (``generation:<endpoint>``): the warmer's measurements are
+    the local pool's `measured_generation` of the router's own estimator."""
+    from floodway.core.generation import measured_generation
+    from floodway.deploy.modal_router import ModalBackend
+    from floodway.deploy.modal_sequences import max_sequences
+    from floodway.deploy.modal_stats import STATS_DICT, cold_estimator, generation_record
+    from floodway.deploy.modal_stream import container_chunks
+    from floodway.deploy.modal_warmers import measured_of
+    from tests.modal.support import run_async
+    from tests.modal.test_streaming import STREAM_APP, WORDS
+
+    mod = deploy_example(fake_modal, path=STREAM_APP)
+    talk = mod.endpoints["talk"]
+    fake_modal.handle("Talk.stream", lambda prompt: container_chunks(talk.fn, None, prompt))
+    backend = ModalBackend(mod.endpoints, {"talk": mod.Talk})       # the real stats Dict
+
+    async def go() -> None:
+        await backend.run("talk", [WORDS, "x y"], timeout_s=30)
+        await backend.refresh("talk")
+
+    run_async(go())
+    est = backend._eps["talk"].generation
+    published = fake_modal.state.dict_items(STATS_DICT)["generation:talk"]
+    assert published == generation_record(est) and published["samples"]["requests"] == 2
+    assert measured_of(talk, modal_stores().stats) == \
+        measured_generation(cold_estimator(), est, max_sequences(talk))
+    [applied] = run_warmer(mod.endpoints, ["talk"], stores=modal_stores(), now_s=OFF_WINDOW_S,
+                           autoscale=class_autoscale({"talk": mod.Talk}))
+    assert applied.error is None and applied.settings["min_containers"] == 1

@@ -93,3 +93,13 @@ def test_an_endpoint_with_its_own_runtime_takes_any_items():
     app.endpoint(model=fw.HFModel("org/model", revision=REV, task="image-classification"),
                  load=lambda artifacts: None)(classify)
     app.endpoint(model=None, name="none")(classify)
+
+
+def test_a_text_generation_build_with_tensorrt_is_refused_naming_the_field():
+    async def generate(model, prompt: fw.Prompt):
+        yield prompt
+
+    with pytest.raises(ConfigError) as e:
+        _define("text-generation", generate, build=fw.Build(tensorrt=True))
+    assert "build.tensorrt" in str(e.value) and "key/value-cache" in str(e.value)
+    _define("text-generation", generate, build=fw.Build(tensorrt=False))   # ONNX only: fine

@@ -136,3 +136,30 @@ def test_a_large_body_is_parsed_off_the_event_loop_with_the_same_answer():
     with pytest.raises(RequestError) as e:
         asyncio.run(admission(ManualClock()).admit(request(bad)[0], "upper"))
     assert e.value.status == 422 and e.value.field == "inputs[99]"
+
+
+def test_a_streaming_endpoints_sequence_limit_is_its_pool_and_queue():
+    from floodway.config import MAX_CONTAINERS_LIMIT
+    from floodway.http.admit import check_sequences, most_sequences
+
+    gen_app = fw.App("g")
+
+    @gen_app.endpoint(generation=fw.Generation(max_sequences=4),
+                      route=fw.Route(max_queue=10))
+    async def unbounded(model, text: str):
+        yield text
+
+    @gen_app.endpoint(generation=fw.Generation(max_sequences=4), route=fw.Route(max_queue=10),
+                      warm=fw.WarmPool(max_containers=3))
+    async def bounded(model, text: str):
+        yield text
+
+    # no max_containers: the largest pool allowed (fw.WarmPool's cap)
+    assert most_sequences(gen_app["unbounded"]) == MAX_CONTAINERS_LIMIT * 4 + 10
+    assert most_sequences(gen_app["bounded"]) == 3 * 4 + 10
+    assert most_sequences(app["upper"]) is None            # not streaming: no such limit
+    check_sequences(gen_app["bounded"], 22, "n")
+    with pytest.raises(RequestError) as e:
+        check_sequences(gen_app["bounded"], 23, "n")
+    assert (e.value.status, e.value.field) == (413, "n")
+    assert str(e.value).startswith("n: the request makes 23 sequences")

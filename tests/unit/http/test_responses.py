@@ -22,6 +22,15 @@ def test_a_bad_item_fails_alone_with_the_others_kept():
                                    {"index": 2, "message": "busy"}]
 
 
+def test_an_error_that_names_its_input_is_not_prefixed_twice():
+    told = EndpointError("endpoint 'g': inputs[1]: prompt: too long", status=422,
+                         field="inputs[1].prompt", kind="input_error")
+    with pytest.raises(EndpointError) as e:
+        outputs("g", ["a", "b"], ["A", told])
+    assert str(e.value) == "1 of 2 inputs failed; first: endpoint 'g': inputs[1]: prompt: too long"
+    assert e.value.status == 422 and e.value.field == "inputs[1].prompt"
+
+
 def test_only_capacity_failures_are_unavailable():
     busy = Unavailable("busy", retry_after_s=2.0)
     with pytest.raises(Unavailable) as e:

@@ -15,6 +15,7 @@ from pydantic import BaseModel
 import floodway as fw
 from floodway.errors import RequestError
 from floodway.functions import images
+from floodway.functions.prompts import Prompt
 from floodway.routers.schema import error_body, parse_predict
 
 
@@ -267,15 +268,18 @@ def test_integer_arrays_take_integers_in_range_only():
 
 
 @pytest.mark.parametrize("item_type, raw, field", [
-    (tuple[str, str], b'[["ok", "b"], ["\\ud800", "b"]]', "inputs[1]"),
-    (Any, b'["ok", {"\\udc00": 1}]', "inputs[1]"),
-    (Any, b'["ok", {"k": ["x", "\\udfff"]}]', "inputs[1]"),
-    (dict[str, Any], b'[{"k": 1}, {"a": {"b": "\\ud83d"}}]', "inputs[1]"),
+    (tuple[str, str], b'[["ok", "b"], ["\\ud800", "b"]]', "inputs[1][0]"),
+    (Any, b'["ok", {"\\udc00": 1}]', "inputs[1]"),             # a key: the object holding it
+    (Any, b'["ok", {"k": ["x", "\\udfff"]}]', "inputs[1].k[1]"),
+    (dict[str, Any], b'[{"k": 1}, {"a": {"b": "\\ud83d"}}]', "inputs[1].a.b"),
+    (Prompt, b'[{"prompt": "a"}, {"messages": [{"role": "user", "content": "x\\ud800"}]}]',
+     "inputs[1].messages[0].content"),
 ])
-def test_a_lone_surrogate_at_any_depth_is_422_naming_the_item(item_type, raw, field):
+def test_a_lone_surrogate_at_any_depth_is_422_naming_the_string(item_type, raw, field):
     e = err(b'{"inputs": ' + raw + b"}", item_type)
     assert (e.status, e.field) == (422, field) and "not valid Unicode" in str(e)
     assert str(e).startswith(field + ": ")
+    assert str(e).count("inputs[") == 1   # the path is told once, in the field
     # A surrogate pair (an emoji written as two escapes) is valid Unicode, at any depth.
     assert parse_predict(b'{"inputs": [{"k": ["\\ud83d\\ude00"]}]}', Any) == [{"k": ["\U0001F600"]}]
 

@@ -85,3 +85,32 @@ def test_developer_is_taken_as_system_on_the_native_route():
     [item] = parse_predict(json.dumps({"inputs": [{"messages": [
         {"role": "developer", "content": "be brief"}]}]}).encode(), Prompt)
     assert item["messages"] == [{"role": "system", "content": "be brief"}]
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("max_new_tokens", "4"), ("max_new_tokens", True), ("max_new_tokens", 2.0),
+    ("seed", "3"), ("seed", 5.0), ("seed", False),
+    ("temperature", "0.5"), ("temperature", True), ("top_p", "1"), ("top_p", False),
+])
+def test_numbers_are_strict_a_string_bool_or_fraction_is_a_422_naming_the_field(field, value):
+    err = refused({"inputs": [{"prompt": "hi"}, {"prompt": "hi", field: value}]})
+    assert err.status == 422 and err.field == f"inputs[1].{field}"
+    assert f"got {value!r}" in str(err)
+
+
+def test_a_float_field_takes_an_integer_number():
+    [item] = parse_predict(json.dumps({"inputs": [{"prompt": "hi", "temperature": 1,
+                                                   "top_p": 1}]}).encode(), Prompt)
+    assert (item["temperature"], item["top_p"]) == (1.0, 1.0)
+    assert isinstance(item["temperature"], float)
+
+
+@pytest.mark.parametrize(("stop", "told"), [
+    ([""], "'' has 0"), (["ok", "x" * 65], "'" + "x" * 37 + "'... has 65"), ("y" * 70, "has 70"),
+])
+def test_a_bad_stop_string_is_told_once(stop, told):
+    err = refused({"inputs": [{"prompt": "hi", "stop": stop}]})
+    assert err.field == "inputs[0].stop"
+    assert str(err).startswith("inputs[0].stop: each stop string must have 1 to 64 characters; ")
+    assert told in str(err)
+    assert "got" not in str(err) and "Value error" not in str(err)

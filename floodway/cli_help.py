@@ -1,0 +1,32 @@
+"""The help texts of the `floodway` command (`floodway.cli`): each a summary (the command
+list shows it), then one paragraph per line (typer shows a later paragraph's line breaks
+as they are written)."""
+
+CLI_HELP = ("Serverless GPU model endpoints that survive traffic spikes: batched endpoints, "
+            "streaming ones (SSE or NDJSON; text generation with continuous batching), async "
+            "jobs and OpenAI-compatible routes.")
+BUILD_HELP = (
+    "Build cold-start artifacts: fetch, snapshot, export, optimize, compile, verify, publish."
+    "\n\n"
+    "A task=\"text-generation\" model (a GPT-2- or Llama-style decoder) exports to one ONNX "
+    "graph with its key/value cache, checked against PyTorch; the container runs it with "
+    "continuous batching.")
+SERVE_HELP = (
+    "Serve endpoints locally: a router on HOST:PORT and worker-process containers "
+    "(APP::ENDPOINT: that endpoint only; the others are not started and answer 404)."
+    "\n\n"
+    "POST /v1/ENDPOINT answers JSON; a streaming endpoint (a generator function) streams "
+    "with the header Accept: text/event-stream (SSE) or application/x-ndjson. "
+    "OpenAI-compatible routes beside them: /v1/models; /v1/embeddings for endpoints taking "
+    "str items; /v1/completions and /v1/chat/completions for streaming endpoints taking "
+    "fw.Prompt items (text generation).")
+SIMULATE_HELP = (
+    "Simulate an endpoint's warm pool and router over a trace, with its own config, the real "
+    "decide() and warm-pool policy: cold starts, latency, shed/spill, container-minutes, cost."
+    "\n\n"
+    "A streaming endpoint on a per-request trace with token columns (ContextTokens, "
+    "GeneratedTokens), or any endpoint with --generation, runs the generation simulator "
+    "(decide_stream, iteration-level containers at the priors' speed): time to first token, "
+    "tokens/s, first tokens within the deadline.")
+
+__all__ = ["BUILD_HELP", "CLI_HELP", "SERVE_HELP", "SIMULATE_HELP"]
