@@ -21,6 +21,7 @@ _EXPORTS = {
     "Array": "floodway.functions.items", "ArraySpec": "floodway.functions.items",
     "ImageSpec": "floodway.functions.items", "Image": "floodway.functions.images",
     "Batching": "floodway.config",
+    "Cache": "floodway.config",
     "Build": "floodway.config",
     "Generation": "floodway.config",
     "HFModel": "floodway.config",
@@ -44,7 +45,8 @@ _EXPORTS = {
 
 __all__ = [
     "Array", "ArraySpec", "Artifacts", "Image", "ImageSpec", "TensorSpec", "TorchModel",
-    "App", "ArtifactError", "Batching", "Build", "BuildError", "ConfigError", "Endpoint",
+    "App", "ArtifactError", "Batching", "Build", "BuildError", "Cache", "ConfigError",
+    "Endpoint",
     "EndpointError", "FloodwayError", "Generation", "HFModel", "Loaded", "LocalModel", "Problem",
     "Prompt",
     "RequestError", "Route", "Unauthorized", "Unavailable", "WarmPool", "Window", "__version__",
@@ -55,6 +57,7 @@ if TYPE_CHECKING:
     from floodway.config import (
         Batching,
         Build,
+        Cache,
         Generation,
         HFModel,
         LocalModel,

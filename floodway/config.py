@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from floodway.build.precision import DEVICE, PRECISIONS, REDUCED
 from floodway.checks import Config as _Config
 from floodway.checks import check_bool, check_int, check_num, is_int, is_num  # noqa: F401
 from floodway.errors import Problem
@@ -51,7 +52,17 @@ class Build(_Config):
     `parity_atol` is the largest absolute difference allowed between PyTorch and ONNX Runtime
     outputs at build time, on the task's own outputs (None: the task's tolerance, see
     `floodway.tasks`). `dtype` is the weights snapshot's dtype (the ONNX graph stays
-    float32; TensorRT picks reduced precision per GPU).
+    float32).
+
+    `precision` names the precisions built besides float32 (always built: the reference and
+    the fallback): "int8" (ONNX Runtime dynamic quantization, served on CPUs), "fp16" (a
+    float16 graph for ONNX Runtime CUDA, and fp16 TensorRT engines), "bf16" (bf16 TensorRT
+    engines; needs tensorrt=True). Each reduced artifact passes an accuracy gate against
+    float32 on the task's parity cases or fails the build (`floodway.build.precision_gate`):
+    embeddings by the smallest row cosine (>= `precision_min_cosine`), logits by top-1
+    agreement (>= `precision_min_top1`) and the largest logit error relative to the largest
+    logit (<= `precision_max_rel_err`); None takes the per-precision defaults of
+    `floodway.build.precision`. `task_problems` checks the combination with the endpoint.
     """
 
     onnx: bool = True
@@ -61,9 +72,21 @@ class Build(_Config):
     opset: int = 17
     parity_atol: float | None = None
     dtype: str = "float32"
+    precision: tuple[str, ...] = ("fp32",)
+    precision_min_cosine: float | None = None
+    precision_min_top1: float | None = None
+    precision_max_rel_err: float | None = None
+
+    def __post_init__(self) -> None:
+        # Accept a list or one name for `precision`; store a tuple (hashable).
+        if isinstance(self.precision, list):
+            object.__setattr__(self, "precision", tuple(self.precision))
+        elif isinstance(self.precision, str):
+            object.__setattr__(self, "precision", (self.precision,))
 
     def _check(self, out: list[Problem], p: str) -> None:
         check_bool(out, f"{p}.onnx", self.onnx)
+        self._check_precision(out, p)
         if self.dtype not in DTYPES:
             out.append(Problem(f"{p}.dtype", self.dtype, f"one of {', '.join(DTYPES)}"))
         check_bool(out, f"{p}.tensorrt", self.tensorrt)
@@ -76,6 +99,61 @@ class Build(_Config):
             out.append(Problem(f"{p}.onnx", self.onnx,
                                "True when tensorrt=True (engines are compiled from the "
                                "ONNX graph)"))
+
+    def _check_precision(self, out: list[Problem], p: str) -> None:
+        ok = isinstance(self.precision, tuple) and len(self.precision) > 0 and all(
+            v in PRECISIONS for v in self.precision) and len(set(self.precision)) == len(
+            self.precision)
+        if not ok:
+            out.append(Problem(f"{p}.precision", self.precision,
+                               f"a non-empty tuple of distinct values from {PRECISIONS}"))
+            return
+        for name in ("precision_min_cosine", "precision_min_top1"):
+            if getattr(self, name) is not None:
+                check_num(out, f"{p}.{name}", getattr(self, name), 0.0, 1.0, lo_open=True)
+        if self.precision_max_rel_err is not None:
+            check_num(out, f"{p}.precision_max_rel_err", self.precision_max_rel_err, 0.0,
+                      10.0, lo_open=True)
+        if self.onnx is False and any(v in REDUCED for v in self.precision):
+            out.append(Problem(f"{p}.precision", self.precision,
+                               "('fp32',) when onnx=False (reduced precisions are made from "
+                               "the ONNX graph)"))
+        if "fp16" in self.precision and "bf16" in self.precision:
+            out.append(Problem(f"{p}.precision", self.precision,
+                               "'fp16' or 'bf16', not both (a build compiles one TensorRT "
+                               "engine per GPU)"))
+        if "bf16" in self.precision and self.tensorrt is not True:
+            out.append(Problem(f"{p}.precision", self.precision,
+                               "no 'bf16' unless tensorrt=True (bf16 is a TensorRT engine "
+                               "precision; ONNX Runtime's CUDA provider lacks bfloat16 "
+                               "kernels for most operators)"))
+
+    def task_problems(self, task: object, gpu: object, own_runtime: bool,
+                      p: str = "build") -> list[Problem]:
+        """What is wrong with `precision` for an endpoint of `task` (a task name, None for
+        no model source) on `gpu` (None: CPU), with or without its own runtime."""
+        from floodway.tasks import PRECISION_METRICS
+
+        asked = [v for v in REDUCED if isinstance(self.precision, tuple)
+                 and v in self.precision]
+        if not asked:
+            return []
+        if own_runtime:
+            return [Problem(f"{p}.precision", self.precision,
+                            "('fp32',) for an endpoint with its own runtime (load= or no "
+                            "model source): floodway builds no graph for it to reduce")]
+        if task not in PRECISION_METRICS:
+            return [Problem(f"{p}.precision", self.precision,
+                            f"('fp32',) for task {task!r}: reduced precision is gated for "
+                            f"{', '.join(PRECISION_METRICS)} only (a user's module's outputs "
+                            "have no known metric; text generation keeps its cache in "
+                            "float32)")]
+        gpu_only = [v for v in asked if DEVICE[v] == "gpu"]
+        if gpu is None and gpu_only:
+            return [Problem(f"{p}.precision", self.precision,
+                            f"no {', '.join(map(repr, gpu_only))} on a CPU endpoint (gpu=None):"
+                            " those serve on GPUs only; 'int8' is the CPU precision")]
+        return []
 
 
 # ---------------------------------------------------------------- warm pools
@@ -273,7 +351,44 @@ class Generation(_Config):
         check_num(out, f"{p}.max_stream_s", self.max_stream_s, 0, 86400, lo_open=True)
 
 
+# ---------------------------------------------------------------- response cache
+
+MAX_CACHE_BYTES = 1 << 40
+MAX_CACHE_TTL_S = 30 * 86400
+# modal.Dict holds values of up to 100 MiB (https://modal.com/docs/reference/modal.Dict);
+# a cached output is far smaller, and a large one costs more to fetch than a model may.
+MAX_SHARED_ITEM_BYTES = 16 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Cache(_Config):
+    """The response cache of an endpoint (`floodway.cache`): exact match per item, keyed
+    by the endpoint, the key of the build serving it and the item's canonical JSON bytes.
+
+    The router keeps at most `max_bytes` bytes of outputs (and their keys) per endpoint,
+    least recently used first out, each for at most `ttl_s` seconds after it was stored.
+    `shared`: on Modal, also a `modal.Dict` shared by every router container (keys hashed,
+    values of at most `shared_max_item_bytes` bytes, entries older than `ttl_s` ignored);
+    locally it has no effect. Passed as ``@app.endpoint(cache=fw.Cache(...))``, or
+    ``cache=False`` for an endpoint whose outputs are not a function of its input (it
+    samples); on by default except on streaming endpoints.
+    """
+
+    max_bytes: int = 64 * 1024 * 1024
+    ttl_s: float = 3600.0
+    shared: bool = False
+    shared_max_item_bytes: int = 256 * 1024
+
+    def _check(self, out: list[Problem], p: str) -> None:
+        check_int(out, f"{p}.max_bytes", self.max_bytes, 1024, MAX_CACHE_BYTES)
+        check_num(out, f"{p}.ttl_s", self.ttl_s, 0, MAX_CACHE_TTL_S, lo_open=True)
+        check_bool(out, f"{p}.shared", self.shared)
+        check_int(out, f"{p}.shared_max_item_bytes", self.shared_max_item_bytes, 1,
+                  MAX_SHARED_ITEM_BYTES)
+
+
 __all__ = [
-    "VALIDATED_ENV", "Batching", "Build", "Generation", "HFModel", "LocalModel", "ModelSource",
+    "VALIDATED_ENV", "Batching", "Build", "Cache", "Generation", "HFModel", "LocalModel",
+    "ModelSource",
     "Route", "TensorSpec", "TorchModel", "WarmPool", "Window",
 ]

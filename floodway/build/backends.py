@@ -151,7 +151,8 @@ def open_runner(folder: Path, manifest: ManifestView, backend: str, files: tuple
         shapes = trt.profile_shapes(specs, manifest.max_batch_rows, manifest.max_seq_len,
                                     manifest.max_batch_rows)
         trt_provider = trt.ort_trt_provider(ort_trt_cache_root(),
-                                            manifest.artifacts[ONNX_FILE].sha256, shapes)
+                                            manifest.artifacts[ONNX_FILE].sha256, shapes,
+                                            fp16=manifest.passed("fp16", "gpu") is not None)
     return ort_runner(folder, files[0], files, cuda=backend != "onnxruntime-cpu",
                       threads=threads, mode=mode, trt_provider=trt_provider)
 

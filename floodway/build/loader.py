@@ -7,8 +7,13 @@
 `plan()` orders the artifact paths for the hardware found (a pure function of the manifest
 and a `HardwareInfo`):
 
-    TensorRT engine whose stamp matches  ->  ONNX Runtime CUDA  ->  ONNX Runtime CPU
-    (offline-optimized graph)  ->  PyTorch from the safetensors snapshot
+    TensorRT engine whose stamp matches  ->  ONNX Runtime CUDA (the fp16 graph, then the
+    float32 one)  ->  ONNX Runtime CPU (the int8 graph, then the offline-optimized one)
+    ->  PyTorch from the safetensors snapshot
+
+A reduced-precision artifact (`Build.precision`) is planned only on the device it serves
+on (int8 on the CPU, fp16/bf16 on a GPU) and only where the manifest records its accuracy
+gate as passed (`ManifestView.passed`); otherwise float32 is.
 
 `prepare()` does everything that needs no device, so that it can run before a memory
 snapshot (a Modal container takes its snapshot without a GPU): read and validate the
@@ -43,6 +48,7 @@ from floodway.build.backends import (
 from floodway.build.hardware import EngineStamp, HardwareInfo, detect, engine_usable
 from floodway.build.manifest_view import ManifestView
 from floodway.build.netfs import read_mode
+from floodway.build.precision import FP16, FP16_FILE, FP32, GRAPH_FILES, INT8, INT8_FILE
 from floodway.build.prefetch import (
     ONNX_DATA,
     ONNX_FILE,
@@ -93,6 +99,11 @@ def plan(manifest: ManifestView, hw: HardwareInfo) -> list[Choice]:
     for e in manifest.engines:
         ok, why = engine_usable(EngineStamp(e.tensorrt_version, e.compute_capability,
                                             e.gpu_name), hw)
+        if ok and e.precision != FP32:
+            gate = manifest.passed(e.precision, "gpu")
+            ok = gate is not None and gate.artifact == e.path
+            why = (f"{why}; {e.precision} gate passed: {gate.summary}" if ok
+                   else f"{e.precision} engine without a passed accuracy gate")
         out.append(Choice("tensorrt", (e.path,), ok and e.path in have, why))
     if not manifest.engines:
         out.append(Choice("tensorrt", (), False,
@@ -103,10 +114,19 @@ def plan(manifest: ManifestView, hw: HardwareInfo) -> list[Choice]:
         out.append(Choice("onnxruntime-tensorrt", graph, ok,
                           "ONNX Runtime's TensorRT provider" if ok else "no CUDA GPU"))
     cuda_ok = hw.has_cuda and ONNX_FILE in have
+    fp16 = manifest.passed(FP16, "gpu")
+    if fp16 is not None and FP16_FILE in have:
+        out.append(Choice("onnxruntime-cuda", tuple(f for f in GRAPH_FILES[FP16] if f in have),
+                          hw.has_cuda, f"fp16 graph, gate passed: {fp16.summary}"
+                          if hw.has_cuda else "no CUDA GPU or provider"))
     out.append(Choice("onnxruntime-cuda", graph, cuda_ok,
                       "CUDA provider available" if cuda_ok else "no CUDA GPU or provider"))
     # The offline-optimized graph holds CPU-specific fusions: use it on the CPU provider only.
     opt = tuple(f for f in (OPT_FILE, OPT_DATA) if f in have)
+    int8 = manifest.passed(INT8, "cpu")
+    if int8 is not None and INT8_FILE in have:
+        out.append(Choice("onnxruntime-cpu", (INT8_FILE,), True,
+                          f"int8 graph, gate passed: {int8.summary}"))
     if OPT_FILE in have:
         out.append(Choice("onnxruntime-cpu", opt, True, "offline-optimized graph"))
     out.append(Choice("onnxruntime-cpu", graph, ONNX_FILE in have,
@@ -140,14 +160,17 @@ class Prepared:
 
 
 def ahead_files(manifest: ManifestView, expect: str | None) -> tuple[str, ...]:
-    """The files the paths for the `expect`ed device would read: on "gpu", every engine and
-    the ONNX graph (for ONNX Runtime CUDA); on "cpu", the optimized and the plain graph;
-    on None, none."""
+    """The files the paths for the `expect`ed device would read: on "gpu", every engine, the
+    fp16 graph where its gate passed and the ONNX graph (for ONNX Runtime CUDA); on "cpu",
+    the int8 graph where its gate passed, the optimized and the plain graph; on None, none."""
     have = set(manifest.artifacts)
     if expect == "gpu":
-        names: tuple[str, ...] = (*(e.path for e in manifest.engines), ONNX_FILE, ONNX_DATA)
+        fp16 = GRAPH_FILES[FP16] if manifest.passed(FP16, "gpu") else ()
+        names: tuple[str, ...] = (*(e.path for e in manifest.engines), *fp16, ONNX_FILE,
+                                  ONNX_DATA)
     elif expect == "cpu":
-        names = (OPT_FILE, OPT_DATA, ONNX_FILE, ONNX_DATA)
+        int8 = GRAPH_FILES[INT8] if manifest.passed(INT8, "cpu") else ()
+        names = (*int8, OPT_FILE, OPT_DATA, ONNX_FILE, ONNX_DATA)
     else:
         names = ()
     return tuple(dict.fromkeys(n for n in names if n in have))

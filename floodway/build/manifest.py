@@ -58,6 +58,7 @@ class EngineEntry(_Model):
     compute_capability: str
     gpu_name: str
     profile: dict[str, list[int]]       # input name -> [min, opt, max] rows x seq flattened
+    precision: str = "fp32"             # "fp16" / "bf16": served only where its gate passed
 
 
 class ParityCheck(_Model):
@@ -74,6 +75,25 @@ class ParityCheck(_Model):
     max_abs_err: float
     atol: float
     passed: bool
+
+
+class PrecisionEntry(_Model):
+    """A reduced-precision artifact and its accuracy gate (`floodway.build.precision_gate`):
+    `artifact` (a graph file or an engine path), the `device` it serves on ("cpu" for int8,
+    "gpu" for fp16/bf16), the task's `metric`, the worst value of each measurement over the
+    parity cases (`measured`), the bounds it was held to (`tolerance`), each case's values,
+    where the gate ran and how the artifact was made. The loader serves it only if `passed`."""
+
+    precision: Literal["fp16", "bf16", "int8"]
+    device: Literal["cpu", "gpu"]
+    artifact: str
+    metric: str
+    measured: dict[str, float]
+    tolerance: dict[str, float]
+    cases: dict[str, dict[str, float]] = Field(default_factory=dict)
+    passed: bool
+    gated_on: str = ""
+    method: str = ""
 
 
 class TaskInfo(_Model):
@@ -126,6 +146,7 @@ class Manifest(_Model):
     parity: list[ParityCheck] = Field(default_factory=list)
     timings_s: dict[str, float] = Field(default_factory=dict)
     generation: GenerationInfo | None = None    # text-generation builds only
+    precisions: list[PrecisionEntry] = Field(default_factory=list)   # reduced artifacts
 
     def write(self, folder: Path) -> Path:
         path = folder / MANIFEST_NAME

@@ -17,6 +17,7 @@ from floodway.build.manifest import (
     IOSignature,
     Manifest,
     ParityCheck,
+    PrecisionEntry,
     SourceInfo,
     TaskInfo,
     TensorSpec,
@@ -60,7 +61,7 @@ def engine_entry(info: dict[str, Any], hw: Any) -> EngineEntry:
     return EngineEntry(path=info["path"], profile=info["profile"],
                        tensorrt_version=info["tensorrt_version"],
                        compute_capability=hw.compute_capability or "",
-                       gpu_name=hw.gpu_name or "")
+                       gpu_name=hw.gpu_name or "", precision=info.get("precision", "fp32"))
 
 
 def make_manifest(*, ep: Any, key: str, files: dict[str, str], tools: dict[str, str], hw: Any,
@@ -70,7 +71,8 @@ def make_manifest(*, ep: Any, key: str, files: dict[str, str], tools: dict[str, 
                   skipped: dict[str, str] | None = None,
                   parity: list[dict[str, Any]] | None = None,
                   timings: dict[str, float] | None = None,
-                  generation: dict[str, Any] | None = None) -> Manifest:
+                  generation: dict[str, Any] | None = None,
+                  precisions: list[dict[str, Any]] | None = None) -> Manifest:
     """The manifest of the build being published from `staging` (see `Manifest`)."""
     return Manifest(
         endpoint=ep.name, build_key=key, created_at=datetime.now(UTC).isoformat(),
@@ -82,7 +84,8 @@ def make_manifest(*, ep: Any, key: str, files: dict[str, str], tools: dict[str, 
         io=io_signature(io), max_seq_len=max_seq_len, artifacts=artifacts_of(staging),
         engines=engines or [], skipped=skipped or {},
         parity=[ParityCheck(**c) for c in parity or []], timings_s=timings or {},
-        generation=GenerationInfo(**generation) if generation else None)
+        generation=GenerationInfo(**generation) if generation else None,
+        precisions=[PrecisionEntry(**p) for p in precisions or []])
 
 
 __all__ = ["artifacts_of", "engine_entry", "io_signature", "make_manifest", "source_info",

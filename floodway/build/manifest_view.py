@@ -34,6 +34,19 @@ class EngineRef:
     tensorrt_version: str
     compute_capability: str
     gpu_name: str
+    precision: str = "fp32"
+
+
+@dataclass(frozen=True)
+class PrecisionRef:
+    """A reduced-precision artifact's gate (`manifest.PrecisionEntry`): what the loader
+    needs to decide whether to serve it."""
+
+    precision: str
+    device: str
+    artifact: str
+    passed: bool
+    summary: str = ""       # the measurements against their bounds, for the load log
 
 
 @dataclass(frozen=True)
@@ -74,6 +87,12 @@ class ManifestView:
     labels: tuple[str, ...] = ()
     factory: str | None = None      # a user's module: "pkg.module:factory"
     generation: GenerationRef | None = None     # text-generation builds only
+    precisions: tuple[PrecisionRef, ...] = ()
+
+    def passed(self, precision: str, device: str) -> PrecisionRef | None:
+        """The passed gate of `precision` for `device` ("cpu" / "gpu"), if any."""
+        return next((r for r in self.precisions if r.precision == precision
+                     and r.device == device and r.passed), None)
 
     @classmethod
     def parse(cls, raw: bytes | str) -> ManifestView:
@@ -113,8 +132,10 @@ class ManifestView:
         engines = []
         for i, e in enumerate(_list(d.get("engines", []), "engines")):
             e = _obj(e, f"engines[{i}]")
-            ref = EngineRef(*(_str(e.get(k), f"engines[{i}].{k}") for k in
-                              ("path", "tensorrt_version", "compute_capability", "gpu_name")))
+            ref = EngineRef(*(_str(e.get(k, "fp32" if k == "precision" else None),
+                                   f"engines[{i}].{k}") for k in
+                              ("path", "tensorrt_version", "compute_capability", "gpu_name",
+                               "precision")))
             _rel_path(ref.path, f"engines[{i}].path")
             engines.append(ref)
         skipped = _obj(d.get("skipped", {}), "skipped")
@@ -133,7 +154,27 @@ class ManifestView:
                             for k, v in skipped.items()},
                    task=_str(task.get("name", "feature-extraction"), "task.name"),
                    runtime=runtime, input_specs=specs, outputs=outputs, labels=labels,
-                   factory=_factory(d), generation=_generation(d.get("generation")))
+                   factory=_factory(d), generation=_generation(d.get("generation")),
+                   precisions=tuple(_precision(i, p) for i, p in
+                                    enumerate(_list(d.get("precisions", []), "precisions"))))
+
+
+def _precision(i: int, v: Any) -> PrecisionRef:
+    p = _obj(v, f"precisions[{i}]")
+    name, device = p.get("precision"), p.get("device")
+    if name not in ("fp16", "bf16", "int8") or device not in ("cpu", "gpu"):
+        raise ArtifactError(f"manifest.json: precisions[{i}] = {name!r} on {device!r} is not "
+                            "a reduced precision on 'cpu' or 'gpu'")
+    artifact = _str(p.get("artifact"), f"precisions[{i}].artifact")
+    _rel_path(artifact, f"precisions[{i}].artifact")
+    passed = p.get("passed")
+    if not isinstance(passed, bool):
+        raise ArtifactError(f"manifest.json: precisions[{i}].passed = {passed!r} is not a bool")
+    measured = _obj(p.get("measured", {}), f"precisions[{i}].measured")
+    bounds = _obj(p.get("tolerance", {}), f"precisions[{i}].tolerance")
+    summary = ", ".join(f"{k} {v:.4g} (bound {bounds.get(k)})" for k, v in measured.items()
+                        if isinstance(v, (int, float)))
+    return PrecisionRef(name, device, artifact, passed, summary)
 
 
 def _generation(v: Any) -> GenerationRef | None:

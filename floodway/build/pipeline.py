@@ -1,4 +1,5 @@
-"""The build pipeline: fetch -> snapshot -> export -> optimize -> compile -> verify -> publish.
+"""The build pipeline: fetch -> snapshot -> export -> optimize -> compile -> verify -> precision
+-> publish (precision only where `Build.precision` asks for int8, fp16 or bf16).
 
 What is exported, and how parity is checked, comes from the source's task
 (`floodway.tasks`). An endpoint that brings its own runtime (`load=`, or no model source)
@@ -28,6 +29,7 @@ from typing import Any
 from floodway.build.fetch import fetch
 from floodway.build.hardware import HardwareInfo, detect
 from floodway.build.manifest_view import ManifestView
+from floodway.build.precision import engine_precision, reduced
 from floodway.build.prefetch import ONNX_FILE, OPT_FILE, sha256_path
 from floodway.build.stages import StageCache, link_into, stage_key
 from floodway.build.store import ArtifactStore
@@ -36,10 +38,12 @@ from floodway.sources import TorchModel
 
 # The stage code (torch, numpy, onnx, pydantic) is imported only when a stage runs, so that an
 # unchanged rebuild stays well under a second.
-STAGES = ("fetch", "snapshot", "export", "optimize", "compile", "verify", "publish")
+STAGES = ("fetch", "snapshot", "export", "optimize", "compile", "verify", "precision",
+          "publish")
 TOOLCHAIN = ("floodway", "torch", "transformers", "onnx", "onnxruntime", "tokenizers",
              "safetensors", "tensorrt")
 IO_FILE = "io.json"          # the export stage's record of the graph's io signature
+PRECISION_RECORD = "precision.json"     # the precision stage's gate records
 
 Report = Callable[[str, str], None]
 
@@ -162,11 +166,16 @@ class _Build:
         exp = stage_key("export", snap, b.opset, t["torch"], t["onnx"], b.max_seq_len)
         opt = stage_key("optimize", exp, t["onnxruntime"])
         comp = stage_key("compile", exp, t["tensorrt"], self.hw.sm, b.max_batch_rows,
-                         b.max_seq_len, self.ep.batching.max_batch_rows)
+                         b.max_seq_len, self.ep.batching.max_batch_rows,
+                         engine_precision(b.precision))
         ver = stage_key("verify", exp, opt, self.atol, b.max_batch_rows, b.max_seq_len,
                         t["onnxruntime"], t["transformers"])
+        # The gate's verdict depends on where it ran: the CUDA provider or the CPU one.
+        prec = stage_key("precision", exp, opt, comp, b.precision, b.precision_min_cosine,
+                         b.precision_min_top1, b.precision_max_rel_err, b.max_batch_rows,
+                         b.max_seq_len, t["onnxruntime"], t["onnx"], self.hw.has_cuda)
         return {"snapshot": snap, "export": exp, "optimize": opt, "compile": comp,
-                "verify": ver}
+                "verify": ver, "precision": prec}
 
     def run(self, force: bool) -> BuildResult:
         ep = self.ep
@@ -221,10 +230,26 @@ class _Build:
         ver = self.stage("verify", keys["verify"], lambda d: self._verify(exp, opt, io, d),
                          f"parity PyTorch vs ONNX Runtime on {self.task.name} outputs "
                          "(plain and optimized graphs)")
+        prec = self._precision(keys["precision"], exp, opt, io, comp)
         self.say("publish", f"{self.ep.name}/{key}")
-        parts = (snap, exp, opt) + ((comp,) if comp else ())
+        parts = (snap, exp, opt) + ((comp,) if comp else ()) + ((prec,) if prec else ())
         return self.publish(key, files, parts, lambda staging: self._manifest(
-            key, files, io, staging, ver, comp))
+            key, files, io, staging, ver, comp, prec))
+
+    def _precision(self, key: str, exp: Path, opt: Path, io: dict[str, Any],
+                   comp: Path | None) -> Path | None:
+        """The precision stage (`floodway.build.precision_gate`), where Build.precision
+        asks for a reduced precision: its reduced graphs and their gate records."""
+        asked = reduced(self.ep.build)
+        if not asked:
+            return None
+        from floodway.build import precision_gate
+
+        engine = ((comp, json.loads((comp / "engine.json").read_text()))
+                  if comp is not None else None)
+        return self.stage("precision", key,
+                          lambda d: precision_gate.produce(self, d, exp, opt, io, engine),
+                          f"{', '.join(asked)} vs float32 on {self.task.name} parity cases")
 
     def publish(self, key: str, files: dict[str, str], parts: tuple[Path, ...],
                 manifest: Callable[[Path], Any]) -> Path:
@@ -234,7 +259,7 @@ class _Build:
         try:
             for part in parts:
                 link_into(part, staging)
-            for name in (IO_FILE, "engine.json"):
+            for name in (IO_FILE, "engine.json", PRECISION_RECORD):
                 (staging / name).unlink(missing_ok=True)
             if (self.task and self.task.files_dir and self.folder is not None
                     and not self.ep.own_runtime):
@@ -274,7 +299,8 @@ class _Build:
                                     self.ep.batching.max_batch_rows)
         rel = (f"engines/trt-{self.hw.tensorrt_version}/{self.hw.sm}/"
                f"{trt.profile_id(shapes)}/model.plan")
-        info = trt.compile_engine(exp / ONNX_FILE, d / rel, shapes)
+        info = trt.compile_engine(exp / ONNX_FILE, d / rel, shapes,
+                                  precision=engine_precision(b.precision))
         (d / "engine.json").write_text(json.dumps({"path": rel, "profile": shapes, **info}))
 
     def _verify(self, exp: Path, opt: Path, io: dict[str, Any], d: Path) -> None:
@@ -300,17 +326,21 @@ class _Build:
             "max_seq_len": max_len, "checks": checks, "labels": list(task.labels(ctx))}))
 
     def _manifest(self, key: str, files: dict[str, str], io: dict[str, Any], staging: Path,
-                  ver: Path, comp: Path | None) -> Any:
+                  ver: Path, comp: Path | None, prec: Path | None = None) -> Any:
         from floodway.build.manifest_build import engine_entry, make_manifest, task_info
 
         parity = json.loads((ver / "parity.json").read_text())
+        if prec is not None:
+            record = json.loads((prec / PRECISION_RECORD).read_text())
+            self.skipped.update({f"precision:{k}": v for k, v in record["skipped"].items()})
         engines = ([engine_entry(json.loads((comp / "engine.json").read_text()), self.hw)]
                    if comp is not None else [])
         return make_manifest(ep=self.ep, key=key, files=files, tools=self.tools, hw=self.hw,
                              staging=staging, io=io, max_seq_len=parity["max_seq_len"],
                              task=task_info(self.task, self.atol, tuple(parity["labels"])),
                              engines=engines, skipped=self.skipped, parity=parity["checks"],
-                             timings=self.timings, generation=self._generation_info())
+                             timings=self.timings, generation=self._generation_info(),
+                             precisions=record["records"] if prec is not None else [])
 
     def _generation_info(self) -> dict[str, Any] | None:
         info = getattr(self.task, "generation_info", None)

@@ -24,6 +24,7 @@ ONNX_FILE = "model.onnx"
 ONNX_DATA = "model.onnx.data"
 OPT_FILE = "model.opt.onnx"
 OPT_DATA = "model.opt.onnx.data"
+INT8_FILE = "model.int8.onnx"   # floodway.build.precision.INT8_FILE (not imported: cold start)
 
 
 def sha256_path(path: Path, mode: str = "read") -> str:
@@ -131,8 +132,13 @@ class Prefetch:
             self.max_seq_len = int(raw.get("max_seq_len", 0))
             self.tok_files = tuple(r for r in arts if r.startswith(("tokenizer/", "processor/")))
             self.has_tokenizer = "tokenizer/tokenizer.json" in arts
-            if OPT_FILE in arts:
+            if INT8_FILE in arts and any(
+                    r.get("precision") == "int8" and r.get("device") == "cpu"
+                    and r.get("passed") is True for r in raw.get("precisions", [])):
+                files: tuple[str, ...] = (INT8_FILE,)   # what the loader plans first on CPU
+            else:
                 files = tuple(f for f in (OPT_FILE, OPT_DATA) if f in arts)
+            if files:
                 # a short file would make ORT fail: leave it to load() to report
                 if all((self.folder / r).stat().st_size == arts[r]["bytes"] for r in files):
                     self.files = files
@@ -166,7 +172,7 @@ class Prefetch:
             self.error = e
 
     def _session(self) -> None:
-        self.runner = ort_runner(self.folder, OPT_FILE, self.files, cuda=False,
+        self.runner = ort_runner(self.folder, self.files[0], self.files, cuda=False,
                                  threads=self.threads, mode=self.mode)
 
     def _hash(self) -> None:

@@ -71,10 +71,13 @@ def profile_id(shapes: dict[str, list[int]]) -> str:
 
 
 def compile_engine(onnx_path: Path, plan_path: Path, shapes: dict[str, list[int]], *,
-                   fp16: bool = True) -> dict[str, Any]:
-    """Build and serialize an engine; returns {"tensorrt_version", "seconds"}.
+                   precision: str = "fp32") -> dict[str, Any]:
+    """Build and serialize an engine; returns {"tensorrt_version", "seconds", "precision"}.
 
-    Raises BuildError('compile') when parsing or building fails.
+    `precision` "fp16" / "bf16": TensorRT 10 sets the builder flag; TensorRT 11 (strongly
+    typed, no precision flags) parses the graph converted to that type
+    (`floodway.build.quantize.convert_float`). Raises BuildError('compile') when parsing or
+    building fails.
     """
     import time
 
@@ -82,6 +85,14 @@ def compile_engine(onnx_path: Path, plan_path: Path, shapes: dict[str, list[int]
 
     t0 = time.perf_counter()
     major = trt_major(trt)
+    if precision != "fp32" and major >= 11:
+        from floodway.build.quantize import convert_float
+
+        typed = plan_path.parent.parent / f"typed-{precision}.onnx"
+        typed.parent.mkdir(parents=True, exist_ok=True)
+        convert_float(onnx_path.parent, onnx_path.name, onnx_path.name + ".data", typed,
+                      precision)
+        onnx_path = typed
     logger = trt.Logger(trt.Logger.WARNING)
     builder = trt.Builder(logger)
     flags = 0
@@ -94,8 +105,8 @@ def compile_engine(onnx_path: Path, plan_path: Path, shapes: dict[str, list[int]
         raise BuildError("compile", f"TensorRT could not parse {onnx_path.name}: {errs}")
     config = builder.create_builder_config()
     config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, WORKSPACE_BYTES)
-    if fp16 and major < 11 and builder.platform_has_fast_fp16:
-        config.set_flag(trt.BuilderFlag.FP16)
+    if precision != "fp32" and major < 11:
+        config.set_flag(trt.BuilderFlag.FP16 if precision == "fp16" else trt.BuilderFlag.BF16)
     profile = builder.create_optimization_profile()
     for name, s in shapes.items():
         profile.set_shape(name, *split_profile(s))
@@ -109,7 +120,11 @@ def compile_engine(onnx_path: Path, plan_path: Path, shapes: dict[str, list[int]
     plan_path.parent.mkdir(parents=True, exist_ok=True)
     plan_path.write_bytes(bytes(serialized))
     cache_path.write_bytes(bytes(config.get_timing_cache().serialize()))
-    return {"tensorrt_version": str(trt.__version__), "seconds": time.perf_counter() - t0}
+    if onnx_path.name.startswith("typed-"):
+        onnx_path.unlink(missing_ok=True)
+        (onnx_path.parent / (onnx_path.name + ".data")).unlink(missing_ok=True)
+    return {"tensorrt_version": str(trt.__version__), "seconds": time.perf_counter() - t0,
+            "precision": precision}
 
 
 def _check(err: Any) -> None:
@@ -187,11 +202,12 @@ def engine_runner(plan_path: Path, manifest: Any, data: bytes | None = None):
 
 
 def ort_trt_provider(cache_root: Path, model_sha256: str, shapes: dict[str, list[int]],
-                     fp16: bool = True) -> tuple[str, dict[str, str]]:
+                     fp16: bool = False) -> tuple[str, dict[str, str]]:
     """ONNX Runtime's TensorRT execution provider options, its engine cache keyed by the
     model's hash (from the manifest), so a changed model never reuses a stale engine
-    (ORT docs: TensorRT EP ``trt_engine_cache_path``, ``trt_profile_*_shapes``)."""
-    cache = cache_root / "ort-trt" / model_sha256[:16]
+    (ORT docs: TensorRT EP ``trt_engine_cache_path``, ``trt_profile_*_shapes``). `fp16`:
+    only where the build's fp16 artifact passed its accuracy gate (the loader decides)."""
+    cache = cache_root / "ort-trt" / (model_sha256[:16] + ("-fp16" if fp16 else ""))
     cache.mkdir(parents=True, exist_ok=True)
 
     def fmt(i: int) -> str:

@@ -17,7 +17,9 @@ it is). Then one CPU function ``router`` serving
 `make_asgi_app` (the local router's HTTP surface) with `ModalBackend`
 (`floodway.deploy.modal_router`: the same `decide()`, fed by Modal's stats) and `ModalJobs`,
 reading its API keys from the named Secret ``floodway-router-keys`` (a deploy fails while
-it is missing; or public, with ``public_router=True``), and one CPU function
+it is missing; or public, with ``public_router=True``), with the artifact Volume mounted
+read-only for the response cache's build keys and the ``floodway-cache`` Dict as its shared
+tier when an endpoint asks (`floodway.deploy.modal_cache`), and one CPU function
 ``run_job(endpoint, inputs) -> outputs`` that async jobs are spawned on (a class with a
 batched method may have no other method).
 Constructing all this is offline: no Modal token, no network.
@@ -145,7 +147,8 @@ def to_modal(fw_app: App, *, volume_name: str = "floodway-artifacts",
     job_fn = _add_job_function(app, fw_app, module, serving_image, classes)
     keys_secret = None if public_router else router_keys_secret
     _add_router(app, fw_app, module, serving_image, classes, job_fn,
-                _router_secrets(keys_secret, public_router, router_secrets))
+                _router_secrets(keys_secret, public_router, router_secrets),
+                rw_volume.with_mount_options(read_only=True), artifacts_path)
     record_router_keys(app, keys_secret)
     for spec in warmer_plan(fw_app):
         warmer = warmer_function(fw_app, spec, classes)
@@ -256,11 +259,15 @@ def _add_job_function(app: modal.App, fw_app: App, module: str, image: modal.Ima
 
 def _add_router(app: modal.App, fw_app: App, module: str, image: modal.Image,
                 classes: dict[str, Any], job_fn: modal.Function,
-                router_secrets: Sequence[modal.Secret]) -> None:
+                router_secrets: Sequence[modal.Secret], volume: modal.Volume,
+                artifacts_path: str) -> None:
     """The ``router`` web endpoint (`make_asgi_app` over `ModalBackend` and `ModalJobs`),
-    installed in `module`."""
+    installed in `module`; the artifact Volume mounted read-only, where the response cache
+    reads the build keys (`floodway.deploy.modal_cache`)."""
 
     def router():
+        from floodway.deploy.modal_build import _store_root
+        from floodway.deploy.modal_cache import DeployedBuilds, shared_cache
         from floodway.deploy.modal_jobs import ModalJobs
         from floodway.deploy.modal_kv import ModalDictKV
         from floodway.deploy.modal_router import router_api_keys
@@ -268,14 +275,17 @@ def _add_router(app: modal.App, fw_app: App, module: str, image: modal.Image,
         from floodway.http.app import make_asgi_app
 
         arrivals = ArrivalRecorder(fw_app.name, ModalDictKV(TRAFFIC_DICT))
+        builds = DeployedBuilds(_store_root(artifacts_path))
         return make_asgi_app(fw_app, ModalBackend(fw_app, classes), jobs=ModalJobs(job_fn),
-                             api_keys=router_api_keys(), on_arrival=arrivals.record)
+                             api_keys=router_api_keys(), on_arrival=arrivals.record,
+                             build_key=builds.key, shared_cache=shared_cache(fw_app))
 
     make_global(router, ROUTER_NAME, module)
     # Keep a router warm when any endpoint keeps a GPU warm, else the router's cold start
     # would sit in front of the warm GPU.
     router_min = 1 if any(ep.warm.min_containers > 0 for ep in fw_app) else 0
-    web = app.function(image=image, min_containers=router_min, secrets=list(router_secrets))(
+    web = app.function(image=image, min_containers=router_min, secrets=list(router_secrets),
+                       volumes={artifacts_path: volume})(
         modal.concurrent(max_inputs=ROUTER_MAX_INPUTS)(modal.asgi_app()(router)))
     install(module, ROUTER_NAME, web)
 

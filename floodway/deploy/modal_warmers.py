@@ -14,11 +14,18 @@ whose edges do not fit a few crons: `floodway.deploy.modal_crons`).
 start and batch time, or a streaming endpoint's generation fits (the ``floodway-stats`` Dict
 the GPU classes and routers write, `measured_of`), the per-minute history (predictive
 endpoints only, from the ``floodway-traffic`` Dict: `floodway.deploy.modal_traffic`) and the
-policy state (``floodway-warm``, JSON via `PolicyState.to_dict`), compute
-``desired(now, history, ep.warm, measured, state)``, and call the autoscaler only when the
-settings differ from the last ones applied (kept in ``floodway-warm``), or those are older
-than `REAPPLY_S`. A cron body never applies its `CronCall`'s number blindly: windows may
-overlap, and the config floor and the predictive policy add to it.
+policy state (``floodway-warm``, JSON via `PolicyState.to_dict`) and the backlog, compute
+``desired(now, history, ep.warm, measured, state, backlog=...)``, and call the autoscaler
+only when the settings differ from the last ones applied (kept in ``floodway-warm``), or
+those are older than `REAPPLY_S`. A cron body never applies its `CronCall`'s number
+blindly: windows may overlap, and the config floor and the predictive policy add to it.
+
+The backlog (`class_backlog`): where Modal's job queue keeps its work. A job is a call of
+``run_job``, a CPU function with many inputs per container, which sends the job's rows to
+the endpoint's class at once (``predict.remote.aio`` per row): so a backlog of jobs waits in
+the class's input queue, whose size is its ``get_current_stats().backlog`` (rows, sync rows
+too). As demand (`floodway.warmers.target.backlog_part`) it asks for the containers that drain
+it within a cold start, up to ``max_containers``.
 
 What is applied (`autoscaler_settings`): ``min_containers`` = the target's floor,
 ``scaledown_window`` = its scaledown window, and ``buffer_containers`` = the config's buffer
@@ -179,12 +186,32 @@ class Applied:
         return asdict(self)
 
 
+def class_backlog(classes: Mapping[str, Any]) -> Callable[[Endpoint], int]:
+    """endpoint -> rows waiting in its class's input queue (see the module doc): the stats
+    of ``stream`` for a streaming endpoint, else of ``predict``, as the router reads them
+    (`floodway.deploy.modal_router`). Raises what Modal raises."""
+    def backlog(ep: Endpoint) -> int:
+        obj = classes[ep.name]()
+        method = obj.stream if ep.streaming else obj.predict
+        return int(method.get_current_stats().backlog)
+    return backlog
+
+
+def backlog_requests(ep: Endpoint, stats: Store, rows: int) -> float:
+    """`rows` queued as the requests `measured_of` counts: over the rows per request a
+    router measured (``service:<endpoint>``; 1 without, and for a streaming endpoint)."""
+    svc = None if ep.streaming else stats.get(service_key(ep.name))
+    return rows / max(float((svc or {}).get("rows_per_request", 1.0)), 1e-9)
+
+
 def apply_target(ep: Endpoint, app: str, now_s: float, *, autoscale: Autoscale, stores: Stores,
-                 history: History | None = None, force: bool = False) -> Applied:
+                 history: History | None = None, force: bool = False,
+                 backlog_rows: int = 0) -> Applied:
     """Compute `ep`'s target at `now_s` and apply it if it changed (see the module doc).
 
     `history`: the endpoint's arrivals (None: read them when the endpoint is predictive, else
     none are needed). `force`: call the autoscaler even when unchanged (after a deploy).
+    `backlog_rows`: rows waiting in the class's queue (`class_backlog`), counted as demand.
     Raises what the stores or `autoscale` raise; the state and the last settings are stored
     only after a successful call.
     """
@@ -195,7 +222,8 @@ def apply_target(ep: Endpoint, app: str, now_s: float, *, autoscale: Autoscale, 
     state_key, applied_key = ("state", app, ep.name), ("applied", app, ep.name)
     raw_state = stores.warm.get(state_key)
     state = PolicyState.from_dict(json.loads(raw_state) if raw_state else None)
-    target, new_state = desired(now_s, history, ep.warm, measured, state, params=TICK_PARAMS)
+    target, new_state = desired(now_s, history, ep.warm, measured, state, params=TICK_PARAMS,
+                                backlog=backlog_requests(ep, stores.stats, backlog_rows))
     settings = autoscaler_settings(target, ep)
     reason = _reason(target, settings)
     last = stores.warm.get(applied_key) or {}
@@ -211,12 +239,14 @@ def apply_target(ep: Endpoint, app: str, now_s: float, *, autoscale: Autoscale, 
 
 
 def run_warmer(fw_app: App, endpoints: Sequence[str], *, autoscale: Autoscale, stores: Stores,
-               now_s: float | None = None, force: bool = False,
-               prune: bool = False) -> list[Applied]:
+               now_s: float | None = None, force: bool = False, prune: bool = False,
+               backlog: Callable[[Endpoint], int] | None = None) -> list[Applied]:
     """The body of every warmer: `apply_target` for each of `endpoints` (unknown names are
     skipped), reading the traffic Dict once for all predictive ones. One endpoint's failure is
     logged and reported in its `Applied.error`; the others still run. `prune`: also delete
-    stale router keys (the tick does). `now_s`: unix seconds (default: the clock)."""
+    stale router keys (the tick does). `now_s`: unix seconds (default: the clock).
+    `backlog`: endpoint -> rows in its queue (`class_backlog`; None: none read); a failed
+    read counts no backlog (logged), the target is still applied."""
     now_s = time.time() if now_s is None else now_s
     eps = [fw_app.endpoints[n] for n in endpoints if n in fw_app.endpoints]
     predictive = [ep.name for ep in eps if ep.warm.predictive]
@@ -232,11 +262,22 @@ def run_warmer(fw_app: App, endpoints: Sequence[str], *, autoscale: Autoscale, s
     for ep in eps:
         try:
             out.append(apply_target(ep, fw_app.name, now_s, autoscale=autoscale, stores=stores,
-                                    history=histories.get(ep.name), force=force))
+                                    history=histories.get(ep.name), force=force,
+                                    backlog_rows=_backlog_of(ep, backlog)))
         except Exception as e:  # noqa: BLE001 - one endpoint must not stop the others
             log.warning("warmer: endpoint %s: %s: %s", ep.name, type(e).__name__, e)
             out.append(Applied(ep.name, {}, False, "", f"{type(e).__name__}: {e}"))
     return out
+
+
+def _backlog_of(ep: Endpoint, backlog: Callable[[Endpoint], int] | None) -> int:
+    if backlog is None:
+        return 0
+    try:
+        return max(0, int(backlog(ep)))
+    except Exception as e:  # noqa: BLE001 - stats are advisory: the rest of the target holds
+        log.warning("warmer: endpoint %s: backlog unknown: %s: %s", ep.name, type(e).__name__, e)
+        return 0
 
 
 def warmer_function(fw_app: App, spec: WarmerSpec, classes: Mapping[str, Any],
@@ -248,7 +289,8 @@ def warmer_function(fw_app: App, spec: WarmerSpec, classes: Mapping[str, Any],
 
     def warm() -> list[dict]:
         applied = run_warmer(fw_app, spec.endpoints, autoscale=class_autoscale(classes),
-                             stores=modal_stores(), prune=prune)
+                             stores=modal_stores(), prune=prune,
+                             backlog=class_backlog(classes))
         for a in applied:
             print(f"{spec.name}: {summary_line(a)}", flush=True)
         return [a.as_dict() for a in applied]
@@ -293,7 +335,8 @@ def deploy_and_apply(module_app: Any, fw_app: App, *, now_s: float | None = None
 __all__ = [
     "BOOT_S", "STATS_DICT", "TICK_NAME", "TRAFFIC_DICT", "WARM_DICT", "Applied",
     "ArrivalRecorder", "MemoryStore", "Store", "Stores", "WarmerSpec", "apply_target",
-    "autoscaler_settings", "capped_buffer", "class_autoscale", "credentials_configured",
+    "autoscaler_settings", "backlog_requests", "capped_buffer", "class_autoscale",
+    "class_backlog", "credentials_configured",
     "credentials_problem", "deploy_and_apply",
     "deployed_autoscale", "edge_measured", "measured_of", "modal_deploy", "modal_stores",
     "run_warmer", "scan_traffic", "summary_line", "warmer_function", "warmer_plan",

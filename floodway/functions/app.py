@@ -8,9 +8,9 @@ at import beyond that: builds, servers and Modal objects are made by whoever con
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, Literal
 
-from floodway.config import Batching, Build, Generation, Route, WarmPool
+from floodway.config import Batching, Build, Cache, Generation, Route, WarmPool
 from floodway.errors import ConfigError, Problem
 from floodway.functions.endpoint import Endpoint, make_endpoint
 from floodway.sources import ModelSource
@@ -36,6 +36,7 @@ class App:
                  batching: Batching | None = None, gpu_memory_snapshot: bool = False,
                  load: Callable[[Any], Any] | None = None,
                  generation: Generation | None = None,
+                 cache: Cache | Literal[False] | None = None,
                  ) -> Callable[[Callable[..., Any]], Endpoint]:
         """Define an endpoint from a function `fn(model, inputs: list[T]) -> list[R]`.
 
@@ -55,7 +56,9 @@ class App:
         clients that ask (SSE, NDJSON) and combined for those that do not
         (`floodway.functions.streams.combine`). `generation` (`fw.Generation`, default for
         a streaming endpoint; a ConfigError on another): its sequences per container, the
-        cap of a request's new tokens, how long a stream may run.
+        cap of a request's new tokens, how long a stream may run. `cache`: the response
+        cache (`fw.Cache`; None: the default, on except for streaming endpoints; False: off,
+        for a function whose outputs are not a function of its inputs).
         Raises ConfigError naming the endpoint, each bad field, its value and the allowed range.
         """
 
@@ -64,7 +67,7 @@ class App:
                                warm=warm or WarmPool(), route=route or Route(),
                                batching=batching or Batching(),
                                gpu_memory_snapshot=gpu_memory_snapshot, load=load,
-                               generation=generation)
+                               generation=generation, cache=cache)
             if ep.name in self._endpoints:
                 used = Problem("name", ep.name, f"a name not already used in App {self.name!r}")
                 raise ConfigError(ep.name, [used])

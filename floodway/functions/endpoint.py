@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from floodway.config import Batching, Build, Generation, Route, WarmPool
+from floodway.config import Batching, Build, Cache, Generation, Route, WarmPool
 from floodway.errors import ConfigError, Problem
 from floodway.functions.items import (
     ITEM_TYPES,
@@ -47,7 +47,8 @@ class Endpoint:
     when there is neither `load` nor a model source. `input_type` is T (from the annotation,
     `Annotated` metadata kept; `Any` if absent) and is what the router validates each item of
     a request's ``inputs`` against. `gpu_memory_snapshot`: on Modal, the GPU's memory is
-    snapshotted too (only with `gpu`; see `floodway.deploy.modal_worker`).
+    snapshotted too (only with `gpu`; see `floodway.deploy.modal_worker`). `cache`: its
+    response cache (`floodway.cache`), None when off.
     """
 
     name: str
@@ -62,6 +63,7 @@ class Endpoint:
     gpu_memory_snapshot: bool = False
     load: Callable[[Any], Any] | None = None
     generation: Generation | None = None
+    cache: Cache | None = None
 
     def __call__(self, model: Any, inputs: list[Any]) -> list[Any]:
         return self.fn(model, inputs)
@@ -240,10 +242,33 @@ def _check_load(load: object, model: object, build: object, out: list[Problem]) 
                                                    "(floodway builds no graph for it)"))
 
 
+def _check_cache(cache: object, fn: Callable[..., Any], out: list[Problem]) -> Cache | None:
+    """The endpoint's response cache: `cache` None -> the default (`Cache()`, none for a
+    streaming endpoint: its outputs are sampled), False -> none, a `Cache` -> itself (not
+    on a streaming endpoint)."""
+    streams = is_streaming(fn)
+    if cache is None:
+        return None if streams else Cache()
+    if cache is False:
+        return None
+    if not isinstance(cache, Cache):
+        out.append(Problem("cache", cache, "None (the default), False (off) or "
+                                           "fw.Cache(...)"))
+        return None
+    if streams:
+        out.append(Problem("cache", cache, "None or False on a streaming endpoint (a function "
+                                           "that yields): its outputs are sampled, so the "
+                                           "response cache serves only endpoints that return "
+                                           "their outputs"))
+        return None
+    out.extend(cache.problems("cache"))
+    return cache
+
+
 def make_endpoint(fn: Callable[..., Any], *, name: str | None, model: object, build: object,
                   gpu: object, warm: object, route: object, batching: object,
                   gpu_memory_snapshot: object = False, load: object = None,
-                  generation: object = None) -> Endpoint:
+                  generation: object = None, cache: object = None) -> Endpoint:
     """Validate everything about one definition and return its Endpoint.
 
     Raises ConfigError listing every problem found (not just the first).
@@ -275,6 +300,10 @@ def make_endpoint(fn: Callable[..., Any], *, name: str | None, model: object, bu
     _check_gpu_snapshot(gpu_memory_snapshot, gpu, out)
     _check_load(load, model, build, out)
     _check_generation(fn, model, load, generation, build, out)
+    if isinstance(build, Build):
+        out.extend(build.task_problems(getattr(model, "task", None), gpu,
+                                       load is not None or model is None))
+    response_cache = _check_cache(cache, fn, out)
     n_problems = len(out)
     input_type = _input_type(fn, out)
     graph = load is None and model is not None
@@ -292,4 +321,5 @@ def make_endpoint(fn: Callable[..., Any], *, name: str | None, model: object, bu
     return Endpoint(name=ep_name, fn=fn, model=model, build=build, gpu=gpu, warm=warm,
                     route=route, batching=batching, input_type=input_type,
                     gpu_memory_snapshot=gpu_memory_snapshot, load=load,
-                    generation=(generation or Generation()) if is_streaming(fn) else None)
+                    generation=(generation or Generation()) if is_streaming(fn) else None,
+                    cache=response_cache)

@@ -17,8 +17,9 @@
 
 The pieces: `admit` (auth, headers, tenant rate, body), `handlers` (one method per route),
 `handoff` (a sync request near its deadline becomes a job), `errors` (exception -> error
-answer), `middleware` (metrics and Server-Timing per API route), `responses`. Where the
-work runs is a `Backend`, the job queue a `Jobs` (`floodway.http.protocols`).
+answer), `middleware` (metrics and Server-Timing per API route), `responses`, `cache` (the
+response cache's headers; the cache is `floodway.cache`). Where the work runs is a
+`Backend`, the job queue a `Jobs` (`floodway.http.protocols`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.routing import Route
 
+from floodway.cache import ResponseCache, SharedKV
 from floodway.functions.app import App
 from floodway.http.admit import Admission
 from floodway.http.errors import EXCEPTION_HANDLERS
@@ -45,7 +47,9 @@ from floodway.routers.admission import ApiKeys
 def make_asgi_app(app: App, backend: Backend, *, lifespan: Any = None,
                   api_keys: ApiKeys | None = None, jobs: Jobs | None = None,
                   on_arrival: Callable[[str, float], None] | None = None,
-                  clock: Clock = SYSTEM_CLOCK) -> Starlette:
+                  clock: Clock = SYSTEM_CLOCK,
+                  build_key: Callable[[str], str | None] | None = None,
+                  shared_cache: SharedKV | None = None) -> Starlette:
     """The router ASGI app for every endpoint of `app`, running work on `backend`.
 
     `lifespan` (a Starlette lifespan context) starts and stops the backend with the server.
@@ -54,15 +58,23 @@ def make_asgi_app(app: App, backend: Backend, *, lifespan: Any = None,
     unix_s)` is called once per user request (``POST /v1/<endpoint>`` and its ``/jobs``) that
     passed admission, before the decision: the warm policies' traffic history. Probes and
     other routes never call it. It runs on the event loop, so it must be cheap and not raise.
-    `clock`: token buckets, arrivals, the hand-off and body timeouts, Server-Timing.
-    The keys are kept as ``state.api_keys``.
+    `clock`: token buckets, arrivals, the hand-off and body timeouts, Server-Timing, the
+    response cache's time to live.
+    `build_key(endpoint)`: the key of the build serving `endpoint` now (None: unknown, or
+    two builds during a rollout); the response cache (`floodway.cache`) keys outputs by it
+    and is off without it. `shared_cache`: the store of the cache's shared tier (a
+    `modal.Dict` on Modal), for endpoints with ``fw.Cache(shared=True)``.
+    The keys are kept as ``state.api_keys``, the response cache as ``state.cache``.
     """
     keys = api_keys or ApiKeys()
-    metrics = Metrics(backend.readiness, jobs.counts if jobs is not None else None)
+    cache = ResponseCache(app, build_key or _no_build, monotonic=clock.monotonic,
+                          wall=clock.wall, shared=shared_cache)
+    metrics = Metrics(backend.readiness, jobs.counts if jobs is not None else None,
+                      cache_stats=cache.stats)
     backend.add_batch_listener(metrics.batch)
     admission = Admission(app, keys, metrics=metrics, clock=clock, on_arrival=on_arrival)
     h = Handlers(app, backend, jobs, admission=admission, metrics=metrics,
-                 handoff=DeadlineHandoff(clock))
+                 handoff=DeadlineHandoff(clock), cache=cache)
     observed = [Middleware(Observe, metrics=metrics, endpoints=frozenset(app.endpoints),
                            clock=clock)]
     # Named by the body's "model", not the path: "(unknown)" until the handler knows it.
@@ -84,7 +96,13 @@ def make_asgi_app(app: App, backend: Backend, *, lifespan: Any = None,
         Route("/metrics", h.metrics_page, methods=["GET"]),
     ])
     asgi.state.api_keys = keys
+    asgi.state.cache = cache
     return asgi
+
+
+def _no_build(endpoint: str) -> None:
+    """No build known: the response cache stays off."""
+    return None
 
 
 __all__ = ["make_asgi_app"]

@@ -18,19 +18,29 @@ did not ask for a stream, is the chunks combined per input.
 `run_sync` and `open_stream(..., allow_async=False)` are the same paths for routes whose
 clients cannot follow a job (the OpenAI-compatible ones): no async spill, no hand-off, no
 ``Prefer: respond-async``.
+
+The response cache (`floodway.cache`, `floodway.http.cache`) is looked up after admission
+and before `decide()` on the sync path of an endpoint that caches: only the items it does
+not hold are decided on and run (a request it answers whole touches no backend), their
+outputs merged in order and stored. A request that becomes a job (``Prefer:
+respond-async``, the async spill, a hand-off that submits) runs all its inputs there; a
+hand-off that adopts the work under way merges the cached outputs into the job's result.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable
 from typing import Any, cast
 
 from starlette.requests import Request
 from starlette.responses import Response
 
+from floodway.cache import Lookup, ResponseCache
 from floodway.errors import RequestError
 from floodway.functions.app import App
 from floodway.http.admit import Admission, Admitted
+from floodway.http.cache import directives, noted
 from floodway.http.errors import NoJobQueue, Overloaded
 from floodway.http.handoff import DeadlineHandoff, HandOff, Way
 from floodway.http.metrics import Metrics
@@ -54,12 +64,14 @@ from floodway.routers.sequences import sequence_cost
 
 class Handlers:
     """The routes of one router. `jobs` None: no async job queue (its routes answer 501 and
-    `decide()` is not offered the async spill)."""
+    `decide()` is not offered the async spill). `cache`: the response cache."""
 
     def __init__(self, app: App, backend: Backend, jobs: Jobs | None, *,
-                 admission: Admission, metrics: Metrics, handoff: DeadlineHandoff):
+                 admission: Admission, metrics: Metrics, handoff: DeadlineHandoff,
+                 cache: ResponseCache):
         self.app, self.backend, self.jobs = app, backend, jobs
         self.admission, self.metrics, self.handoff = admission, metrics, handoff
+        self.cache = cache
 
     # ------------------------------------------------------------------ routes
     async def predict(self, request: Request) -> Response:
@@ -73,7 +85,11 @@ class Handlers:
             return await self._submit(request, name, a)
         if (known := await self._keyed_job(request, name, a)) is not None:
             return known
-        return await self._decided(request, name, a, self._decide(request, name, a))
+        look = await self._look_up(request, name, a)
+        if look.complete:   # answered whole from the cache: no decision, no backend
+            return JSONResponse({"outputs": outputs(name, a.inputs, look.merge([]))})
+        return await self._decided(request, name, a, look,
+                                   self._decide(request, name, a, rows=len(look.run)))
 
     async def create_job(self, request: Request) -> Response:
         """``POST /v1/<endpoint>/jobs``: 202 + Location (200 for a repeated key)."""
@@ -114,15 +130,59 @@ class Handlers:
         dispatch / queue / a cold container, and wait for one output per input
         (`floodway.http.responses.outputs`: raises for a failed one), the inputs withdrawn
         when the client leaves (ClientClosed). No deadline hand-off: past the deadline,
-        TimeoutError (504)."""
-        await self._spilled(request, name, a, self._decide(request, name, a, allow_async=False))
-        return outputs(name, a.inputs, await self._wait(request, name, a, may_hand_off=False))
+        TimeoutError (504). The response cache answers what it holds first."""
+        look = await self._look_up(request, name, a)
+        if look.complete:
+            return outputs(name, a.inputs, look.merge([]))
+        await self._spilled(request, name, a, self._decide(request, name, a, rows=len(look.run),
+                                                           allow_async=False))
+        got = await self._wait(request, name, a, look.run, may_hand_off=False)
+        assert not isinstance(got, HandOff)   # never without may_hand_off
+        return outputs(name, a.inputs, self._cached(look, got))
 
-    def _decide(self, request: Request, name: str, a: Admitted, *,
+    async def _look_up(self, request: Request, name: str, a: Admitted) -> Lookup:
+        """The response cache's answer for `a`'s inputs, as the request's ``Cache-Control``
+        allows (`floodway.http.cache.directives`), noted on the answer."""
+        read, write = directives(request)
+        look = await self.cache.lookup(name, a.inputs, read=read, write=write)
+        noted(request, look)
+        return look
+
+    def _cached(self, look: Lookup, results: list[Any]) -> list[Any]:
+        """`results` of the items `look` left to run: stored, and merged with the cached
+        outputs into one per input."""
+        self.cache.store(look, results)
+        return look.merge(results)
+
+    def _cached_later(self, look: Lookup, work: Awaitable[list[Any]]) -> Awaitable[list[Any]]:
+        """`work` (the results of `look.run`, under way) as the whole request's results,
+        stored when they come. Cancelling it cancels `work`, even before it ran (a job
+        queue that cannot adopt withdraws the work so)."""
+        if look.build is None:
+            return work
+        inner = asyncio.ensure_future(work)
+        outer = asyncio.get_running_loop().create_future()
+
+        def finish(f: asyncio.Future) -> None:
+            if outer.done():
+                return
+            if f.cancelled():
+                outer.cancel()
+            elif (e := f.exception()) is not None:
+                outer.set_exception(e)
+            else:
+                outer.set_result(self._cached(look, f.result()))
+
+        inner.add_done_callback(finish)
+        outer.add_done_callback(lambda o: inner.cancel() if o.cancelled() else None)
+        return outer
+
+    def _decide(self, request: Request, name: str, a: Admitted, *, rows: int,
                 allow_async: bool = True) -> Decision:
+        """`decide()` for `rows` of `a`'s inputs (those the cache did not answer)."""
         snap = self.backend.snapshot(name)
         return self._noted(request, name, decide(snap, DecideRequest(
-            rows=len(a.inputs), deadline_s=snap.now_s + a.budget_s, priority=int(a.priority),
+            rows=rows, deadline_s=snap.now_s + a.budget_s, priority=int(a.priority),
             tenant=a.tenant, allow_async=allow_async and self.jobs is not None)))
 
     def _decide_stream(self, request: Request, name: str, a: Admitted, *,
@@ -165,23 +225,26 @@ class Handlers:
             self.backend.start_cold(name)
         return None
 
-    async def _decided(self, request: Request, name: str, a: Admitted,
+    async def _decided(self, request: Request, name: str, a: Admitted, look: Lookup,
                        decision: Decision) -> Response:
+        """Carry out `decision` for the items `look` left to run; a job runs them all."""
         if (spilled := await self._spilled(request, name, a, decision)) is not None:
             return spilled
-        got = await self._wait(request, name, a, may_hand_off=self._can_spill_async(name))
+        got = await self._wait(request, name, a, look.run,
+                               may_hand_off=self._can_spill_async(name))
         if isinstance(got, HandOff):
             # Near its deadline: the async queue takes it over rather than a 504.
             self.metrics.handed_off(name)
             notes(request.scope).headers["X-Floodway-Handoff"] = "deadline"
-            return await self._submit(request, name, a, got.work)
-        return JSONResponse({"outputs": outputs(name, a.inputs, got)})
+            work = got.work if got.work is None else self._cached_later(look, got.work)
+            return await self._submit(request, name, a, work)
+        return JSONResponse({"outputs": outputs(name, a.inputs, self._cached(look, got))})
 
-    async def _wait(self, request: Request, name: str, a: Admitted, *,
+    async def _wait(self, request: Request, name: str, a: Admitted, inputs: list[Any], *,
                     may_hand_off: bool) -> list[Any] | HandOff:
-        """Queue `a`'s inputs and wait for their results (or the hand-off)."""
+        """Queue `inputs` (of request `a`) and wait for their results (or the hand-off)."""
         # Queued before this handler yields: a burst's next decisions must see it.
-        pending = self.backend.enqueue(name, a.inputs, timeout_s=a.budget_s,
+        pending = self.backend.enqueue(name, inputs, timeout_s=a.budget_s,
                                        priority=int(a.priority), tenant=a.tenant)
         try:
             return await self.handoff.wait(pending, disconnected(request), budget_s=a.budget_s,

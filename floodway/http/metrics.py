@@ -27,6 +27,17 @@
     floodway_active_sequences{endpoint}                 gauge  } summed over the endpoint's
     floodway_kv_cache_tokens{endpoint}                  gauge  } containers, from the
     floodway_kv_cache_capacity_tokens{endpoint}         gauge  } backend's readiness
+  the response cache (`floodway.cache`), per endpoint that has one, read at scrape:
+    floodway_cache_hits_total{endpoint}                 counter: items answered from it
+    floodway_cache_misses_total{endpoint}               counter: items looked up, not found
+    floodway_cache_bypassed_total{endpoint}             counter: items not looked up
+                                                        (Cache-Control: no-cache)
+    floodway_cache_shared_hits_total{endpoint}          counter: hits from the shared tier
+    floodway_cache_bytes{endpoint}                      gauge: bytes held (keys, outputs and
+                                                        each entry's bookkeeping)
+    floodway_cache_entries{endpoint}                    gauge
+    floodway_cache_evictions_total{endpoint, reason}    counter: size (the byte budget, LRU),
+                                                        ttl (past its time to live)
 
 Outcomes are the error types of the wire format (``ok``, ``invalid_request``, ``too_large``,
 ``not_found``, ``unavailable``, ``deadline_exceeded``, ``endpoint_error``). Each router has its
@@ -51,6 +62,12 @@ SEQUENCE_GAUGES = (("active", "floodway_active_sequences", "Sequences running"),
                    ("kv_cache_tokens", "floodway_kv_cache_tokens", "KV-cache tokens in use"),
                    ("kv_cache_capacity", "floodway_kv_cache_capacity_tokens",
                     "KV-cache capacity in tokens"))
+CACHE_COUNTERS = (("hits", "Items answered from the response cache"),
+                  ("misses", "Items looked up in the response cache and not found"),
+                  ("bypassed", "Items not looked up (Cache-Control: no-cache)"),
+                  ("shared_hits", "Items answered from the cache's shared tier"))
+CACHE_GAUGES = (("bytes", "Bytes the response cache holds"),
+                ("entries", "Entries the response cache holds"))
 STATES = ("starting", "warming", "ready", "busy", "draining", "stopped", "failed")
 
 
@@ -112,6 +129,30 @@ def _sequence_gauges(sequences: dict[str, dict[str, int]]) -> Iterator[GaugeMetr
         yield gauge
 
 
+class _CacheCollector:
+    """The response cache's counters and gauges (`ResponseCache.stats`), at scrape."""
+
+    def __init__(self, stats: Callable[[], dict[str, dict[str, int]]]):
+        self.stats = stats
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        stats = self.stats()
+        counters = {key: CounterMetricFamily(f"floodway_cache_{key}", doc, labels=["endpoint"])
+                    for key, doc in CACHE_COUNTERS}
+        gauges = {key: GaugeMetricFamily(f"floodway_cache_{key}", doc, labels=["endpoint"])
+                  for key, doc in CACHE_GAUGES}
+        evictions = CounterMetricFamily("floodway_cache_evictions", "Cache entries dropped",
+                                        labels=["endpoint", "reason"])
+        for endpoint, s in stats.items():
+            for key, family in (*counters.items(), *gauges.items()):
+                family.add_metric([endpoint], s.get(key, 0))
+            evictions.add_metric([endpoint, "size"], s.get("evicted", 0))
+            evictions.add_metric([endpoint, "ttl"], s.get("expired", 0))
+        yield from counters.values()
+        yield from gauges.values()
+        yield evictions
+
+
 class _JobsCollector:
     def __init__(self, counts: Callable[[], dict[str, int]]):
         self.counts = counts
@@ -125,7 +166,8 @@ class _JobsCollector:
 
 class Metrics:
     def __init__(self, readiness: Callable[[], dict[str, Any]],
-                 job_counts: Callable[[], dict[str, int]] | None = None):
+                 job_counts: Callable[[], dict[str, int]] | None = None,
+                 cache_stats: Callable[[], dict[str, dict[str, int]]] | None = None):
         self.registry = CollectorRegistry()
         self.requests = Counter("floodway_requests", "Requests by endpoint and outcome",
                                 ["endpoint", "outcome"], registry=self.registry)
@@ -161,6 +203,8 @@ class Metrics:
         self.registry.register(_PoolCollector(readiness))
         if job_counts:
             self.registry.register(_JobsCollector(job_counts))
+        if cache_stats:
+            self.registry.register(_CacheCollector(cache_stats))
 
     def decided(self, endpoint: str, decision: Any) -> None:
         action = str(decision.action)

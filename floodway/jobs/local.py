@@ -2,42 +2,52 @@
 each job on the pool through the same decision as sync requests (`decide()`, or
 `decide_stream()` for a streaming endpoint, whose job's result is the combined output).
 
-Jobs fill idle capacity only (they have no waiting client): they enter the batcher at low
+Jobs fill idle capacity (they have no waiting client): they enter the batcher at low
 priority, behind every sync request, counted ahead of none of them by `decide()`, and a batch
 of job rows only goes to a container with nothing in flight (`floodway.routers.batcher`; a
 streaming endpoint's job sequences take free sequence slots, behind the waiting clients').
-Many jobs run at once so that the batcher can pack their rows into full batches. When
-`decide()` would not queue a job (queue full, shed), or asks for a cold container, it goes
-back to the job queue with the estimated wait as its delay; capacity waits are not failed
-attempts. Under a sustained overload jobs therefore wait for the burst to pass, which is what
-spilling to async is for.
+
+Given the pool's `capacity` (`floodway.jobs.feed.JobCapacity`; `floodway serve` passes its
+Pool), the runner claims what the pool can take now (`job_room`: a full batch for every warm
+container), the jobs claimed together are batched with each other as one request
+(`floodway.jobs.feed.JobFeed`), a job without a slot waits in the router and is woken when a
+slot frees, and the unfinished jobs' rows count as demand for the warm pool (`backlog`).
+Without it, at most `concurrency` jobs run at once. Under a sustained overload jobs wait for
+the burst to pass, which is what spilling to async is for; then they drain at the pool's
+capacity.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import re
 import uuid
 from collections.abc import Awaitable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from floodway.errors import EndpointError, RequestError, Unavailable
 from floodway.functions.app import App
 from floodway.http.protocols import SYSTEM_CLOCK, Backend, Clock
+from floodway.jobs.feed import JobCapacity, JobFeed
 from floodway.jobs.job import Job, JobState
 from floodway.jobs.runner import JobRunner
 from floodway.jobs.store import JobStore
 from floodway.routers.admission import Priority
-from floodway.routers.decide import Action, Decision, Request, decide
+from floodway.routers.decide import Decision, Request, decide
 from floodway.routers.decide_stream import decide_stream
 from floodway.routers.sequences import stream_request
 
 JOBS_DB_ENV = "FLOODWAY_JOBS_DB"
 # A job has no client waiting: it may wait long for capacity, but not forever per attempt.
 JOB_TIMEOUT_S = 300.0
-IDLE_RETRY_S = 0.5
+# Jobs in flight at most (claimed, queued or running): the pool's room bounds them first.
+MAX_INFLIGHT_JOBS = 4096
+# Seconds between two reads of the store's backlog (rows of unfinished jobs per endpoint).
+BACKLOG_REFRESH_S = 2.0
 
 
 def default_jobs_path(store_root: str | Path, app_name: str) -> Path:
@@ -51,17 +61,28 @@ def default_jobs_path(store_root: str | Path, app_name: str) -> Path:
 
 class LocalJobs:
     """The `floodway.http.protocols.Jobs` of the local runtime: jobs in the SQLite file at
-    `path`, run on `backend`. `clock`: the store's times (`wall`) and the runner's waits."""
+    `path`, run on `backend`. `capacity`: the pool's job capacity (see the module; None:
+    at most `concurrency` jobs at once, whatever the pool can take). `clock`: the store's
+    times (`wall`) and the runner's waits."""
 
     def __init__(self, app: App, backend: Backend, path: str | Path, *,
-                 ttl_s: float = 86400.0, concurrency: int = 32, lease_s: float = 10.0,
-                 clock: Clock = SYSTEM_CLOCK):
+                 ttl_s: float = 86400.0, concurrency: int | None = None,
+                 lease_s: float = 10.0, clock: Clock = SYSTEM_CLOCK,
+                 capacity: JobCapacity | None = None):
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-        self.app, self.backend = app, backend
+        self.app, self.backend, self.capacity, self.clock = app, backend, capacity, clock
         self.store = JobStore(path, ttl_s=ttl_s, clock=clock.wall)
+        self.feed = JobFeed(decide=self._decide_group, enqueue=self._enqueue,
+                            start_cold=lambda ep: self.backend.start_cold(ep),
+                            grouped=self._grouped, clock=clock)
         self.runner = JobRunner(self.store, self._run, owner=f"router-{os.getpid()}-"
                                 f"{uuid.uuid4().hex[:8]}", lease_s=lease_s,
-                                concurrency=concurrency, clock=clock)
+                                concurrency=concurrency or (MAX_INFLIGHT_JOBS if capacity
+                                                            else 32),
+                                clock=clock, room=self.room if capacity else None)
+        self._backlog: tuple[float, dict[str, int]] = (-math.inf, {})
+        if capacity is not None:
+            capacity.watch_jobs(self.backlog, self._capacity_changed)
 
     async def submit(self, endpoint: str, inputs: list[Any], *, tenant: str,
                      priority: Priority, idempotency_key: str | None
@@ -97,6 +118,27 @@ class LocalJobs:
     def counts(self) -> dict[str, int]:
         return self.store.counts()
 
+    def room(self) -> dict[str, int]:
+        """Jobs the runner may claim now per endpoint: the pool's `job_room` less the rows
+        of jobs claimed and not yet in its queue (each job has at least one row)."""
+        assert self.capacity is not None
+        return {ep: self.capacity.job_room(ep) - self.feed.claimed_rows[ep]
+                for ep in self.app.endpoints}
+
+    def backlog(self) -> dict[str, int]:
+        """Rows of unfinished jobs (queued or running) per endpoint, read from the store at
+        most every `BACKLOG_REFRESH_S` (the warm pool's demand: `Pool.tick` reads it)."""
+        at, rows = self._backlog
+        now = self.clock.monotonic()
+        if now - at >= BACKLOG_REFRESH_S:
+            rows = self.store.backlog_rows()
+            self._backlog = (now, rows)
+        return rows
+
+    def _capacity_changed(self) -> None:
+        self.feed.capacity_changed()
+        self.runner.wake(resume=True)
+
     async def start(self) -> None:
         self.runner.start()
 
@@ -105,17 +147,26 @@ class LocalJobs:
         self.store.close()
 
     async def _run(self, job: Job) -> list[Any]:
-        d = self._decide(job)
-        if d.action == Action.SPILL_COLD or d.start_cold:
-            self.backend.start_cold(job.endpoint)   # e.g. scaled to zero: bring one up
+        return _outputs(await self.feed.run(job))
+
+    def _grouped(self, endpoint: str) -> bool:
+        """Jobs of `endpoint` may share a request: not a streaming endpoint's (`JobFeed`)."""
+        ep = self.app.endpoints.get(endpoint)
+        return ep is None or ep.generation is None
+
+    def _enqueue(self, endpoint: str, inputs: list[Any], tenant: str) -> Any:
+        return self.backend.enqueue(endpoint, inputs, timeout_s=JOB_TIMEOUT_S,
+                                    priority=int(Priority.LOW), tenant=tenant)
+
+    def _decide_group(self, endpoint: str, inputs: list[Any], tenant: str,
+                      job: Job) -> Decision:
+        """`_decide` for the inputs of a group of jobs (`JobFeed`); raises RequestError
+        (413) when they are more than a container can ever hold."""
+        d = self._decide(job if len(inputs) == len(job.inputs) else replace(job, inputs=inputs,
+                                                                             tenant=tenant))
         if d.status == 413:   # more than a container can ever hold: no wait helps
-            raise RequestError(f"endpoint {job.endpoint!r}: {d.reason}", status=413)
-        if d.action not in (Action.DISPATCH, Action.QUEUE):
-            raise Unavailable(f"waiting for idle capacity ({d.action}: {d.reason})",
-                              retry_after_s=max(IDLE_RETRY_S, d.est_wait_s, d.retry_after_s))
-        return _outputs(await self.backend.enqueue(
-            job.endpoint, job.inputs, timeout_s=JOB_TIMEOUT_S, priority=int(Priority.LOW),
-            tenant=job.tenant or "anonymous"))
+            raise RequestError(f"endpoint {endpoint!r}: {d.reason}", status=413)
+        return d
 
     def _decide(self, job: Job) -> Decision:
         """The decision for a job's attempt: as a low-priority request that may wait

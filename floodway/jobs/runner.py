@@ -2,14 +2,27 @@
 
 Outcomes map onto the store as:
 - `run` returns a list          -> complete (the first completion wins, see JobStore);
-- Unavailable                   -> release (not an attempt) for `retry_after_s`, and this runner
-                                   claims nothing more for that long (capacity, try later);
+- Unavailable                   -> release (not an attempt) and back off: that job and this
+                                   runner's claims wait `retry_after_s`, at most a backoff
+                                   that doubles from `MIN_BACKOFF_S` per Unavailable in a row
+                                   up to `MAX_BACKOFF_S` (a container died twice, or no
+                                   capacity came for a long while: real failures; a job that
+                                   only waits for a free slot waits in `run`, see
+                                   `floodway.jobs.feed`); `wake(resume=True)` (capacity
+                                   freed) ends the runner's pause at once;
 - RequestError / EndpointError  -> fail(retry=False) with the message (a re-run cannot help);
 - any other exception           -> fail(retry=True) (may be transient);
 - the runner dies or is killed  -> nothing: the lease expires and any runner re-claims it.
 
 While `run` is in flight the lease is renewed every `lease_s / 3` seconds, so only a dead
 runner (or a stalled event loop) lets it expire.
+
+How much it claims: at most `concurrency` jobs in flight, and, given `room` (the local pool's
+job capacity, `floodway.jobs.feed`), per endpoint no more jobs than `room()` says the
+endpoint can take now (rows of job work: each job has at least one row), so that claims
+follow the pool's free capacity instead of a fixed count. An endpoint whose claim came back
+short has nothing claimable: it is not asked again until a submit's `wake()` or `poll_s`
+later, so capacity wake-ups under sync traffic cost no store transaction.
 
 The store calls run inline on the event loop: each is one short SQLite transaction (a few
 milliseconds at most, an fsync for writes) and the loop thread already does the same for
@@ -21,7 +34,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+import math
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from floodway.errors import EndpointError, RequestError, Unavailable
@@ -32,29 +46,35 @@ from floodway.jobs.store import JobStore
 
 log = logging.getLogger("floodway.jobs")
 
+MIN_BACKOFF_S = 0.5
 MAX_BACKOFF_S = 30.0
 
 
 class JobRunner:
     """Claims up to `concurrency` jobs at a time as `owner` (unique per runner: a router
     instance) with leases of `lease_s` seconds; polls every `poll_s` seconds when idle, or
-    sooner after `wake()`. `endpoints`: only these (None: all). `clock`: what its polls,
-    lease renewals, back-offs and grace period wait on (the store keeps its own clock for
-    the times it records)."""
+    sooner after `wake()`. `endpoints`: only these (None: all). `room`: jobs each endpoint
+    may take now (None: only `concurrency` bounds the claims; see the module docstring).
+    `clock`: what its polls, lease renewals, back-offs and grace period wait on (the store
+    keeps its own clock for the times it records)."""
 
     def __init__(self, store: JobStore, run: Callable[[Job], Awaitable[list[Any]]], *,
                  owner: str, lease_s: float = 30.0, concurrency: int = 4, poll_s: float = 0.2,
-                 endpoints: Iterable[str] | None = None, clock: Clock = SYSTEM_CLOCK):
+                 endpoints: Iterable[str] | None = None, clock: Clock = SYSTEM_CLOCK,
+                 room: Callable[[], Mapping[str, int]] | None = None):
         if lease_s <= 0 or concurrency < 1 or poll_s <= 0:
             raise ValueError("lease_s and poll_s must be > 0, concurrency >= 1")
         self.store, self.run, self.owner, self.clock = store, run, owner, clock
         self.lease_s, self.concurrency, self.poll_s = lease_s, concurrency, poll_s
         self.endpoints = None if endpoints is None else list(endpoints)
+        self.room = room
+        self._drained: dict[str, float] = {}   # endpoint -> when a claim came back short
         self._inflight: dict[asyncio.Task, str] = {}   # task -> job id
         self._wake = asyncio.Event()
         self._loop_task: asyncio.Task | None = None
         self._stopping = False
         self._paused_until = float("-inf")   # clock.monotonic(); set by an Unavailable
+        self._failures = 0                   # Unavailables in a row (the backoff)
 
     @property
     def inflight(self) -> int:
@@ -66,8 +86,13 @@ class JobRunner:
             self._stopping = False
             self._loop_task = asyncio.get_running_loop().create_task(self._claim_loop())
 
-    def wake(self) -> None:
-        """Claim now instead of at the next poll (call right after a submit)."""
+    def wake(self, *, resume: bool = False) -> None:
+        """Claim now instead of at the next poll: after a submit, or (`resume`) when
+        capacity freed, which also ends a back-off pause."""
+        if resume:
+            self._paused_until = float("-inf")
+        else:
+            self._drained.clear()
         self._wake.set()
 
     async def stop(self, grace_s: float = 10.0, *, release: bool = True) -> None:
@@ -93,25 +118,47 @@ class JobRunner:
 
     # ------------------------------------------------------------------ internals
     async def _claim_loop(self) -> None:
-        loop = asyncio.get_running_loop()
         while not self._stopping:
             # Cleared before claiming: a wake() during the claim is not lost.
             self._wake.clear()
-            free = self.concurrency - len(self._inflight)
-            if free > 0 and self.clock.monotonic() >= self._paused_until:
-                try:
-                    jobs = self.store.claim(self.owner, lease_s=self.lease_s,
-                                            endpoints=self.endpoints, limit=free)
-                except Exception:   # a locked or broken store must not end the loop
-                    log.exception("claiming jobs failed; retrying in %.1fs", self.poll_s)
-                    jobs = []
-                for job in jobs:
-                    task = loop.create_task(self._run_one(job))
-                    self._inflight[task] = job.id
-                if jobs and len(jobs) == free:
-                    continue
+            if self.clock.monotonic() >= self._paused_until and self._claim_all():
+                await asyncio.sleep(0)   # let the new jobs take their room, then look again
+                continue
             with contextlib.suppress(TimeoutError):
                 await within(self.clock, self._wake.wait(), self.poll_s)
+
+    def _wants(self) -> list[tuple[list[str] | None, int]]:
+        """(endpoints, limit) of each claim to make now: one for all endpoints without
+        `room`, else one per endpoint with room whose last claim did not come back short
+        within `poll_s` (delayed jobs and expired leases come due without a wake)."""
+        if self.room is None:
+            return [(self.endpoints, self.concurrency - len(self._inflight))]
+        now = self.clock.monotonic()
+        return [([ep], n) for ep, n in self.room().items()
+                if n > 0 and now - self._drained.get(ep, -math.inf) >= self.poll_s
+                and (self.endpoints is None or ep in self.endpoints)]
+
+    def _claim_all(self) -> bool:
+        """Claim what `_wants` asks for and start each job; True when every claim came back
+        full (there may be more to claim at once)."""
+        full = False
+        for eps, want in self._wants():
+            limit = min(want, self.concurrency - len(self._inflight))
+            if limit <= 0:
+                break
+            try:
+                jobs = self.store.claim(self.owner, lease_s=self.lease_s, endpoints=eps,
+                                        limit=limit)
+            except Exception:   # a locked or broken store must not end the loop
+                log.exception("claiming jobs failed; retrying in %.1fs", self.poll_s)
+                return False
+            for job in jobs:
+                task = asyncio.get_running_loop().create_task(self._run_one(job))
+                self._inflight[task] = job.id
+            if len(jobs) < limit and eps is not None and self.room is not None:
+                self._drained.update(dict.fromkeys(eps, self.clock.monotonic()))
+            full = full or (bool(jobs) and len(jobs) == limit)
+        return full
 
     async def _renew(self, job_id: str) -> None:
         while True:
@@ -140,10 +187,13 @@ class JobRunner:
             finally:
                 renewer.cancel()
             self._settle(job, outputs)
+            self._failures = 0
         except asyncio.CancelledError:
             raise   # abandoned: the lease expires, or stop() releases it
         except Unavailable as e:
-            delay_s = min(max(e.retry_after_s, 0.0), MAX_BACKOFF_S)
+            self._failures += 1
+            backoff_s = min(MIN_BACKOFF_S * 2 ** (self._failures - 1), MAX_BACKOFF_S)
+            delay_s = min(max(e.retry_after_s, 0.0), backoff_s)
             self._paused_until = self.clock.monotonic() + delay_s
             # No capacity is not a failed attempt: back to the queue, attempts unchanged.
             if not self.store.release(job.id, self.owner, delay_s=delay_s):

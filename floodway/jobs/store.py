@@ -58,39 +58,11 @@ from floodway.jobs.job import (
     check_key,
     check_transition,
 )
+from floodway.jobs.schema import SCHEMA, SCHEMA_VERSION
 
-SCHEMA_VERSION = 1
 BUSY_TIMEOUT_MS = 5000
 # How long an expired job answers as expired (410) before its row is deleted (then 404).
 TOMBSTONE_S = 7 * 86400.0
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS jobs (
-    id TEXT PRIMARY KEY,
-    endpoint TEXT NOT NULL,
-    tenant TEXT,
-    priority TEXT NOT NULL,
-    rank INTEGER NOT NULL,
-    state TEXT NOT NULL,
-    inputs TEXT NOT NULL,
-    outputs TEXT,
-    error TEXT,
-    attempts INTEGER NOT NULL DEFAULT 0,
-    owner TEXT,
-    lease_until_s REAL,
-    not_before_s REAL NOT NULL,
-    created_s REAL NOT NULL,
-    updated_s REAL NOT NULL,
-    finished_s REAL,
-    expires_s REAL,
-    idem_scope TEXT UNIQUE,
-    body_sha256 TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS jobs_claim ON jobs (state, rank, created_s);
-CREATE INDEX IF NOT EXISTS jobs_lease ON jobs (state, lease_until_s);
-CREATE INDEX IF NOT EXISTS jobs_expiry ON jobs (expires_s) WHERE expires_s IS NOT NULL;
-"""
-
 
 def _scope(tenant: str | None, endpoint: str, key: str | None) -> str | None:
     """Where an idempotency key is unique: per tenant and endpoint."""
@@ -129,7 +101,7 @@ class JobStore:
                 self._db.close()
                 raise FloodwayError(f"job store {os.fspath(path)!r} has schema version "
                                     f"{version}; this floodway knows up to {SCHEMA_VERSION}")
-            self._db.executescript(f"BEGIN IMMEDIATE; {_SCHEMA} "
+            self._db.executescript(f"BEGIN IMMEDIATE; {SCHEMA} "
                                    f"PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;")
 
     # ------------------------------------------------------------------ plumbing
@@ -388,6 +360,15 @@ class JobStore:
         out = {str(s): 0 for s in JobState}
         out.update({s: n for s, n in rows})
         return out
+
+    def backlog_rows(self) -> dict[str, int]:
+        """Rows (inputs) of the jobs not finished, queued or running, per endpoint with
+        any: the demand a backlog puts on the warm pool."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT endpoint, SUM(json_array_length(inputs)) FROM jobs "
+                "WHERE state IN ('queued', 'running') GROUP BY endpoint").fetchall()
+        return {str(ep): int(n or 0) for ep, n in rows}
 
     def close(self) -> None:
         with self._lock:

@@ -6,11 +6,14 @@ waits at most `wait_ms` after the oldest item of the batch arrived for more to c
 Triton / Ray Serve `batch_wait_timeout_s` rule). A batch goes to a container only when one
 has a free slot: until then items wait in the queue, whose size `decide()` bounds.
 
-A batch of low-priority items only (async jobs run at low priority) goes only to a container
-with nothing in flight: work that no client waits for never sits in a container's pipeline
-ahead of work that one does. Nor does it ride in a batch with such work: a batch that starts
-with higher-priority items is not filled up with low-priority ones. (Not for a streaming
-endpoint: see below.)
+Low-priority work (async jobs run at low priority) fills idle capacity below sync work: a
+batch of low-priority items only goes to a container with nothing in flight, so a sync request
+waits for no job rows not yet running (at most for the one job batch a container runs). Top-up
+rule: a batch that starts with higher-priority items is never filled up with low-priority
+ones, since `decide()` plans a sync request's service from the sync rows of its batch (its
+own, the part-filled batch ahead, the sync arrival rate: low arrivals are not counted) and any
+job row would make it slower than planned; job batches already fill every idle container.
+(Not for a streaming endpoint: see below.)
 
 Items whose deadline passed or whose caller went away (the future was cancelled) are dropped
 before they reach a model. Results come back keyed by item id and are mapped to the waiting
@@ -77,7 +80,8 @@ class Batcher:
     `idle_only`) or None; call `notify()` whenever a slot frees or a container becomes ready.
     `on_send(container)` sees every batch as it is handed to a container (the pool's buffer
     containers start then); `on_batch(result, container)` sees every completed batch
-    (service-time fit, metrics). `clock()` gives seconds (default `loop.time()`); deadlines
+    (service-time fit, metrics); `on_free()` hears every batch end, however it ended (a
+    slot freed: the job queue's wake-up). `clock()` gives seconds (default `loop.time()`); deadlines
     passed to `submit` are on it. `streaming`: items are sequences (see the module);
     `sequences`: their bookkeeping (then `pick` also takes the head sequence's KV need)."""
 
@@ -86,11 +90,12 @@ class Batcher:
                  on_batch: Callable[[BatchResultLike, Slot], None] | None = None,
                  on_send: Callable[[Slot], None] | None = None,
                  clock: Callable[[], float] | None = None, streaming: bool = False,
-                 sequences: SequenceBook | None = None):
+                 sequences: SequenceBook | None = None,
+                 on_free: Callable[[], None] | None = None):
         self.endpoint, self.streaming, self.sequences = endpoint, streaming, sequences
         self._clock, self._heap = clock, []
         self.max_batch_rows, self.wait_s = max_batch_rows, wait_ms / 1000.0
-        self.pick, self.on_batch, self.on_send = pick, on_batch, on_send
+        self.pick, self.on_batch, self.on_send, self.on_free = pick, on_batch, on_send, on_free
         self._seq = itertools.count()
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
@@ -134,8 +139,8 @@ class Batcher:
         return dict(self._per_tenant)
 
     def arrival_rows_per_s(self, now: float) -> float:
-        """Rows submitted per second over the `RATE_WINDOW_S` (5 s) before `now`, on the
-        batcher's clock (`floodway.core.estimators.ArrivalRate`)."""
+        """Rows of normal or high priority submitted per second over the `RATE_WINDOW_S`
+        (5 s) before `now`, on the batcher's clock (`ArrivalRate`; not low: the module)."""
         return self.arrivals.rate(now)
 
     def load(self) -> QueueLoad:
@@ -206,8 +211,9 @@ class Batcher:
             heapq.heappush(self._heap, item)
             futures.append(fut)
         self.queued_rows += len(values)
-        self.rows_by_priority[max(0, min(2, priority))] += len(values)
-        self.arrivals.record(now, len(values))
+        self.rows_by_priority[prio] += len(values)
+        if prio > 0:   # low rows never join a sync batch (see the module)
+            self.arrivals.record(now, len(values))
         self.notify()
         return futures
 
@@ -300,9 +306,8 @@ class Batcher:
         return bool(self._heap) and self._prio(self._heap[0]) == 0
 
     def _take(self, now: float) -> list[Item]:
-        """Up to max_batch_rows items in priority order. A batch that holds work a client waits
-        for is not topped up with low-priority rows (jobs): they would make it a larger, slower
-        batch than the one `decide()` estimated from the rows of its priority or above."""
+        """Up to max_batch_rows items in priority order; a batch of sync work is not topped up
+        with low-priority rows (the module's top-up rule)."""
         batch: list[Item] = []
         while self._heap and len(batch) < self.max_batch_rows:
             self._prune(now)
@@ -335,7 +340,8 @@ class Batcher:
             self._requeue(batch)
             return
         except Exception as e:  # noqa: BLE001 - the batch never went; the loop goes on
-            self._unsendable(batch, e)
+            # The items the pipe cannot carry fail alone, the others are queued again.
+            self._requeue(unsendable(batch, e, self.endpoint, log))
             return
         self._crashes = 0
         for it in batch:
@@ -345,13 +351,10 @@ class Batcher:
         task = asyncio.create_task(self._deliver(batch, slot, fut))
         self._inflight.add(task)
         task.add_done_callback(self._inflight.discard)
+        if self.on_free:   # the batch ended, however: its slot is free
+            task.add_done_callback(lambda _t: self.on_free and self.on_free())
         if self.on_send:
             self.on_send(slot)
-
-    def _unsendable(self, batch: list[Item], error: Exception) -> None:
-        """A batch the container refused with `error` before sending it: the items the
-        pipe cannot carry fail alone, the others go back to the queue (`unsendable`)."""
-        self._requeue(unsendable(batch, error, self.endpoint, log))
 
     def _requeue(self, batch: list[Item]) -> None:
         for item in batch:

@@ -22,9 +22,10 @@ Algorithm (all times in seconds, on the snapshot's clock):
    fitted rate) over every live container, each available from
    its own backlog (warm) or remaining cold start (starting/warming). A container processes
    one batch at a time; its slots only pipeline work, they add no throughput.
-4. dispatch: nothing is queued and a warm container is idle (whatever the estimate says: no
-   other path would be faster), or has a free slot and its backlog plus `service` fits the
-   budget.
+4. dispatch: nothing is queued at this priority or above (the batcher serves lower
+   priorities, e.g. async jobs, after it) and a warm container is idle (whatever the estimate
+   says: no other path would be faster), or has a free slot and its backlog plus `service`
+   fits the budget.
 5. queue: `wait + service` fits the budget and the bounded queue has room for this priority
    (low may use half of `max_queue`, normal 90 %, high all of it: low sheds and spills
    first) and this tenant (at most half the queue while other tenants wait too, so one
@@ -330,7 +331,11 @@ def decide(snap: Snapshot, req: Request) -> Decision:
     live = [c for c in snap.containers if c.state in LIVE]
     warm = [c for c in live if c.state in WARM]
     idle = [c for c in warm if c.free_slots > 0 and c.backlog_s == 0]
-    if snap.queued == 0 and idle:
+    # Requests queued at this priority or above: the batcher serves this one before the
+    # others (queued async jobs, low priority, never keep a sync request from a free slot).
+    by_req = snap.queued_by_priority
+    queued = sum(by_req[max(0, min(2, req.priority)):]) if by_req else snap.queued
+    if queued == 0 and idle:
         # An idle container takes it whatever the estimate says: no other path is faster,
         # and the estimate (fitted on rows, not on input lengths) can be pessimistic.
         return Decision(Action.DISPATCH, "an idle warm container")
@@ -339,7 +344,7 @@ def decide(snap: Snapshot, req: Request) -> Decision:
                            f"{budget:.3f}s", alone, len(live), 0)
         return spill_or_shed(snap, req, ctx, waiting_ok=False, from_zero=False)
 
-    if snap.queued == 0:
+    if queued == 0:
         free = [c for c in warm if c.free_slots > 0]
         if free:
             best = min(free, key=lambda c: c.backlog_s)
@@ -360,8 +365,6 @@ def decide(snap: Snapshot, req: Request) -> Decision:
     tenant_cap = max(1, math.ceil((snap.max_queue + starting_room) * TENANT_SHARE))
     fits = wait + service <= budget
     # Lower-priority requests queued take no room from this one: it goes ahead of them.
-    by_req = snap.queued_by_priority
-    queued = sum(by_req[max(0, min(2, req.priority)):]) if by_req else snap.queued
     # The tenant share matters only when others wait too: alone, a tenant starves no one.
     others = any(t != req.tenant and n for t, n in snap.tenant_queued.items())
     tenant_ok = not others or snap.tenant_queued.get(req.tenant, 0) < tenant_cap

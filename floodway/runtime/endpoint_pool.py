@@ -16,6 +16,7 @@ carries the plan out.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections import Counter
 from typing import TYPE_CHECKING, Any
@@ -47,6 +48,8 @@ from floodway.runtime.traffic import Traffic
 from floodway.warmers.history import TrafficHistory
 from floodway.warmers.predictive import PredictiveParams
 from floodway.warmers.target import Measured, PolicyState, WarmTarget, desired
+
+log = logging.getLogger("floodway.pool")
 
 if TYPE_CHECKING:
     from floodway.functions.endpoint import Endpoint
@@ -89,7 +92,7 @@ class EndpointPool:
             else pipeline_slots(endpoint.route.max_inflight_per_container)
         self.generation = GenerationEstimator() if gen is not None else None
 
-    def new_batcher(self, *, on_batch: Any, on_send: Any) -> Batcher:
+    def new_batcher(self, *, on_batch: Any, on_send: Any, on_free: Any = None) -> Batcher:
         """The endpoint's batcher (set as `batcher`): batches cut by `Batching`, or, for a
         streaming endpoint, each sequence sent on its own at once."""
         cfg, streams, gen = self.endpoint.batching, self.endpoint.streaming, \
@@ -99,7 +102,8 @@ class EndpointPool:
         self.batcher = Batcher(self.name, max_batch_rows=1 if streams else cfg.max_batch_rows,
                                wait_ms=0 if streams else cfg.wait_ms, pick=self.pick,
                                on_batch=on_batch, on_send=on_send,
-                               clock=self.clock.monotonic, streaming=streams, sequences=book)
+                               clock=self.clock.monotonic, streaming=streams, sequences=book,
+                               on_free=on_free)
         return self.batcher
 
     # ------------------------------------------------------------------ containers
@@ -197,10 +201,23 @@ class EndpointPool:
             return measured_generation(self.cold, self.generation, gen.max_sequences)
         return measured(self.cold, self.service, self.endpoint.batching.max_batch_rows)
 
+    def job_room(self) -> int:
+        """Rows of job work to take into the queue now: a full batch for each warm
+        container (a streaming endpoint: a sequence per slot) less the low-priority rows
+        queued already. So a job batch is ready the moment a container is idle, and the
+        rest of a backlog stays in the store (its order kept, claimable by other routers)."""
+        if self.batcher is None:
+            return 0
+        warm = sum(1 for c in self.containers if c.state in WARM)
+        per = self.slots if self.endpoint.streaming else self.endpoint.batching.max_batch_rows
+        return max(0, warm * per - self.batcher.rows_by_priority[0])
+
     def retarget(self, wall_s: float, cap: int, *, pinned: int | None = None,
-                 params: PredictiveParams | None = None) -> WarmTarget:
+                 params: PredictiveParams | None = None, backlog_rows: int = 0
+                 ) -> WarmTarget:
         """Recompute the warm target at unix time `wall_s` (`desired()` over the traffic
-        record; `pinned`: that many containers instead) and the floor it keeps now."""
+        record, with `backlog_rows` rows of unfinished jobs as demand; `pinned`: that many
+        containers instead) and the floor it keeps now."""
         warm = self.endpoint.warm
         if pinned is not None:
             n = min(pinned, warm.container_cap)
@@ -208,7 +225,8 @@ class EndpointPool:
                                      f"pinned to {n} (--containers)")
         else:
             self.target, self.policy = desired(wall_s, self.traffic.history(wall_s), warm,
-                                               self.measured(), self.policy, params=params)
+                                               self.measured(), self.policy, params=params,
+                                               backlog=backlog_rows)
         self.floor = self.keep(cap)
         return self.target
 
@@ -234,6 +252,21 @@ class EndpointPool:
                  for c in self.containers)
         route = self.endpoint.route
         return health.checks(facts, now_s, route.stuck_after_s, route.start_timeout_s)
+
+    def check_health(self, now_s: float) -> None:
+        """Ping the containers that are due a ping; kill the stuck and silent ones (their
+        replacement follows from the floor)."""
+        for check in self.health_checks(now_s):
+            c = self.by_id(check.container)
+            if c is None:
+                continue
+            if check.verdict == health.Verdict.PING:
+                c.ping()
+            else:
+                log.warning("container %s of %s %s; replacing it", c.id, self.name,
+                            check.reason)
+                self.events["stuck"] += 1
+                c.kill(check.reason)
 
     def rolling(self) -> bool:
         """A new build is being rolled out (the rollout sets the container count)."""
@@ -334,4 +367,22 @@ class EndpointPool:
         }
 
 
-__all__ = ["EndpointPool"]
+def readiness(endpoints: dict[str, EndpointPool]) -> dict[str, Any]:
+    """The pool's readiness: ``{"ready", "endpoints", "queues", "warm_targets",
+    "container_events", "failures", "sequences"}``; ready once every endpoint has a warm
+    container (or is scaled to zero by its policy); `failures`: failed starts in a row and
+    the last container error, per endpoint (why nothing becomes ready); `sequences`: each
+    streaming endpoint's running sequences and KV cache (`EndpointPool.sequences`)."""
+    detail = {name: ep.describe() for name, ep in endpoints.items()}
+    return {"ready": all(ep.ready() for ep in endpoints.values()),
+            "endpoints": {name: d["containers"] for name, d in detail.items()},
+            "queues": {name: d["queue"] for name, d in detail.items()
+                       if endpoints[name].batcher is not None},
+            "warm_targets": {name: d["target"] for name, d in detail.items()},
+            "container_events": {name: d["events"] for name, d in detail.items()},
+            "failures": {name: d["failures"] for name, d in detail.items()},
+            "sequences": {name: d["sequences"] for name, d in detail.items()
+                          if "sequences" in d}}
+
+
+__all__ = ["EndpointPool", "readiness"]

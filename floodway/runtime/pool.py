@@ -31,6 +31,7 @@ and `clock.wall()` for the traffic record and the warm-pool policy.
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
 import math
@@ -52,8 +53,9 @@ from floodway.routers.decide import Snapshot
 from floodway.routers.decide_stream import StreamSnapshot
 from floodway.runtime import health
 from floodway.runtime.container import BatchResult, Container, State
-from floodway.runtime.endpoint_pool import EndpointPool
+from floodway.runtime.endpoint_pool import EndpointPool, readiness
 from floodway.runtime.pending import Pending, StreamPending
+from floodway.runtime.pool_jobs import JobLink
 from floodway.warmers.history import TrafficHistory
 from floodway.warmers.predictive import PredictiveParams
 from floodway.warmers.target import Measured
@@ -104,6 +106,7 @@ class Pool:
         self._request_ids = itertools.count(1)
         self._ticker: asyncio.Task | None = None
         self._listeners: list[BatchListener] = []
+        self.jobs = JobLink()
         for ep in self.endpoints.values():
             self._retarget(ep, clock.wall())
 
@@ -146,9 +149,15 @@ class Pool:
         # The worker resolves LATEST itself a moment later; a publish in between only makes
         # this label stale, and the next rollout check corrects it.
         c.build = self._build_of(endpoint)
-        c.on_change = ep.batcher.notify if ep.batcher else None
+        c.on_change = functools.partial(self._changed, ep)
         ep.containers.append(c)
         return c
+
+    def _changed(self, ep: EndpointPool) -> None:
+        """A container of `ep` changed state: its batcher looks again, and so do jobs."""
+        if ep.batcher is not None:
+            ep.batcher.notify()
+        self.jobs.wake()
 
     def _task(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(coro)
@@ -207,8 +216,8 @@ class Pool:
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
         for ep in self.endpoints.values():
-            ep.new_batcher(on_batch=self._on_batch,
-                           on_send=lambda _c, ep=ep: self._buffer(ep)).start()
+            ep.new_batcher(on_batch=self._on_batch, on_send=lambda _c, ep=ep: self._sent(ep),
+                           on_free=self.jobs.wake).start()
             self._carry_out(ep, ep.reconcile(self.clock.monotonic()))
         if self.tick_s is not None:
             self._ticker = asyncio.create_task(self._tick_forever(self.tick_s))
@@ -253,7 +262,13 @@ class Pool:
         return min(cap, max(self.machine_cap, self.pinned or 0))
 
     def _retarget(self, ep: EndpointPool, wall_s: float) -> None:
-        ep.retarget(wall_s, self.cap(ep.name), pinned=self.pinned, params=POLICY_PARAMS)
+        ep.retarget(wall_s, self.cap(ep.name), pinned=self.pinned, params=POLICY_PARAMS,
+                    backlog_rows=self.jobs.rows.get(ep.name, 0))
+
+    def _sent(self, ep: EndpointPool) -> None:
+        """A batch went to a container: the buffer, and room for jobs in the queue."""
+        self._buffer(ep)
+        self.jobs.wake()
 
     def _buffer(self, ep: EndpointPool) -> None:
         """A batch went to a container: with a buffer due (the endpoint is active), keep
@@ -292,11 +307,12 @@ class Pool:
             self._builds_checked_s = now
             for ep in self.endpoints.values():
                 ep.latest = self._build_of(ep.name)
+        self.jobs.refresh()
         for ep in self.endpoints.values():
             self._retarget(ep, wall)
             if self._roll(ep):
                 continue
-            self._check_health(ep, now)
+            ep.check_health(now)
             self._carry_out(ep, ep.reconcile(now))
 
     def _roll(self, ep: EndpointPool) -> bool:
@@ -314,19 +330,6 @@ class Pool:
             if (victim := ep.by_id(cid)) is not None:
                 self._drain(ep, victim, "rolled")
         return True
-
-    def _check_health(self, ep: EndpointPool, now: float) -> None:
-        for check in ep.health_checks(now):
-            c = ep.by_id(check.container)
-            if c is None:
-                continue
-            if check.verdict == health.Verdict.PING:
-                c.ping()
-            else:
-                log.warning("container %s of %s %s; replacing it", c.id, ep.name,
-                            check.reason)
-                ep.events["stuck"] += 1
-                c.kill(check.reason)
 
     # ------------------------------------------------------------------ Backend protocol
     def add_batch_listener(self, listener: BatchListener) -> None:
@@ -375,20 +378,18 @@ class Pool:
 
     def readiness(self) -> dict[str, Any]:
         """``{"ready", "endpoints", "queues", "warm_targets", "container_events",
-        "failures", "sequences"}``: ready once every endpoint has a warm container (or is
-        scaled to zero by its policy); `failures`: failed starts in a row and the last
-        container error, per endpoint (why nothing becomes ready); `sequences`: each
-        streaming endpoint's running sequences and KV cache (`EndpointPool.sequences`)."""
-        detail = {name: ep.describe() for name, ep in self.endpoints.items()}
-        return {"ready": all(ep.ready() for ep in self.endpoints.values()),
-                "endpoints": {name: d["containers"] for name, d in detail.items()},
-                "queues": {name: d["queue"] for name, d in detail.items()
-                           if self.endpoints[name].batcher is not None},
-                "warm_targets": {name: d["target"] for name, d in detail.items()},
-                "container_events": {name: d["events"] for name, d in detail.items()},
-                "failures": {name: d["failures"] for name, d in detail.items()},
-                "sequences": {name: d["sequences"] for name, d in detail.items()
-                              if "sequences" in d}}
+        "failures", "sequences"}`` (`floodway.runtime.endpoint_pool.readiness`)."""
+        return readiness(self.endpoints)
+
+    # ------------------------------------------------------------------ the job queue
+    def watch_jobs(self, backlog: Callable[[], dict[str, int]],
+                   wake: Callable[[], None]) -> None:
+        """`floodway.jobs.feed.JobCapacity` (`floodway.runtime.pool_jobs.JobLink`)."""
+        self.jobs.watch(backlog, wake)
+
+    def job_room(self, endpoint: str) -> int:
+        """Rows of job work `endpoint` takes now (`EndpointPool.job_room`)."""
+        return self.endpoints[endpoint].job_room() if endpoint in self.endpoints else 0
 
 
 __all__ = ["BUILD_CHECK_S", "POLICY_PARAMS", "TICK_S", "Pending", "Pool"]

@@ -1,6 +1,7 @@
 """Rollout: a newly published build replaces the containers of the old one, new before old.
 
     plan_rollout(latest, containers, may_start=) -> Rollout | None
+    serving(latest, builds) -> the one build serving, else None
 
 A pure function of the live containers' builds and states; the pool carries it out. While
 any live container runs another build than `latest`, a rollout is in progress (None
@@ -41,6 +42,18 @@ class Rollout:
 def rolling(latest: str | None, builds: Iterable[str | None]) -> bool:
     """True while some live container runs another build than the latest one."""
     return latest is not None and any(b != latest for b in builds)
+
+
+def serving(latest: str | None, builds: Iterable[str | None]) -> str | None:
+    """The key of the one build serving: that of every live container (`builds`), or
+    `latest` when none is live; None when unknown or while two serve (a rollout, also one
+    about to start: a live container on another build than `latest`). The response cache
+    keys outputs by it, so an output is only found under the build that made it."""
+    found = set(builds)
+    if not found:
+        return latest
+    only = found.pop()
+    return only if not found and (latest is None or only == latest) else None
 
 
 def plan_rollout(latest: str | None, containers: Iterable[Running], *,

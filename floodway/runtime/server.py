@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import uvicorn
@@ -22,6 +22,7 @@ from floodway.jobs.local import LocalJobs, default_jobs_path
 from floodway.routers.admission import API_KEYS_ENV, ApiKeys
 from floodway.runtime.example import show_example
 from floodway.runtime.pool import Pool
+from floodway.runtime.rollout import serving
 from floodway.warmers.history import TrafficHistory
 
 log = logging.getLogger("floodway.serve")
@@ -61,7 +62,7 @@ def build_server(app_spec: str, *, store: str | Path | None = None,
     # Per-minute user arrivals, beside the jobs: the warm-pool policy learns from them.
     history = TrafficHistory(jobs_path.with_name("history.sqlite3"))
     pool = Pool(app, target, str(st.root), containers=containers, history=history)
-    jobs = LocalJobs(app, pool, jobs_path, ttl_s=job_ttl_s)
+    jobs = LocalJobs(app, pool, jobs_path, ttl_s=job_ttl_s, capacity=pool)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app) -> AsyncIterator[None]:
@@ -75,7 +76,16 @@ def build_server(app_spec: str, *, store: str | Path | None = None,
             history.close()
 
     return make_asgi_app(app, pool, lifespan=lifespan, api_keys=api_keys, jobs=jobs,
-                         on_arrival=pool.record_arrival), pool
+                         on_arrival=pool.record_arrival, build_key=build_keys(pool)), pool
+
+
+def build_keys(pool: Pool) -> Callable[[str], str | None]:
+    """`build_key(endpoint)` for the response cache: the one build `pool` serves the
+    endpoint with (`floodway.runtime.rollout.serving`), None during a rollout."""
+    def key(endpoint: str) -> str | None:
+        ep = pool.endpoints[endpoint]
+        return serving(ep.latest, (c.build for c in ep.live()))
+    return key
 
 
 async def _show_example(base: str, endpoint: str, pool: Pool, server: uvicorn.Server,

@@ -48,6 +48,12 @@ _REGISTRY = {
 FAMILIES = {FEATURE_EXTRACTION: "text", "text-classification": "text",
             "token-classification": "text", "image-classification": "image",
             TORCH_MODULE: "tensor", TEXT_GENERATION: "generation"}
+# name -> the accuracy gate's metric for a reduced-precision build (`floodway.tasks.metrics`):
+# embeddings by cosine, logits by top-1 agreement and relative error. A task absent here has
+# no reduced precision: a user's module (torch-module) has outputs of no known meaning, and
+# text generation's engine keeps its key/value cache in float32.
+PRECISION_METRICS = {FEATURE_EXTRACTION: "cosine", "text-classification": "top1",
+                     "token-classification": "top1", "image-classification": "top1"}
 # The tasks a Hugging Face source (HFModel, LocalModel) may name.
 HF_TASKS = tuple(n for n in _REGISTRY if n != TORCH_MODULE)
 # Named, not yet served: why, for the decorator's error message (none at present).
@@ -67,5 +73,5 @@ def names() -> tuple[str, ...]:
     return tuple(_REGISTRY)
 
 
-__all__ = ["FAMILIES", "FEATURE_EXTRACTION", "HF_TASKS", "PLANNED", "TEXT_GENERATION",
-           "TORCH_MODULE", "get", "names"]
+__all__ = ["FAMILIES", "FEATURE_EXTRACTION", "HF_TASKS", "PLANNED", "PRECISION_METRICS",
+           "TEXT_GENERATION", "TORCH_MODULE", "get", "names"]

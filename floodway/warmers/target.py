@@ -18,7 +18,9 @@ Composition (all times in seconds since the epoch, UTC): the config's sources
 policy) each ask for a floor and maybe a scaledown window; `compose` then applies, once:
 
 1. min_containers = the largest floor asked for (on a tie the later, more specific source
-   explains it: predictive > window > config), capped at ``max_containers``;
+   explains it: predictive > window > config > backlog), capped at ``max_containers``; a
+   backlog of queued work that no client waits for (async jobs: `backlog`) asks for the
+   containers that drain it within one cold start (`backlog_part`);
 2. scaledown_window_s = the last source's that sets one (the predictive policy), else the
    config's, clamped to Modal's range;
 3. buffer_containers = the config's while active (an arrival within the last
@@ -52,6 +54,9 @@ if TYPE_CHECKING:
     from floodway.warmers.predictive import SizingState
 
 MINUTE_S = 60.0
+# The shortest time a backlog is planned to drain in (seconds): with a near-zero cold start
+# `backlog_part` would otherwise ask for a container per batch of the backlog.
+BACKLOG_MIN_HORIZON_S = 1.0
 
 
 # ---------------------------------------------------------------- inputs
@@ -303,30 +308,48 @@ def clamp_scaledown_s(seconds: float) -> float:
 
 
 def desired(now_s: float, history: History, config: WarmPool, measured: Measured,
-            state: PolicyState | None = None, *,
-            params: PredictiveParams | None = None) -> tuple[WarmTarget, PolicyState]:
+            state: PolicyState | None = None, *, params: PredictiveParams | None = None,
+            backlog: float = 0.0) -> tuple[WarmTarget, PolicyState]:
     """The warm target at `now_s` (unix seconds) and the state to pass to the next call.
 
     `history` may extend past `now_s` (a whole trace): only minutes up to the minute of
     `now_s` are used. `config` is assumed valid (the decorator validates it). `params` tunes
-    the predictive policy (default `PredictiveParams()`). Pure: no clock, no I/O. The
+    the predictive policy (default `PredictiveParams()`). `backlog`: queued work no client
+    waits for (async jobs), in the units `measured` counts requests in (rows for a batching
+    endpoint measured per row, sequences for a streaming one). Pure: no clock, no I/O. The
     config's sources composed by `compose` (see the module docstring).
     """
     return compose(sources_for(config, params), now_s, history, measured, state,
                    cap=config.container_cap, buffer_containers=config.buffer_containers,
-                   scaledown_window_s=config.scaledown_window_s)
+                   scaledown_window_s=config.scaledown_window_s, backlog=backlog)
+
+
+def backlog_part(backlog: float, measured: Measured) -> Part | None:
+    """The containers that drain `backlog` (requests as `measured` counts them) at their
+    measured capacity within one cold start: ceil(work / cold start), at least 1 (None for
+    no backlog). Work = backlog x `service_s` / `concurrency` container-seconds. Why one
+    cold start: a container asked for now serves only after it, so with more the work would
+    be done before they come; fewer leave the backlog to drain slower than it could."""
+    if backlog <= 0:
+        return None
+    work_s = backlog * measured.service_s / measured.concurrency
+    horizon_s = max(measured.cold_start_s, BACKLOG_MIN_HORIZON_S)
+    n = max(1, math.ceil(work_s / horizon_s))
+    return Part(n, f"backlog of {backlog:g} queued ({work_s:.1f} s of work, drained within "
+                   f"a cold start of {horizon_s:.1f} s)")
 
 
 def compose(sources: Sequence[Source], now_s: float, history: History, measured: Measured,
             state: PolicyState | None = None, *, cap: int, buffer_containers: int,
-            scaledown_window_s: float) -> tuple[WarmTarget, PolicyState]:
-    """One `WarmTarget` from what `sources` ask at `now_s`, with the bounds (`cap`), the
-    buffer (`buffer_containers` while active) and the scaledown clamping applied once (see
-    the module docstring); the policy state after every source ran. `scaledown_window_s`
-    holds where no source sets one. Pure."""
+            scaledown_window_s: float, backlog: float = 0.0) -> tuple[WarmTarget, PolicyState]:
+    """One `WarmTarget` from what `sources` (and a `backlog`, see `desired`) ask at `now_s`,
+    with the bounds (`cap`), the buffer (`buffer_containers` while active) and the scaledown
+    clamping applied once (see the module docstring); the policy state after every source
+    ran. `scaledown_window_s` holds where no source sets one. Pure."""
     state = state or PolicyState()
     history = history.upto(now_s)
-    floors: list[Part] = []
+    backlog_floor = backlog_part(backlog, measured)
+    floors: list[Part] = [] if backlog_floor is None else [backlog_floor]
     scaledown_s, scaledown_why = scaledown_window_s, "config"
     for source in sources:
         floor, state = source(now_s, history, measured, state)
@@ -360,6 +383,7 @@ def compose(sources: Sequence[Source], now_s: float, history: History, measured:
 
 
 __all__ = [
-    "COLD_START_PRIOR_S", "SERVICE_PRIOR_S", "History", "Measured", "PolicyState", "WarmTarget",
-    "clamp_scaledown_s", "compose", "desired", "minute_of",
+    "BACKLOG_MIN_HORIZON_S", "COLD_START_PRIOR_S", "SERVICE_PRIOR_S", "History", "Measured",
+    "PolicyState", "WarmTarget",
+    "backlog_part", "clamp_scaledown_s", "compose", "desired", "minute_of",
 ]

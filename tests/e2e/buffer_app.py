@@ -10,4 +10,5 @@ embed = app.endpoint(
                      max_containers=3),
     route=fw.Route(max_inflight_per_container=2, timeout_s=5.0),
     batching=fw.Batching(max_batch_rows=4, wait_ms=30),
+    cache=False,
 )(timed_app.app["embed"].fn)

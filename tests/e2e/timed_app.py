@@ -22,6 +22,7 @@ app = fw.App("timed")
     route=fw.Route(max_inflight_per_container=2, max_queue=32, timeout_s=5.0,
                    stuck_after_s=3.0, tenant_rate_per_s=50, tenant_burst=50),
     batching=fw.Batching(max_batch_rows=4, wait_ms=30),
+    cache=False,   # an output names the container that made it: not a function of the input
 )
 def embed(model, texts: list[str]) -> list[list[int]]:
     out = []

@@ -276,3 +276,41 @@ def test_local_paths_are_not_checked_inside_a_modal_container(tmp_path, monkeypa
     fw.App("torch-there").endpoint(
         model=fw.TorchModel("pkg.mod:make", weights=str(missing / "w.safetensors"),
                             inputs=[spec]), name="t")(lambda m, x: x)
+
+
+# ---------------------------------------------------------------- Build.precision
+
+def test_build_precision_accepts_int8_on_cpu_and_fp16_on_gpu():
+    _, ep = define(build=fw.Build(precision=["fp32", "int8"]))
+    assert ep.build.precision == ("fp32", "int8")
+    _, ep = define(build=fw.Build(precision=("fp32", "fp16", "int8")), gpu="L4")
+    assert ep.build.precision == ("fp32", "fp16", "int8")
+    assert fw.Build(precision="int8").precision == ("int8",)
+
+
+def test_build_precision_values_and_tolerances_are_checked():
+    (msg,) = problems(build=fw.Build(precision=("fp32", "fp8")))
+    assert "build.precision = ('fp32', 'fp8')" in msg and "'int8'" in msg
+    (msg,) = problems(build=fw.Build(precision=("int8", "int8")))
+    assert "distinct" in msg
+    msgs = problems(build=fw.Build(precision=("int8",), precision_min_cosine=1.5,
+                                   precision_max_rel_err=0))
+    assert any("build.precision_min_cosine = 1.5" in m and "(0, 1]" in m for m in msgs)
+    assert any("build.precision_max_rel_err = 0" in m for m in msgs)
+
+
+def test_build_precision_where_it_cannot_apply():
+    (msg,) = problems(build=fw.Build(precision=("fp32", "fp16")))
+    assert "no 'fp16' on a CPU endpoint (gpu=None)" in msg and "'int8'" in msg
+    (msg,) = problems(build=fw.Build(precision=("fp32", "bf16")), gpu="L4")
+    assert "tensorrt=True" in msg
+    (msg,) = problems(build=fw.Build(precision=("fp16", "bf16"), tensorrt=True), gpu="L4")
+    assert "'fp16' or 'bf16', not both" in msg
+    (msg,) = problems(build=fw.Build(onnx=False, precision=("int8",)))
+    assert "onnx=False" in msg
+    (msg,) = problems(model=None, build=fw.Build(precision=("int8",)))
+    assert "its own runtime" in msg
+    torch_model = fw.TorchModel("pkg.mod:make", inputs=[fw.TensorSpec("x", "float32",
+                                                                      (None, 4))])
+    (msg,) = problems(model=torch_model, build=fw.Build(precision=("int8",)))
+    assert "task 'torch-module'" in msg and "feature-extraction" in msg

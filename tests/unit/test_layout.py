@@ -66,6 +66,8 @@ NEVER = {
                 "floodway.jobs", "modal", "starlette", "torch"),
     "core": ("floodway.runtime", "floodway.http", "floodway.deploy", "floodway.sim",
              "floodway.jobs", "modal", "starlette", "torch"),
+    "cache": ("floodway.runtime", "floodway.http", "floodway.deploy", "floodway.sim",
+              "floodway.jobs", "modal", "starlette", "torch"),
     "http": ("floodway.runtime", "floodway.deploy", "floodway.sim", "modal", "torch"),
     "sim": ("floodway.runtime", "floodway.http", "floodway.deploy", "floodway.jobs", "modal",
             "starlette", "torch"),

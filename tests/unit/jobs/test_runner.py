@@ -141,3 +141,41 @@ def test_runner_stop_releases_in_flight_jobs(store: JobStore, clock: ManualClock
     asyncio.run(go())
 
 
+
+
+def test_an_unavailable_backs_off_boundedly_and_freed_capacity_resumes_at_once(
+        store: JobStore, clock: ManualClock):
+    # A Retry-After of 30 s no longer stops the runner for 30 s: the first Unavailable
+    # pauses it for the bounded backoff (0.5 s), and a wake-up from freed capacity ends
+    # even that pause at once.
+    seen: list[str] = []
+
+    async def run(job: Job) -> list:
+        seen.append(job.inputs[0])
+        if job.inputs[0] == "first":
+            raise Unavailable("its container died twice", retry_after_s=30.0)
+        return ["ok"]
+
+    async def go() -> tuple[list[str], list[str], float]:
+        runner = JobRunner(store, run, owner="r1", concurrency=1, poll_s=10, clock=clock)
+        store.submit("embed", ["first"])
+        runner.start()
+        await until(lambda: seen == ["first"])
+        store.submit("embed", ["second"])
+        runner.wake()                    # a submit: still paused, nothing claimed
+        await settle()
+        paused = list(seen)
+        runner.wake(resume=True)         # a slot freed
+        await until(lambda: store.counts()["succeeded"] == 1)
+        await runner.stop()
+        early = store.claim("x", lease_s=1.0, limit=5)
+        clock.advance(0.5)
+        due = store.claim("x", lease_s=1.0, limit=5)
+        return paused, list(seen), early, due
+
+    paused, seen_after, early, due = asyncio.run(go())
+    assert paused == ["first"] and seen_after == ["first", "second"]
+    # The job that met the Unavailable went back delayed by the backoff (0.5 s, not 30 s)
+    # with its attempt not counted.
+    assert early == []
+    assert [(j.inputs, j.attempts) for j in due] == [(["first"], 1)]

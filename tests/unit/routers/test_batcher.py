@@ -485,3 +485,19 @@ def test_the_loop_is_restarted_when_it_raises(caplog):
 
     assert run(go()) == "X"
     assert "pick broke" in caplog.text
+
+
+def test_low_priority_rows_do_not_count_in_the_arrival_rate():
+    # decide() reads the rate as rows that will join a sync request's batch; job rows
+    # (low priority) never do (the top-up rule), so counting them made a 2-row request look
+    # like one riding in a full batch.
+    async def go():
+        b = make([FakeSlot("a", slots=1, auto=False)])
+        b.submit("job", list(range(64)), deadline_s=100.0, priority=0)
+        low_only = b.arrival_rows_per_s(b.now())
+        b.submit("sync", ["a", "b"], deadline_s=100.0, priority=1)
+        return low_only, b.arrival_rows_per_s(b.now())
+
+    low_only, with_sync = run(go())
+    assert low_only == 0.0
+    assert with_sync == pytest.approx(2 / 5.0)   # 2 rows over the 5 s window

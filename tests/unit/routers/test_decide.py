@@ -200,3 +200,14 @@ def test_the_config_accepts_exactly_the_spill_table():
 
     assert SPILL_TARGETS == tuple(SPILLS) == ("cold", "async")
     assert {t.action for t in SPILLS.values()} == {Action.SPILL_COLD, Action.SPILL_ASYNC}
+
+
+def test_queued_async_jobs_keep_no_sync_request_from_an_idle_container():
+    # Only low-priority work (job rows) queued: the batcher serves this request first, so
+    # the idle container takes it as if nothing were queued.
+    jobs_queued = dict(queued=3, queued_rows=96, queued_rows_by_priority=(96, 0, 0),
+                       queued_by_priority=(3, 0, 0))
+    d = decide(snap(warm("a"), **jobs_queued), req())
+    assert d.action == Action.DISPATCH and d.reason == "an idle warm container"
+    # A job (low priority itself) still queues behind them.
+    assert decide(snap(warm("a"), **jobs_queued), req(priority=0)).action == Action.QUEUE

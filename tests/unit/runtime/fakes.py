@@ -77,13 +77,15 @@ class FakeContainer:
         self._ready.set()
         self._exited.set()
 
-    def answer(self, batch_id: int, outputs: dict[str, Any]) -> None:
+    def answer(self, batch_id: int, outputs: dict[str, Any], service_s: float = 0.02) -> None:
+        """Answer batch `batch_id` with `outputs` (item id -> output), as a worker that took
+        `service_s` seconds for it (the router's service-time fit reads it)."""
         fut = self.inflight.pop(batch_id)
         rows = self.inflight_rows.pop(batch_id)
         self.last_progress_s = self.clock.monotonic()
         if not self.inflight:
             self.idle_since_s = self.clock.monotonic()
-        fut.set_result(BatchResult(outputs, {}, rows, 0.01, 0.02))
+        fut.set_result(BatchResult(outputs, {}, rows, service_s / 2, service_s))
         if self.on_change:
             self.on_change()
 

@@ -187,3 +187,20 @@ def test_exact_last_arrival_makes_active_exact():
     h = History(minute, [1], last_arrival_exact_s=t)
     assert h.last_arrival_s() == t          # not the end of the minute
     assert History(minute, [1]).last_arrival_s() == (minute + 1) * 60.0
+
+
+def test_a_backlog_asks_for_the_containers_that_drain_it_within_a_cold_start() -> None:
+    cfg = WarmPool(min_containers=1, max_containers=5)
+    m = Measured(cold_start_s=2.0, service_s=0.32, concurrency=32.0)   # 100 rows/s each
+    none, _ = desired(at(100), History.empty(at(100)), cfg, m)
+    small, _ = desired(at(100), History.empty(at(100)), cfg, m, backlog=150)
+    large, _ = desired(at(100), History.empty(at(100)), cfg, m, backlog=600)
+    huge, _ = desired(at(100), History.empty(at(100)), cfg, m, backlog=100_000)
+    assert none.min_containers == 1 and "backlog" not in none.reason
+    assert small.min_containers == 1       # 1.5 s of work: one container drains it in time
+    assert large.min_containers == 3       # 6 s of work within a 2 s cold start
+    assert huge.min_containers == 5 and "capped at max_containers 5" in huge.reason
+    assert "backlog of 600 queued" in large.reason
+    # Scale from zero: any backlog asks for one container.
+    zero = WarmPool(min_containers=0, max_containers=5)
+    assert desired(at(100), History.empty(at(100)), zero, m, backlog=1)[0].min_containers == 1

@@ -1,0 +1,184 @@
+"""Feeding claimed jobs to the local pool: jobs batched with each other, waiting in the
+router (not in the store) for a free slot, woken the moment one frees.
+
+    feed = JobFeed(decide=..., enqueue=..., start_cold=..., clock=clock)
+    outputs = await feed.run(job)          # from `LocalJobs._run`, per claimed job
+    feed.capacity_changed()                # the pool: a slot freed, a batch left the queue
+
+Grouping: the jobs claimed together for one endpoint and tenant (the runner claims them in one
+turn of the event loop) become ONE request to `decide()` and the batcher: their rows are
+batched with each other by construction, and `decide()`'s queue room and tenant share, which
+count requests, see one job request where a burst of one-row jobs would otherwise fill the
+low-priority share of the queue at once. Each job still gets its own inputs' results: one
+failed input fails its own job, never the group. A streaming endpoint's job is its own group
+(a group of sequences could be larger than any container holds: 413 for every job in it).
+
+Waiting for capacity: when `decide()` neither dispatches nor queues a group, it waits in the
+router, its jobs still claimed (their leases renewed by the runner), for `capacity_changed()`
+(the pool calls it when a slot frees, a batch leaves the queue or a container becomes ready)
+or `RECHECK_S` at the latest, then is decided again; a cold start is asked for when
+`decide()` says so. Only a group that found no capacity for `CAPACITY_WAIT_S` raises
+Unavailable (the runner's bounded backoff, the jobs back in the store): before, every job
+without a slot went back to the store for the whole Retry-After (up to 30 s) and the runner
+paused, so a backlog drained in steps of a Retry-After while containers sat idle.
+
+What goes where: jobs run at low priority, behind every sync request, and a batch of job rows
+goes only to a container with nothing in flight (`floodway.routers.batcher`): a sync request
+waits for at most the job batch already running on a container, never for job rows queued.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from floodway.errors import Unavailable
+from floodway.http.clock import within
+from floodway.http.protocols import SYSTEM_CLOCK, Clock, Pending
+from floodway.jobs.job import Job
+from floodway.routers.decide import Action, Decision
+
+log = logging.getLogger("floodway.jobs")
+
+# A group with no capacity is decided again at least this often (clock seconds) even
+# without a wake-up: capacity may come from what sends none (another process's jobs end).
+RECHECK_S = 0.5
+# How long a group waits in the router for capacity before its jobs go back to the store.
+CAPACITY_WAIT_S = 60.0
+
+
+class JobCapacity(Protocol):
+    """What the local pool tells the job queue (`floodway.runtime.pool.Pool`)."""
+
+    def job_room(self, endpoint: str) -> int:
+        """Rows of job work `endpoint` can take now (0 and up)."""
+        ...
+
+    def watch_jobs(self, backlog: Callable[[], dict[str, int]],
+                   wake: Callable[[], None]) -> None:
+        """Call `wake()` whenever job room may have grown; read `backlog()` (rows of jobs
+        not finished, per endpoint) as demand for the warm pool."""
+        ...
+
+
+# (endpoint, rows, tenant, job) -> the decision for a group's attempt.
+Decide = Callable[[str, list[Any], str, Job], Decision]
+# (endpoint, inputs, tenant) -> its Pending (one result per input).
+Enqueue = Callable[[str, list[Any], str], Pending]
+
+
+class JobFeed:
+    """Groups claimed jobs per endpoint and tenant into one request (see the module).
+
+    `decide(endpoint, inputs, tenant, first_job)`: the decision for a group;
+    `enqueue(endpoint, inputs, tenant)`: its Pending; `start_cold(endpoint)`: ask for a
+    container; `grouped(endpoint)`: whether that endpoint's jobs may share a request
+    (False for a streaming endpoint). `clock`: the capacity waits."""
+
+    def __init__(self, *, decide: Decide, enqueue: Enqueue,
+                 start_cold: Callable[[str], Any], grouped: Callable[[str], bool],
+                 clock: Clock = SYSTEM_CLOCK):
+        self.decide, self.enqueue, self.start_cold = decide, enqueue, start_cold
+        self.grouped, self.clock = grouped, clock
+        self.claimed_rows: Counter[str] = Counter()   # claimed, not yet in the batcher
+        self._groups: dict[tuple[str, str], list[tuple[Job, asyncio.Future]]] = {}
+        self._flush_due = False
+        self._capacity: asyncio.Event | None = None
+        self._tasks: set[asyncio.Task] = set()
+
+    def capacity_changed(self) -> None:
+        """A slot may have freed: groups waiting for capacity are decided again now."""
+        if self._capacity is not None:
+            self._capacity.set()
+
+    async def run(self, job: Job) -> list[Any]:
+        """`job`'s results, one per input (its output or the exception that failed it);
+        raises Unavailable when no capacity came for `CAPACITY_WAIT_S`, RequestError for a
+        job no container can ever hold, TimeoutError past the batcher's deadline."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future = loop.create_future()
+        tenant = job.tenant or "anonymous"
+        key = (job.endpoint, f"tenant:{tenant}" if self.grouped(job.endpoint) else job.id)
+        self._groups.setdefault(key, []).append((job, fut))
+        self.claimed_rows[job.endpoint] += len(job.inputs)
+        if not self._flush_due:
+            # After the jobs claimed in this turn of the loop have joined their groups.
+            self._flush_due = True
+            loop.call_soon(self._flush)
+        return await fut
+
+    def _flush(self) -> None:
+        self._flush_due = False
+        groups, self._groups = self._groups, {}
+        for (endpoint, _), members in groups.items():
+            tenant = members[0][0].tenant or "anonymous"
+            task = asyncio.get_running_loop().create_task(self._feed(endpoint, tenant, members))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _feed(self, endpoint: str, tenant: str,
+                    members: list[tuple[Job, asyncio.Future]]) -> None:
+        rows = sum(len(job.inputs) for job, _ in members)
+        try:
+            pending = await self._admitted(endpoint, tenant, members)
+        except BaseException as e:
+            self.claimed_rows[endpoint] -= rows
+            for _, fut in members:
+                if not fut.done():
+                    fut.set_exception(e if isinstance(e, Exception) else Unavailable(
+                        f"endpoint {endpoint!r}: the job feed stopped"))
+            if not isinstance(e, Exception):
+                raise
+            return
+        self.claimed_rows[endpoint] -= rows
+        try:
+            results = await pending
+        except Exception as e:  # noqa: BLE001 - every job of the group hears it
+            for _, fut in members:
+                if not fut.done():
+                    fut.set_exception(e)
+            return
+        at = 0
+        for job, fut in members:
+            n = len(job.inputs)
+            if not fut.done():
+                fut.set_result(list(results[at:at + n]))
+            at += n
+
+    async def _admitted(self, endpoint: str, tenant: str,
+                        members: list[tuple[Job, asyncio.Future]]) -> Pending:
+        """The group's Pending once `decide()` dispatches or queues it, waiting for
+        capacity between decisions (see the module). Raises what `decide` raises (a job
+        too large for any container), Unavailable after `CAPACITY_WAIT_S`."""
+        inputs = [x for job, _ in members for x in job.inputs]
+        waited_s = 0.0
+        while True:
+            if all(fut.done() for _, fut in members):
+                raise asyncio.CancelledError   # every job of it was abandoned (a stop)
+            d = self.decide(endpoint, inputs, tenant, members[0][0])
+            if d.action == Action.SPILL_COLD or d.start_cold:
+                self.start_cold(endpoint)
+            if d.action in (Action.DISPATCH, Action.QUEUE):
+                return self.enqueue(endpoint, inputs, tenant)
+            if waited_s >= CAPACITY_WAIT_S:
+                raise Unavailable(f"waiting for idle capacity ({d.action}: {d.reason})",
+                                  retry_after_s=max(RECHECK_S, d.retry_after_s))
+            waited_s += await self._wait_for_capacity()
+
+    async def _wait_for_capacity(self) -> float:
+        """Wait for `capacity_changed()` or `RECHECK_S`; the clock seconds waited."""
+        if self._capacity is None:
+            self._capacity = asyncio.Event()
+        self._capacity.clear()
+        t0 = self.clock.monotonic()
+        try:
+            await within(self.clock, self._capacity.wait(), RECHECK_S)
+        except TimeoutError:
+            pass
+        return max(self.clock.monotonic() - t0, 1e-3)
+
+
+__all__ = ["CAPACITY_WAIT_S", "RECHECK_S", "JobCapacity", "JobFeed"]
