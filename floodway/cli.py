@@ -1,4 +1,4 @@
-"""The `floodway` command: build, serve, simulate, deploy, hub-seed."""
+"""The `floodway` command: build, serve, bench, simulate, deploy, hub-seed."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from floodway.cli_help import BUILD_HELP, CLI_HELP, SERVE_HELP, SIMULATE_HELP
+from floodway.bench.command import bench
+from floodway.cli_help import BENCH_HELP, BUILD_HELP, CLI_HELP, SERVE_HELP, SIMULATE_HELP
 from floodway.errors import FloodwayError
 
 cli = typer.Typer(help=CLI_HELP,
@@ -170,6 +171,10 @@ def serve(app: AppArg, host: Annotated[str, typer.Option()] = "127.0.0.1",
             jobs_db=jobs_db, job_ttl_s=job_ttl_s)
     except FloodwayError as e:
         raise _fail(e) from None
+
+
+# Defined beside the replay it drives (floodway/bench/command.py), registered here.
+cli.command(help=BENCH_HELP)(bench)
 
 
 @cli.command()

@@ -20,6 +20,16 @@ SERVE_HELP = (
     "OpenAI-compatible routes beside them: /v1/models; /v1/embeddings for endpoints taking "
     "str items; /v1/completions and /v1/chat/completions for streaming endpoints taking "
     "fw.Prompt items (text generation).")
+BENCH_HELP = (
+    "Replay a per-request trace open loop against an endpoint: APP is served locally for the "
+    "run, a URL (a deployed router) is used as it is."
+    "\n\n"
+    "Requests go out at the trace's times (divided by --time-scale) whatever the answers, "
+    "each with X-Deadline-Ms and one item: a text about ContextTokens tokens long when the "
+    "trace has that column, else a short text, or --input-json. Prints the outcomes (200 "
+    "within the deadline, 200 late, 202, 429, 503, 504, other), the 200s' latency "
+    "percentiles and the goodput; writes requests.csv, bench.png and batch_times.json (the "
+    "batch times the router measured, by rows, for simulate) to --out.")
 SIMULATE_HELP = (
     "Simulate an endpoint's warm pool and router over a trace, with its own config, the real "
     "decide() and warm-pool policy: cold starts, latency, shed/spill, container-minutes, cost."
@@ -29,4 +39,4 @@ SIMULATE_HELP = (
     "(decide_stream, iteration-level containers at the priors' speed): time to first token, "
     "tokens/s, first tokens within the deadline.")
 
-__all__ = ["BUILD_HELP", "CLI_HELP", "SERVE_HELP", "SIMULATE_HELP"]
+__all__ = ["BENCH_HELP", "BUILD_HELP", "CLI_HELP", "SERVE_HELP", "SIMULATE_HELP"]

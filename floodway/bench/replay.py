@@ -1,0 +1,92 @@
+"""Open-loop replay: each planned request is sent at its time whether or not earlier ones
+were answered (a slow server cannot slow the client down, so overload shows up as latency
+and sheds, not as fewer requests), and each answer is recorded as it comes.
+
+    await replay(client, endpoint, plan, deadline_ms, timeout_s=...) -> list[Result]
+
+`client` is an ``httpx.AsyncClient`` whose base URL is the router (any transport: a real
+connection, or ``httpx.ASGITransport`` for an in-process app); `clock` and `sleep` are
+injectable so that tests drive the replay on a fake clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
+import httpx
+
+from floodway.bench.plan import Planned
+
+
+@dataclass
+class Result:
+    """One replayed request. Times in seconds from the replay's start (`clock`).
+
+    `send_s` the planned send time, `lag_s` how late it actually went out, `latency_s`
+    send -> answer (headers and body read), `status` the HTTP status (0: no answer, then
+    `error` says why), `decision` the router's X-Floodway-Decision header."""
+
+    index: int
+    send_s: float
+    lag_s: float = 0.0
+    status: int = 0
+    latency_s: float = math.nan
+    decision: str = ""
+    error: str = ""
+
+
+Clock = Callable[[], float]
+Sleep = Callable[[float], Awaitable[None]]
+
+
+async def send(client: httpx.AsyncClient, path: str, body: dict, headers: dict[str, str],
+               res: Result, start: float, clock: Clock) -> None:
+    """POST `body` to `path` and fill `res` in (status, latency, decision, error); never
+    raises for a failed request: no answer is an outcome too."""
+    try:
+        r = await client.post(path, json=body, headers=headers)
+        await r.aread()
+    except httpx.HTTPError as e:
+        res.latency_s = clock() - start
+        res.error = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+        return
+    res.latency_s = clock() - start
+    res.status = r.status_code
+    res.decision = r.headers.get("x-floodway-decision", "")
+
+
+async def replay(client: httpx.AsyncClient, endpoint: str, plan: Sequence[Planned],
+                 deadline_ms: float, *, headers: dict[str, str] | None = None,
+                 clock: Clock = time.perf_counter, sleep: Sleep = asyncio.sleep,
+                 on_answer: Callable[[Result], None] | None = None) -> list[Result]:
+    """Send every request of `plan` to ``POST /v1/<endpoint>`` at its `send_s` (open loop)
+    with ``X-Deadline-Ms: deadline_ms`` and `headers`; return one `Result` per request, in
+    plan order, once all are answered (or failed: the client's timeout bounds each).
+    `on_answer` is called as each one ends (progress)."""
+    hdrs = {"X-Deadline-Ms": f"{deadline_ms:g}", **(headers or {})}
+    path = f"/v1/{endpoint}"
+    results = [Result(p.index, p.send_s) for p in plan]
+    tasks: list[asyncio.Task] = []
+    t0 = clock()
+
+    async def one(p: Planned, res: Result) -> None:
+        start = clock()
+        res.lag_s = max(0.0, start - t0 - p.send_s)
+        await send(client, path, {"inputs": p.inputs}, hdrs, res, start, clock)
+        if on_answer is not None:
+            on_answer(res)
+
+    for p, res in zip(plan, results, strict=True):
+        delay = t0 + p.send_s - clock()
+        if delay > 0:
+            await sleep(delay)
+        tasks.append(asyncio.create_task(one(p, res)))
+    await asyncio.gather(*tasks)
+    return results
+
+
+__all__ = ["Result", "replay", "send"]

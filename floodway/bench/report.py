@@ -1,0 +1,105 @@
+"""What a bench run reports: the summary table (rich) and the files it writes (per-request
+CSV, batch-times JSON).
+
+    summarize(results, deadline_s, capacity_rps=None, span_s=None) -> Summary
+    summary_table(summary, title) -> rich.table.Table
+    write_requests_csv(summary, path); write_json(doc, path)
+
+The CSV has one row per request: index, send_s (planned, from the replay's start), lag_s
+(how late it went out), status (0: no answer), outcome (`floodway.bench.outcomes`),
+latency_s (send -> answer), decision (the router's X-Floodway-Decision), error.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from floodway.bench.outcomes import LABELS, OUTCOMES, Goodput, counts, goodput, outcome, percentile
+from floodway.bench.replay import Result
+
+PERCENTILES = (50, 90, 95, 99)
+CSV_COLUMNS = ("index", "send_s", "lag_s", "status", "outcome", "latency_s", "decision",
+               "error")
+
+
+@dataclass(frozen=True)
+class Summary:
+    """A replay's results with each one's outcome, the counts per outcome (they add up to
+    the requests), the latency percentiles of 200s (seconds, by q) and the goodput."""
+
+    results: Sequence[Result]
+    outcomes: tuple[str, ...]
+    counts: dict[str, int]
+    latency_200_s: dict[int, float]
+    goodput: Goodput
+    deadline_s: float
+
+    @property
+    def requests(self) -> int:
+        return len(self.results)
+
+
+def summarize(results: Sequence[Result], deadline_s: float, capacity_rps: float | None = None,
+              span_s: float | None = None) -> Summary:
+    """The `Summary` of `results` for a deadline of `deadline_s` seconds."""
+    outs = tuple(outcome(r.status, r.latency_s, deadline_s) for r in results)
+    lat = [r.latency_s for r in results if r.status == 200]
+    good = goodput([r.send_s for r in results], [o == "ok" for o in outs], capacity_rps,
+                   span_s)
+    return Summary(results, outs, counts(outs), {q: percentile(lat, q) for q in PERCENTILES},
+                   good, deadline_s)
+
+
+def _ms(x: float) -> str:
+    return "-" if math.isnan(x) else f"{x * 1000:,.1f}"
+
+
+def summary_rows(s: Summary) -> list[tuple[str, str]]:
+    """(measure, value) rows: each outcome's count and share, the 200s' percentiles, the
+    goodput and the send lag."""
+    rows = [(LABELS[o], f"{s.counts[o]:,} ({s.counts[o] / max(1, s.requests):.1%})")
+            for o in OUTCOMES]
+    rows.append(("requests", f"{s.requests:,}"))
+    rows += [(f"200 latency p{q} (ms)", _ms(v)) for q, v in s.latency_200_s.items()]
+    rows.append(("goodput", s.goodput.describe()))
+    lag = percentile([r.lag_s for r in s.results], 99)
+    rows.append(("client send lag p99 (ms)", _ms(lag)))
+    return rows
+
+
+def summary_table(s: Summary, title: str):
+    """The rows of `summary_rows` as a rich Table."""
+    from rich.table import Table
+
+    table = Table(title=title)
+    table.add_column("measure")
+    table.add_column("value", justify="right")
+    for name, value in summary_rows(s):
+        table.add_row(name, value)
+    return table
+
+
+def write_requests_csv(s: Summary, path: Path) -> Path:
+    """The per-request CSV of the module docstring, at `path`."""
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(CSV_COLUMNS)
+        for r, o in zip(s.results, s.outcomes, strict=True):
+            w.writerow([r.index, f"{r.send_s:.6f}", f"{r.lag_s:.6f}", r.status, o,
+                        "" if math.isnan(r.latency_s) else f"{r.latency_s:.6f}", r.decision,
+                        r.error])
+    return path
+
+
+def write_json(doc: dict, path: Path) -> Path:
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+    return path
+
+
+__all__ = ["CSV_COLUMNS", "PERCENTILES", "Summary", "summarize", "summary_rows",
+           "summary_table", "write_json", "write_requests_csv"]
