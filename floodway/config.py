@@ -310,14 +310,20 @@ class Route(_Config):
 @dataclass(frozen=True)
 class Batching(_Config):
     """Dynamic batching: a batch holds at most `max_batch_rows` input rows and waits at most
-    `wait_ms` for more after its first row arrives (mapped to `@modal.batched` on Modal)."""
+    `wait_ms` for more after its first row arrives (mapped to `@modal.batched` on Modal).
+    A text endpoint's batch also holds at most `max_batch_tokens` padded tokens (rows x the
+    longest input's estimated tokens; None: `max_batch_rows` x 128, so texts of up to 128
+    tokens batch by rows; the router's batcher only): `floodway.routers.tokens`."""
 
     max_batch_rows: int = 32
     wait_ms: float = 5
+    max_batch_tokens: int | None = None   # at most 2**24 (16M tokens: no device holds more)
 
     def _check(self, out: list[Problem], p: str) -> None:
         check_int(out, f"{p}.max_batch_rows", self.max_batch_rows, 1, MODAL_MAX_BATCH_SIZE)
         check_num(out, f"{p}.wait_ms", self.wait_ms, 0, MODAL_MAX_BATCH_WAIT_MS)
+        if self.max_batch_tokens is not None:
+            check_int(out, f"{p}.max_batch_tokens", self.max_batch_tokens, 1, 1 << 24)
 
 
 # ---------------------------------------------------------------- generation

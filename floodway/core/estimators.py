@@ -2,7 +2,8 @@
 warm-pool policies read. One set, used by the local pool, the Modal router and warmers, and
 the simulator; each starts from a prior (`floodway.core.priors`) until it has samples.
 
-    service = ServiceEstimator()          # (rows, seconds) per batch -> ServiceTime
+    service = ServiceEstimator()          # (rows, seconds[, padded tokens]) per batch
+                                          #   -> ServiceTime
     cold = ColdStartEstimator()           # seconds per container start -> estimate_s
     rate = ArrivalRate()                  # (time, rows) per admitted request -> rows/s
     measured(cold, service, max_batch_rows) -> Measured   (for `desired()`)
@@ -40,23 +41,52 @@ def start_remaining_s(measured_s: float, elapsed_s: float) -> float:
 
 
 class ServiceEstimator:
-    """Seconds per batch as a linear fit of measured (rows, seconds) batches
-    (`ServiceTime.fit`, least squares), `prior` until the first sample. The fit is
-    recomputed on each `record` (at most `SERVICE_SAMPLES` points: microseconds)."""
+    """Seconds per batch as a linear fit of measured batches, `prior` until the first
+    sample: of (rows, seconds) (`ServiceTime.fit`, least squares), or, once batches come
+    with their padded tokens (rows x the longest input's estimated tokens: an endpoint
+    taking text), of (rows, padded tokens, seconds) on three terms
+    (`ServiceTime.fit_padded`). The fit is recomputed on each `record` (at most
+    `SERVICE_SAMPLES` points: microseconds).
 
-    def __init__(self, prior: ServiceTime = SERVICE_PRIOR, samples: int = SERVICE_SAMPLES):
-        self.prior = prior
+    `row_tokens_prior`: padded tokens per row before any batch with tokens was measured
+    (what `row_tokens()` says until then)."""
+
+    def __init__(self, prior: ServiceTime = SERVICE_PRIOR, samples: int = SERVICE_SAMPLES,
+                 *, row_tokens_prior: float = 0.0):
+        self.prior, self.row_tokens_prior = prior, row_tokens_prior
         self.samples: deque[tuple[int, float]] = deque(maxlen=samples)
+        self.tokens: deque[int] = deque(maxlen=samples)   # padded tokens, as `samples`
         self.fit: ServiceTime = prior
 
-    def record(self, rows: int, seconds: float) -> None:
+    def _add(self, rows: int, seconds: float, padded_tokens: int) -> None:
         self.samples.append((int(rows), float(seconds)))
-        self.fit = ServiceTime.fit(list(self.samples), self.prior)
+        self.tokens.append(max(0, int(padded_tokens)))
 
-    def extend(self, samples: Iterable[tuple[int, float]]) -> None:
-        for rows, seconds in samples:
-            self.samples.append((int(rows), float(seconds)))
-        self.fit = ServiceTime.fit(list(self.samples), self.prior)
+    def _refit(self) -> None:
+        if any(self.tokens):
+            self.fit = ServiceTime.fit_padded(
+                [(r, t, s) for (r, s), t in zip(self.samples, self.tokens, strict=True)],
+                self.prior)
+        else:
+            self.fit = ServiceTime.fit(list(self.samples), self.prior)
+
+    def record(self, rows: int, seconds: float, padded_tokens: int = 0) -> None:
+        """One batch of `rows` rows took `seconds`; `padded_tokens`: its padded tokens
+        (0: not known, a batch of items that are not text)."""
+        self._add(rows, seconds, padded_tokens)
+        self._refit()
+
+    def extend(self, samples: Iterable[tuple[int, float] | tuple[int, float, int]]) -> None:
+        """`record` each of (rows, seconds) or (rows, seconds, padded_tokens)."""
+        for rows, seconds, *tokens in samples:
+            self._add(rows, seconds, tokens[0] if tokens else 0)
+        self._refit()
+
+    def row_tokens(self) -> float:
+        """Mean padded tokens per row of the batches measured with tokens (the length of a
+        row whose own is not known), `row_tokens_prior` before any."""
+        rows = sum(r for (r, _), t in zip(self.samples, self.tokens, strict=True) if t)
+        return sum(self.tokens) / rows if rows else self.row_tokens_prior
 
 
 class ColdStartEstimator:
@@ -113,9 +143,11 @@ class ArrivalRate:
 def measured(cold: ColdStartEstimator, service: ServiceEstimator, max_batch_rows: int,
              rows_per_request: float = 1.0) -> Measured:
     """What the warm-pool policies read (`desired(..., measured)`): the cold-start estimate
-    and one full batch's fitted time at its concurrency (`Measured.from_batches`)."""
-    return Measured.from_batches(cold.estimate_s(), service.fit.seconds(max_batch_rows),
-                                 max_batch_rows, rows_per_request)
+    and one full batch's fitted time at its concurrency (`Measured.from_batches`), its rows
+    at the measured mean row length (`ServiceEstimator.row_tokens`)."""
+    batch_s = service.fit.seconds(max_batch_rows, max_batch_rows * service.row_tokens())
+    return Measured.from_batches(cold.estimate_s(), batch_s, max_batch_rows,
+                                 rows_per_request)
 
 
 __all__ = ["RATE_WINDOW_S", "ArrivalRate", "ColdStartEstimator", "ServiceEstimator",

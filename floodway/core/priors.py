@@ -18,6 +18,15 @@ defined here once, for the local runtime, the Modal router and warmers, and the 
   measured batches (`floodway.routers.decide.ServiceTime.fit`).
 - `SERVICE_PRIOR_S`: the same prior for one request of one row, as the warm-pool policies'
   Little's-law sizing reads it (`floodway.warmers.target.Measured.service_s`).
+- `ROW_TOKENS_PRIOR` (34): tokens per text row before any batch of an endpoint taking text
+  was measured: the length of the texts the 2-3 ms per row above was measured with
+  (benchmarks/burst.py's texts, about 34 tokens each).
+- `TEXT_SERVICE_PRIOR`: `SERVICE_PRIOR` for an endpoint taking text, on padded tokens:
+  20 ms a batch + 1 ms a row (tokenizing, pooling, encoding the output) + the rest of the
+  5 ms per row spread over `ROW_TOKENS_PRIOR` tokens (an encoder's work grows with the
+  tokens it sees), so that a row of that length costs exactly what `SERVICE_PRIOR` says and
+  a row of 256 tokens about 6x more; replaced by the fit of measured batches
+  (`floodway.routers.service.ServiceTime.fit_padded`).
 
 Generation (streaming endpoints, `floodway.core.generation`):
 
@@ -42,10 +51,14 @@ from floodway.routers.decide import ServiceTime
 COLD_START_PRIOR_S = 30.0
 SERVICE_PRIOR = ServiceTime(per_row_s=0.005, per_batch_s=0.02)
 SERVICE_PRIOR_S = SERVICE_PRIOR.seconds(1)
+ROW_TOKENS_PRIOR = 34
+TEXT_SERVICE_PRIOR = ServiceTime(per_row_s=0.001, per_batch_s=0.02,
+                                 per_token_s=(0.005 - 0.001) / ROW_TOKENS_PRIOR)
 PREFILL_PRIOR = ServiceTime(per_row_s=0.001, per_batch_s=0.01)
 DECODE_STEP_PRIOR = ServiceTime(per_row_s=0.002, per_batch_s=0.02)
 GENERATED_TOKENS_PRIOR = 128
 PROMPT_TOKENS_PRIOR = 256
 
 __all__ = ["COLD_START_PRIOR_S", "DECODE_STEP_PRIOR", "GENERATED_TOKENS_PRIOR", "PREFILL_PRIOR",
-           "PROMPT_TOKENS_PRIOR", "SERVICE_PRIOR", "SERVICE_PRIOR_S"]
+           "PROMPT_TOKENS_PRIOR", "ROW_TOKENS_PRIOR", "SERVICE_PRIOR", "SERVICE_PRIOR_S",
+           "TEXT_SERVICE_PRIOR"]

@@ -2,14 +2,18 @@
 `Snapshot`.
 
     build_snapshot(now_s, endpoint, containers, queue, service=, cold_start_s=,
-                   arrival_rows_per_s=, max_containers=) -> Snapshot
+                   arrival_rows_per_s=, max_containers=, row_tokens=, max_batch_tokens=)
+        -> Snapshot
 
 The local pool, the Modal router and the simulator each describe their containers as
 `ContainerLoad` (batches in flight, how long a start has run) and their queue as `QueueLoad`,
 and take the service fit, cold-start estimate and arrival rate from the same estimators
 (`floodway.core.estimators`); everything else (backlog seconds, free slots, remaining start
-time, the route's limits) is computed here, once. So the same state gives the same snapshot,
-and the same `decide()` answer, wherever it runs.
+time, the route's limits) is computed here, once. A runtime that knows the tokens of its
+batches (the local pool: its batcher estimates each input's tokens at admission) gives
+them too (`ContainerLoad.batch_tokens`, `QueueLoad.tokens_by_priority`, `row_tokens`,
+`max_batch_tokens`); one that does not (Modal, the simulator) costs by rows alone. So the
+same state gives the same snapshot, and the same `decide()` answer, wherever it runs.
 
 Slots: a container runs one batch at a time, so the router keeps at most `PIPELINE_DEPTH`
 batches in its pipe (one running, the next ready) whatever `Route.max_inflight_per_container`
@@ -54,7 +58,9 @@ class ContainerLoad:
     `state`: starting | warming | ready | busy | draining | stopped | failed.
     `batch_rows`: rows of each batch in flight on it (sent, not answered), oldest first.
     `slots`: batches it may hold (`pipeline_slots`). `starting_for_s`: seconds since its
-    start was asked for (starting and warming containers).
+    start was asked for (starting and warming containers). `batch_tokens`: the padded
+    tokens of its batches in flight (their sum counts; empty: unknown, each row at the
+    snapshot's `row_tokens`).
     """
 
     id: str
@@ -62,6 +68,7 @@ class ContainerLoad:
     batch_rows: tuple[int, ...] = ()
     slots: int = 1
     starting_for_s: float = 0.0
+    batch_tokens: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -70,12 +77,14 @@ class QueueLoad:
 
     A queue that serves in arrival order whatever the priority (Modal's input queue) puts
     all of its work under high: every new request then counts all of it as ahead.
-    `tenant_requests`: requests waiting per tenant.
+    `tenant_requests`: requests waiting per tenant. `tokens_by_priority`: the estimated
+    tokens of the queued inputs (None: unknown, each row at the snapshot's `row_tokens`).
     """
 
     rows_by_priority: tuple[int, int, int] = (0, 0, 0)
     requests_by_priority: tuple[int, int, int] = (0, 0, 0)
     tenant_requests: Mapping[str, int] = field(default_factory=dict)
+    tokens_by_priority: tuple[int, int, int] | None = None
 
     @classmethod
     def fifo(cls, rows: int, requests: int, tenant_requests: Mapping[str, int] | None = None
@@ -87,11 +96,13 @@ class QueueLoad:
 EMPTY_QUEUE = QueueLoad()
 
 
-def container_view(c: ContainerLoad, service: ServiceTime, cold_start_s: float
-                   ) -> ContainerView:
+def container_view(c: ContainerLoad, service: ServiceTime, cold_start_s: float,
+                   row_tokens: float = 0.0) -> ContainerView:
     """`c` as `decide()` sees it: free slots and backlog seconds of a warm container (ready
-    while it has a free slot, else busy), the remaining start of a starting one."""
-    backlog = sum(service.seconds(r) for r in c.batch_rows)
+    while it has a free slot, else busy), the remaining start of a starting one. Its
+    batches' tokens are `c.batch_tokens`, else `row_tokens` per row."""
+    tokens = sum(c.batch_tokens) if c.batch_tokens else row_tokens * sum(c.batch_rows)
+    backlog = sum(service.seconds(r) for r in c.batch_rows) + service.per_token_s * tokens
     free = max(0, c.slots - len(c.batch_rows)) if c.state in WARM else 0
     ready_in = start_remaining_s(cold_start_s, c.starting_for_s) if c.state in STARTING \
         else 0.0
@@ -104,11 +115,14 @@ def container_view(c: ContainerLoad, service: ServiceTime, cold_start_s: float
 def build_snapshot(now_s: float, endpoint: EndpointConfig, containers: Iterable[ContainerLoad],
                    queue: QueueLoad = EMPTY_QUEUE, *, service: ServiceTime,
                    cold_start_s: float, arrival_rows_per_s: float = 0.0,
-                   max_containers: int | None = None, async_accepting: bool = True
-                   ) -> Snapshot:
+                   max_containers: int | None = None, async_accepting: bool = True,
+                   row_tokens: float = 0.0, max_batch_tokens: int = 0) -> Snapshot:
     """`decide()`'s view of `endpoint` at `now_s` (seconds on the runtime's clock).
 
-    `service`, `cold_start_s` and `arrival_rows_per_s` come from the estimators;
+    `service`, `cold_start_s`, `arrival_rows_per_s` and `row_tokens` (the mean padded
+    tokens per row of measured batches: the length of a row not otherwise known) come
+    from the estimators; `max_batch_tokens`: the batcher's token budget (0: it cuts by
+    rows only, as for items that are not text);
     `max_containers` is how many containers may be live (default the warm pool's cap; a
     runtime lowers it, e.g. to the live count while starts are failing). A start still
     running has taken at least as long as it has run: the cold-start estimate is never
@@ -116,7 +130,7 @@ def build_snapshot(now_s: float, endpoint: EndpointConfig, containers: Iterable[
     """
     loads = tuple(containers)
     cold = max([cold_start_s, *(c.starting_for_s for c in loads if c.state in STARTING)])
-    views = tuple(container_view(c, service, cold) for c in loads)
+    views = tuple(container_view(c, service, cold, row_tokens) for c in loads)
     rows, reqs = queue.rows_by_priority, queue.requests_by_priority
     return Snapshot(
         now_s=now_s, containers=views, service=service, cold_start_s=cold,
@@ -127,7 +141,10 @@ def build_snapshot(now_s: float, endpoint: EndpointConfig, containers: Iterable[
         tenant_queued=dict(queue.tenant_requests), async_accepting=async_accepting,
         queued_rows_by_priority=tuple(rows), queued_by_priority=tuple(reqs),
         arrival_rows_per_s=arrival_rows_per_s,
-        batch_wait_s=endpoint.batching.wait_ms / 1000.0)
+        batch_wait_s=endpoint.batching.wait_ms / 1000.0,
+        queued_tokens_by_priority=None if queue.tokens_by_priority is None
+        else tuple(queue.tokens_by_priority),
+        row_tokens=row_tokens, max_batch_tokens=max_batch_tokens)
 
 
 __all__ = ["EMPTY_QUEUE", "PIPELINE_DEPTH", "ContainerLoad", "EndpointConfig", "QueueLoad",

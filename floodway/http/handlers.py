@@ -60,6 +60,7 @@ from floodway.routers.decide import Action, Decision, decide
 from floodway.routers.decide import Request as DecideRequest
 from floodway.routers.decide_stream import StreamRequest, decide_stream
 from floodway.routers.sequences import sequence_cost
+from floodway.routers.tokens import row_tokens
 
 
 class Handlers:
@@ -183,7 +184,8 @@ class Handlers:
         snap = self.backend.snapshot(name)
         return self._noted(request, name, decide(snap, DecideRequest(
             rows=rows, deadline_s=snap.now_s + a.budget_s, priority=int(a.priority),
-            tenant=a.tenant, allow_async=allow_async and self.jobs is not None)))
+            tenant=a.tenant, allow_async=allow_async and self.jobs is not None,
+            row_tokens=row_tokens(self.app.endpoints[name], a.inputs))))
 
     def _decide_stream(self, request: Request, name: str, a: Admitted, *,
                        allow_async: bool) -> Decision:

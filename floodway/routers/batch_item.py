@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -75,6 +75,27 @@ class Item:
     tokens: int = field(default=0, compare=False)
     sent_s: float = field(default=0.0, compare=False)
     last_s: float | None = field(default=None, compare=False)
+    # Its estimated tokens (`floodway.routers.tokens`; 1 for an item that is not text): the
+    # row length a batch holding it is padded to.
+    length: int = field(default=1, compare=False)
+
+
+class SentBatch:
+    """A batch's result (a BatchResultLike: its attributes are read through) with what the
+    batcher sent: `padded_tokens`, rows x its longest item's tokens (0: not text)."""
+
+    __slots__ = ("padded_tokens", "result")
+
+    def __init__(self, result: BatchResultLike, padded_tokens: int):
+        self.result, self.padded_tokens = result, padded_tokens
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.result, name)
+
+
+def padded(batch: list[Item]) -> int:
+    """Padded tokens of `batch`: its rows x its longest item's estimated tokens."""
+    return len(batch) * max((it.length for it in batch), default=0)
 
 
 def unsendable(batch: list[Item], error: Exception, endpoint: str,
@@ -186,3 +207,63 @@ def retried(batch: list[Item], error: Exception) -> list[Item]:
     for it in retry:
         it.tries += 1
     return retry
+
+
+# Lengths within this factor of each other batch together without further question: a row
+# is padded to at most twice its own tokens (the padding a power-of-two bucketing of lengths
+# also accepts).
+GROUP_FACTOR = 2.0
+
+
+def joins(rows: int, longest: int, shortest: int, length: int,
+          batch_s: Callable[[int, int], float]) -> bool:
+    """Whether an item of `length` tokens joins a batch of `rows` rows whose lengths span
+    [`shortest`, `longest`]: the span stays within `GROUP_FACTOR`, or joining adds no more
+    seconds than the item would cost in a batch of its own (`batch_s(rows, padded
+    tokens)`: the endpoint's fitted line). So short texts of any length batch together while
+    a batch's fixed cost dominates, and a long text does not pad a batch of short ones."""
+    hi, lo = max(longest, length), min(shortest, length)
+    if hi <= GROUP_FACTOR * lo:
+        return True
+    more = batch_s(rows + 1, (rows + 1) * hi) - batch_s(rows, rows * longest)
+    return more <= batch_s(1, length) + 1e-12   # a tie (to float noise) joins
+
+
+def group(head: Item, queue: Iterable[Item], now: float, *, max_rows: int,
+          max_tokens: int | None, batch_s: Callable[[int, int], float], near_s: float,
+          prio: Callable[[Item], int]) -> tuple[list[Item], list[Item]]:
+    """The batch `head` (the queue's first item, taken) starts, and the items found past
+    their deadline: (batch, expired). `queue`: the other queued items in priority order.
+
+    Items are taken in that order while the batch has fewer than `max_rows` rows and its
+    padded tokens (rows x longest) stay within `max_tokens` (None: no token cut). An item
+    that would pad the batch (`joins` says no) or does not fit the token budget is passed
+    over, to head a batch of its own length, unless its deadline is within `near_s`: such
+    an item is taken when it fits, else the batch ends there (it heads the next one), so
+    no item near its deadline is ever passed over. Nothing is taken below the priority of
+    an item passed over, and a batch headed by sync work takes no low-priority item (the
+    batcher's top-up rule)."""
+    batch, expired = [head], []
+    longest = shortest = head.length
+    passed: int | None = None   # the highest priority passed over
+    for it in queue:
+        p = prio(it)
+        if len(batch) >= max_rows or (p == 0 and prio(head) > 0) \
+                or (passed is not None and p < passed):
+            break
+        if it.future.done():
+            continue
+        if it.deadline_s <= now:
+            expired.append(it)
+            continue
+        hi = max(longest, it.length)
+        fits = max_tokens is None or (len(batch) + 1) * hi <= max_tokens
+        urgent = it.deadline_s - now <= near_s
+        if fits and (urgent or joins(len(batch), longest, shortest, it.length, batch_s)):
+            batch.append(it)
+            longest, shortest = hi, min(shortest, it.length)
+        elif urgent:
+            break
+        else:
+            passed = p if passed is None else max(passed, p)
+    return batch, expired

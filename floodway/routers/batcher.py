@@ -1,10 +1,15 @@
-"""Dynamic batching by rows: one bounded priority queue per endpoint, batches cut by rows.
+"""Dynamic batching: one bounded priority queue per endpoint, batches cut by rows and tokens.
 
-A request's inputs become items (`<request id>:<index>`). The batcher takes items in
-priority order (high first, then arrival), fills a batch up to `max_batch_rows` rows, and
-waits at most `wait_ms` after the oldest item of the batch arrived for more to come (the
-Triton / Ray Serve `batch_wait_timeout_s` rule). A batch goes to a container only when one
-has a free slot: until then items wait in the queue, whose size `decide()` bounds.
+A request's inputs become items (`<request id>:<index>`), each with its estimated tokens
+(`cost`: `floodway.routers.tokens`; 1 for items that are not text). The batcher takes items
+in priority order (high first, then arrival), fills a batch up to `max_batch_rows` rows and
+`max_batch_tokens` padded tokens (rows x the longest item), grouping similar lengths
+(`floodway.routers.batch_item.group`: an item that would pad the batch heads one of its own,
+unless its deadline is near), and waits at most `wait_ms` after the oldest item of the batch
+arrived for more to come (the Triton / Ray Serve `batch_wait_timeout_s` rule). A batch goes
+to a container only when one has a free slot: until then items wait in the queue, whose
+size `decide()` bounds. Each batch's padded tokens go with its result to `on_batch`
+(`SentBatch`), for the service-time fit.
 
 Low-priority work (async jobs run at low priority) fills idle capacity below sync work: a
 batch of low-priority items only goes to a container with nothing in flight, so a sync request
@@ -48,7 +53,7 @@ from collections.abc import Callable
 from typing import Any
 
 from floodway.core.estimators import ArrivalRate
-from floodway.core.snapshot import QueueLoad
+from floodway.core.priors import TEXT_SERVICE_PRIOR
 from floodway.errors import EndpointError, Unavailable
 from floodway.routers.batch_item import (
     ITEM_CHUNK,
@@ -56,13 +61,17 @@ from floodway.routers.batch_item import (
     ITEM_RESULT,
     BatchResultLike,
     Item,
+    SentBatch,
     Slot,
     answer,
     early,
+    group,
+    padded,
     retried,
     unsendable,
     why,
 )
+from floodway.routers.batch_queue import QueueCounts, prio
 from floodway.routers.sequences import SequenceBook
 
 log = logging.getLogger("floodway.batcher")
@@ -71,9 +80,14 @@ RECHECK_S = 0.05
 # A loop that raised is restarted at once, then after a back-off doubling from RECHECK_S up
 # to this (event-loop seconds) while it keeps raising: logged, never a busy spin.
 MAX_RESTART_DELAY_S = 1.0
+# An item is near its deadline (never passed over for length) within this many full
+# batches' seconds of it: the batch being cut, then its own.
+NEAR_BATCHES = 2
+# Items looked at per batch cut, in batches' rows: bounds the cut's cost in a long queue.
+LOOKAHEAD_BATCHES = 8
 
 
-class Batcher:
+class Batcher(QueueCounts):
     """The queue and batch former of one endpoint.
 
     `pick(idle_only)` returns a container with a free slot (with nothing in flight when
@@ -83,7 +97,11 @@ class Batcher:
     (service-time fit, metrics); `on_free()` hears every batch end, however it ended (a
     slot freed: the job queue's wake-up). `clock()` gives seconds (default `loop.time()`); deadlines
     passed to `submit` are on it. `streaming`: items are sequences (see the module);
-    `sequences`: their bookkeeping (then `pick` also takes the head sequence's KV need)."""
+    `sequences`: their bookkeeping (then `pick` also takes the head sequence's KV need).
+    `cost(value)`: an input's estimated tokens (None: 1 each, and no token cut);
+    `max_batch_tokens`: the padded-token budget of a batch (None: none); `batch_s(rows,
+    padded_tokens)`: a batch's seconds (the endpoint's fit; default the text prior), which
+    tells whether a length joins a batch and when a deadline is near (`group`)."""
 
     def __init__(self, endpoint: str, *, max_batch_rows: int, wait_ms: float,
                  pick: Callable[..., Slot | None],
@@ -91,8 +109,13 @@ class Batcher:
                  on_send: Callable[[Slot], None] | None = None,
                  clock: Callable[[], float] | None = None, streaming: bool = False,
                  sequences: SequenceBook | None = None,
-                 on_free: Callable[[], None] | None = None):
+                 on_free: Callable[[], None] | None = None,
+                 cost: Callable[[Any], int] | None = None, max_batch_tokens: int | None = None,
+                 batch_s: Callable[[int, int], float] | None = None):
+        super().__init__(counts_tokens=cost is not None)   # the live queue counts
         self.endpoint, self.streaming, self.sequences = endpoint, streaming, sequences
+        self.cost, self.max_batch_tokens = cost, max_batch_tokens
+        self.batch_s = batch_s or TEXT_SERVICE_PRIOR.seconds
         self._clock, self._heap = clock, []
         self.max_batch_rows, self.wait_s = max_batch_rows, wait_ms / 1000.0
         self.pick, self.on_batch, self.on_send, self.on_free = pick, on_batch, on_send, on_free
@@ -102,25 +125,13 @@ class Batcher:
         self._stopped = False
         self._crashes = 0   # times the loop raised since a batch last went out
         self._inflight: set[asyncio.Task] = set()
-        # Live queue accounting for the decision snapshot.
-        self.queued_rows = 0
-        self.rows_by_priority = [0, 0, 0]   # low, normal, high
-        self.requests_by_priority = [0, 0, 0]
-        self._request_priority: dict[str, int] = {}
         self.arrivals = ArrivalRate()
-        self._per_request: Counter[str] = Counter()
-        self._per_tenant: Counter[str] = Counter()
         self.dropped = Counter[str]()   # reason -> items dropped before a model
 
     # ------------------------------------------------------------------ accounting
     def now(self) -> float:
         """Seconds on the batcher's clock."""
         return self._clock() if self._clock else asyncio.get_running_loop().time()
-
-    @property
-    def queued(self) -> int:
-        """Requests with at least one item still waiting."""
-        return len(self._per_request)
 
     def extend(self, request_id: str, deadline_s: float) -> int:
         """Give the request's inputs still queued a later deadline (work a job has adopted:
@@ -131,43 +142,16 @@ class Batcher:
             it.deadline_s = deadline_s
         return len(late)
 
-    def waiting(self, request_id: str) -> int:
-        """How many of the request's inputs are still queued (not yet sent to a container)."""
-        return self._per_request.get(request_id, 0)
-
-    def tenant_queued(self) -> dict[str, int]:
-        return dict(self._per_tenant)
-
     def arrival_rows_per_s(self, now: float) -> float:
         """Rows of normal or high priority submitted per second over the `RATE_WINDOW_S`
         (5 s) before `now`, on the batcher's clock (`ArrivalRate`; not low: the module)."""
         return self.arrivals.rate(now)
 
-    def load(self) -> QueueLoad:
-        """The queue as the snapshot builder reads it: rows and requests by priority, and
-        requests per tenant."""
-        return QueueLoad(tuple(self.rows_by_priority), tuple(self.requests_by_priority),
-                         dict(self._per_tenant))
-
-    @staticmethod
-    def _prio(item: Item) -> int:   # 0 low .. 2 high
-        return max(0, min(2, -item.sort_key[0]))
+    _prio = staticmethod(prio)   # 0 low .. 2 high
 
     def _unqueue(self, item: Item) -> None:
-        if not item.queued:
-            return
-        item.queued = False
-        self.queued_rows -= 1
-        self.rows_by_priority[self._prio(item)] -= 1
-        if self.sequences is not None:
+        if self._uncounted(item) and self.sequences is not None:
             self.sequences.unqueued(item, self._prio(item))
-        self._per_request[item.request] -= 1
-        if self._per_request[item.request] <= 0:
-            del self._per_request[item.request]
-            self.requests_by_priority[self._request_priority.pop(item.request, 1)] -= 1
-            self._per_tenant[item.tenant] -= 1
-            if self._per_tenant[item.tenant] <= 0:
-                del self._per_tenant[item.tenant]
 
     def _withdrawn(self, item: Item, fut: asyncio.Future) -> None:
         """`item` ended or withdrawn: uncounted; a cancelled sequence stopped where it runs."""
@@ -192,17 +176,17 @@ class Batcher:
         loop = asyncio.get_running_loop()
         now = self.now()
         futures = []
-        prio = max(0, min(2, priority))
-        self._per_request[request_id] += len(values)
-        self._request_priority[request_id] = prio
-        self.requests_by_priority[prio] += 1
-        self._per_tenant[tenant] += 1
+        level = max(0, min(2, priority))
+        self._counted_request(request_id, tenant, level, len(values))
         for i, value in enumerate(values):
             fut = loop.create_future()
             item = Item((-priority, next(self._seq)), f"{request_id}:{i}", value, request_id,
                         tenant, deadline_s, now, fut)
             if on_chunk is not None:
                 item.on_chunk = functools.partial(on_chunk, i)
+            if self.cost is not None:
+                item.length = max(1, int(self.cost(value)))
+            self._counted(item)
             if self.sequences is not None:
                 item.cost = self.sequences.cost(value)
                 self.sequences.queued(item, self._prio(item))
@@ -210,9 +194,7 @@ class Batcher:
             fut.add_done_callback(lambda f, it=item: self._withdrawn(it, f))
             heapq.heappush(self._heap, item)
             futures.append(fut)
-        self.queued_rows += len(values)
-        self.rows_by_priority[prio] += len(values)
-        if prio > 0:   # low rows never join a sync batch (see the module)
+        if level > 0:   # low rows never join a sync batch (see the module)
             self.arrivals.record(now, len(values))
         self.notify()
         return futures
@@ -306,18 +288,31 @@ class Batcher:
         return bool(self._heap) and self._prio(self._heap[0]) == 0
 
     def _take(self, now: float) -> list[Item]:
-        """Up to max_batch_rows items in priority order; a batch of sync work is not topped up
-        with low-priority rows (the module's top-up rule)."""
-        batch: list[Item] = []
-        while self._heap and len(batch) < self.max_batch_rows:
-            self._prune(now)
-            if not self._heap:
-                break
-            if batch and self._prio(self._heap[0]) == 0 and self._prio(batch[0]) > 0:
-                break
-            item = heapq.heappop(self._heap)
-            self._unqueue(item)
-            batch.append(item)
+        """The next batch: the head, then up to max_batch_rows rows and max_batch_tokens
+        padded tokens in priority order, similar lengths together (`group`); a batch of sync
+        work is not topped up with low-priority rows (the module's top-up rule). Items
+        found past their deadline are dropped."""
+        self._prune(now)
+        if not self._heap:
+            return []
+        head = heapq.heappop(self._heap)
+        self._unqueue(head)
+        if self.max_batch_rows <= 1:
+            return [head]
+        rows, budget = self.max_batch_rows, self.max_batch_tokens
+        near_s = NEAR_BATCHES * self.batch_s(rows, budget or rows)
+        ahead = heapq.nsmallest(LOOKAHEAD_BATCHES * rows, self._heap)
+        batch, expired = group(head, ahead, now, max_rows=rows, max_tokens=budget,
+                               batch_s=self.batch_s, near_s=near_s, prio=self._prio)
+        for it in expired:
+            self.dropped["deadline"] += 1
+            it.future.set_exception(TimeoutError("deadline passed while queued"))
+        gone = {id(it) for it in batch[1:]} | {id(it) for it in expired}
+        if gone:
+            self._heap = [it for it in self._heap if id(it) not in gone]
+            heapq.heapify(self._heap)
+        for it in batch[1:]:
+            self._unqueue(it)
         return batch
 
     def _send(self, batch: list[Item]) -> None:
@@ -344,11 +339,13 @@ class Batcher:
             self._requeue(unsendable(batch, e, self.endpoint, log))
             return
         self._crashes = 0
+        tokens = padded(batch) if self.cost is not None else 0
+        self._sent(slot.id, tokens)
         for it in batch:
             it.slot = slot   # where a cancelled sequence is stopped
             if self.sequences is not None:
                 self.sequences.sent(it, slot, self.now())
-        task = asyncio.create_task(self._deliver(batch, slot, fut))
+        task = asyncio.create_task(self._deliver(batch, slot, fut, tokens))
         self._inflight.add(task)
         task.add_done_callback(self._inflight.discard)
         if self.on_free:   # the batch ended, however: its slot is free
@@ -363,21 +360,17 @@ class Batcher:
             if self.sequences is not None:
                 self.sequences.ended(item, False)   # running no more: queued again
                 self.sequences.queued(item, self._prio(item))
-            item.queued, item.slot = True, None
-            self.queued_rows += 1
-            self.rows_by_priority[self._prio(item)] += 1
-            self._per_request[item.request] += 1
-            if self._per_request[item.request] == 1:
-                self._per_tenant[item.tenant] += 1
-                self._request_priority[item.request] = self._prio(item)
-                self.requests_by_priority[self._prio(item)] += 1
+            item.slot = None
+            self._recounted(item)
             heapq.heappush(self._heap, item)
         self.notify()
 
-    async def _deliver(self, batch: list[Item], slot: Slot, fut: asyncio.Future) -> None:
+    async def _deliver(self, batch: list[Item], slot: Slot, fut: asyncio.Future,
+                       tokens: int = 0) -> None:
         try:
             result = await fut
         except Exception as e:  # noqa: BLE001 - no item may be left waiting forever
+            self._landed(slot.id, tokens)
             if isinstance(e, Unavailable):   # its container died: retried once (`retried`)
                 log.warning("batch of %d rows lost on container %s (%s); retrying once",
                             len(batch), slot.id, e)
@@ -389,11 +382,12 @@ class Batcher:
                         f"endpoint {self.endpoint!r}: its batch failed ({why(e)})"))
             self.notify()
             return
+        self._landed(slot.id, tokens)
         answer(batch, result, self.endpoint)
         if self.on_batch:
-            self.on_batch(result, slot)
+            self.on_batch(SentBatch(result, tokens), slot)
         self.notify()
 
 
 __all__ = ["ITEM_CHUNK", "ITEM_ERROR", "ITEM_RESULT", "MAX_RESTART_DELAY_S", "RECHECK_S",
-           "Batcher", "BatchResultLike", "Item", "Slot"]
+           "Batcher", "BatchResultLike", "Item", "SentBatch", "Slot"]

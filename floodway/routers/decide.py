@@ -7,21 +7,25 @@ the snapshot differs (the local pool, `Function.get_current_stats()`, the simula
 
 Algorithm (all times in seconds, on the snapshot's clock):
 
-1. `alone` = predicted seconds of one batch of min(rows, max_batch_rows) rows, from the
-   measured linear fit a*rows + b (`ServiceTime.fit`); `service` = the same for the batch the
-   request will ride in: the part-filled batch ahead of it, its own rows, and the rows that
-   arrive while it waits (measured arrival rate), capped at max_batch_rows. A request
-   finishes with its whole batch, so under load this tends to a full batch, and at light
-   load to the request alone.
+1. `alone` = predicted seconds of one batch of the request's rows (at most a batch: max_batch_rows,
+   fewer where `max_batch_tokens` is reached first), from the measured line
+   a*padded_tokens + b*rows + c (`ServiceTime`, fitted on the batches sent); a batch is
+   padded to its longest row, which is the request's longest input (`Request.row_tokens`,
+   estimated at admission: `floodway.routers.tokens`), so a long text costs what its tokens
+   cost. `service` = the same for the batch the request will ride in: the part-filled batch
+   ahead of it, its own rows, and the rows that arrive while it waits (measured arrival
+   rate), capped as above; the batcher groups similar lengths, so the batch is costed at the
+   request's own row length. A request finishes with its whole batch, so under load this
+   tends to a full batch, and at light load to the request alone.
 2. `budget` = (deadline - now) x HEADROOM (0.85: estimates are means; a miss costs a 504,
    an early spill only a 202). No budget left -> shed (deadline). A budget shorter than
    `alone` can never be met synchronously -> the spill targets that do not keep the caller
    waiting (step 6: async), else shed.
 3. `wait` = when this request would start if it joined the queue: water-filling of the work
-   ahead (queued rows of its priority or higher, which the batcher serves first, at the
-   fitted rate) over every live container, each available from
-   its own backlog (warm) or remaining cold start (starting/warming). A container processes
-   one batch at a time; its slots only pipeline work, they add no throughput.
+   ahead (queued rows and tokens of its priority or higher, which the batcher serves first,
+   cut into batches by rows and tokens, at the fitted rate) over every live container, each
+   available from its own backlog (warm) or remaining cold start (starting/warming). A
+   container processes one batch at a time; its slots only pipeline work, not throughput.
 4. dispatch: nothing is queued at this priority or above (the batcher serves lower
    priorities, e.g. async jobs, after it) and a warm container is idle (whatever the estimate
    says: no other path would be faster), or has a free slot and its backlog plus `service`
@@ -72,6 +76,8 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import ClassVar, NamedTuple, Protocol
 
+from floodway.routers.service import ServiceTime
+
 LIVE = frozenset({"starting", "warming", "ready", "busy"})
 WARM = frozenset({"ready", "busy"})
 # Share of max_queue each priority may fill (index = priority): low sheds and spills first.
@@ -87,39 +93,6 @@ class Action(enum.StrEnum):
     SPILL_COLD = "spill_cold"
     SPILL_ASYNC = "spill_async"
     SHED = "shed"
-
-
-@dataclass(frozen=True)
-class ServiceTime:
-    """Seconds to run one batch of `rows` rows: `per_row_s * rows + per_batch_s`."""
-
-    per_row_s: float
-    per_batch_s: float
-
-    def seconds(self, rows: int) -> float:
-        return self.per_row_s * rows + self.per_batch_s
-
-    @classmethod
-    def fit(cls, samples: Sequence[tuple[int, float]], prior: ServiceTime) -> ServiceTime:
-        """Least-squares fit of (rows, seconds) samples; `prior` where they cannot decide.
-
-        One distinct batch size cannot separate the two costs: all of it is taken as per-row
-        cost (a line through the origin), which overestimates larger batches rather than
-        underestimating them; a queue estimate that is too low misses deadlines, one that is
-        too high only spills a little early, and the batcher soon yields other sizes.
-        Coefficients are clamped at zero (a negative cost is noise, not a discount).
-        """
-        if not samples:
-            return prior
-        n = len(samples)
-        mx = sum(r for r, _ in samples) / n
-        my = sum(s for _, s in samples) / n
-        sxx = sum((r - mx) ** 2 for r, _ in samples)
-        if sxx < 1e-9:
-            return cls(my / max(mx, 1e-9), 0.0)
-        a = max(0.0, sum((r - mx) * (s - my) for r, s in samples) / sxx)
-        b = max(0.0, my - a * mx)
-        return cls(a, b)
 
 
 @dataclass(frozen=True)
@@ -164,18 +137,28 @@ class Snapshot:
     queued_by_priority: tuple[int, int, int] | None = None   # requests, as above
     arrival_rows_per_s: float = 0.0   # recent arrival rate, rows per second
     batch_wait_s: float = 0.0         # the batcher's wait for more rows (Batching.wait_ms)
+    # (low, normal, high) queued tokens, each item at its estimated tokens (the batcher
+    # groups similar lengths, so they are about the padded tokens); None: unknown, each
+    # queued row at `row_tokens`.
+    queued_tokens_by_priority: tuple[int, int, int] | None = None
+    row_tokens: float = 0.0      # tokens of a row whose length is not known (measured mean)
+    max_batch_tokens: int = 0    # the batcher's padded-token budget per batch (0: none)
 
 
 @dataclass(frozen=True)
 class Request:
     """One request: `rows` inputs, an absolute `deadline_s` (snapshot clock), a priority
-    (0 low, 1 normal, 2 high), its tenant, and whether it may become an async job."""
+    (0 low, 1 normal, 2 high), its tenant, and whether it may become an async job.
+    `row_tokens`: the estimated tokens of its longest input, the row length its batch is
+    padded to (`floodway.routers.tokens.row_tokens`); 0: unknown (the snapshot's
+    `row_tokens`)."""
 
     rows: int
     deadline_s: float
     priority: int = 1
     tenant: str = "anonymous"
     allow_async: bool = True
+    row_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -208,12 +191,34 @@ def water_fill(available_in_s: Sequence[float], work_s: float) -> float:
     return level + (work_s - done) / len(times)
 
 
-def _batches_s(service: ServiceTime, rows: int, max_batch_rows: int) -> float:
-    """Seconds of work for `rows` rows cut into full batches (the batcher fills batches)."""
+def _batches_s(snap: Snapshot, rows: int, tokens: float) -> float:
+    """Seconds of work for `rows` rows of `tokens` padded tokens cut into full batches (the
+    batcher fills batches up to max_batch_rows rows and max_batch_tokens tokens)."""
     if rows <= 0:
         return 0.0
-    full, rest = divmod(rows, max_batch_rows)
-    return full * service.seconds(max_batch_rows) + (service.seconds(rest) if rest else 0.0)
+    n = math.ceil(rows / snap.max_batch_rows)
+    if snap.max_batch_tokens > 0 and tokens > 0:
+        n = max(n, math.ceil(tokens / snap.max_batch_tokens))
+    s = snap.service
+    return s.per_token_s * tokens + s.per_row_s * rows + s.per_batch_s * n
+
+
+def _row_tokens(snap: Snapshot, req: Request) -> float:
+    """The row length `req`'s batch is padded to: its longest input, else the typical."""
+    return req.row_tokens if req.row_tokens > 0 else snap.row_tokens
+
+
+def _row_cap(snap: Snapshot, row_tokens: float) -> int:
+    """Rows of one batch of rows of `row_tokens` tokens: max_batch_rows, or fewer when the
+    token budget is reached first (at least 1: an input longer than the budget goes alone)."""
+    if snap.max_batch_tokens <= 0 or row_tokens <= 0:
+        return snap.max_batch_rows
+    return max(1, min(snap.max_batch_rows, int(snap.max_batch_tokens // row_tokens)))
+
+
+def _batch_s(snap: Snapshot, rows: int, row_tokens: float) -> float:
+    """Seconds of one batch of `rows` rows padded to `row_tokens` tokens each."""
+    return snap.service.seconds(rows, rows * row_tokens)
 
 
 def retry_after(wait_s: float) -> float:
@@ -224,11 +229,17 @@ def retry_after(wait_s: float) -> float:
 
 def _batch_rows(snap: Snapshot, req: Request, ahead_rows: int, wait_s: float) -> int:
     """Rows of the batch this request will ride in: the part-filled batch ahead of it, its own
-    rows, and what arrives while it waits (at the measured arrival rate), at most
-    max_batch_rows. A request finishes with its whole batch, not with its own rows."""
-    mbr = snap.max_batch_rows
+    rows, and what arrives while it waits (at the measured arrival rate), at most a batch
+    (`_row_cap` at its row length). A request finishes with its whole batch, not with its
+    own rows."""
     arriving = snap.arrival_rows_per_s * (wait_s + snap.batch_wait_s)
-    return min(mbr, ahead_rows % mbr + req.rows + math.ceil(arriving))
+    return min(_row_cap(snap, _row_tokens(snap, req)),
+               ahead_rows % snap.max_batch_rows + req.rows + math.ceil(arriving))
+
+
+def _ride_s(snap: Snapshot, req: Request, ahead_rows: int, wait_s: float) -> float:
+    """Seconds of the batch this request will ride in (`_batch_rows`, at its row length)."""
+    return _batch_s(snap, _batch_rows(snap, req, ahead_rows, wait_s), _row_tokens(snap, req))
 
 
 # ---------------------------------------------------------------- spill targets
@@ -271,7 +282,7 @@ class ColdSpill:
         if ctx.live >= snap.max_containers:
             return None
         cold = snap.cold_start_s
-        service = snap.service.seconds(_batch_rows(snap, req, ctx.ahead_rows, cold))
+        service = _ride_s(snap, req, ctx.ahead_rows, cold)
         if cold + service > ctx.budget_s:
             return None
         return Decision(Action.SPILL_COLD, f"{ctx.reason}; a cold start ({cold:.2f}s "
@@ -320,7 +331,8 @@ def spill_or_shed(snap: Snapshot, req: Request, ctx: SpillContext, *, waiting_ok
 
 def decide(snap: Snapshot, req: Request) -> Decision:
     """Dispatch, queue, spill or shed `req` (see the module docstring for the algorithm)."""
-    alone = snap.service.seconds(min(req.rows, snap.max_batch_rows))
+    length = _row_tokens(snap, req)
+    alone = _batch_s(snap, min(req.rows, _row_cap(snap, length)), length)
     budget = req.deadline_s - snap.now_s
     if budget <= 0:
         return Decision(Action.SHED, "deadline already passed", retry_after_s=RETRY_AFTER_S[0],
@@ -337,7 +349,7 @@ def decide(snap: Snapshot, req: Request) -> Decision:
     queued = sum(by_req[max(0, min(2, req.priority)):]) if by_req else snap.queued
     if queued == 0 and idle:
         # An idle container takes it whatever the estimate says: no other path is faster,
-        # and the estimate (fitted on rows, not on input lengths) can be pessimistic.
+        # and the estimate (a mean over measured batches) can be pessimistic.
         return Decision(Action.DISPATCH, "an idle warm container")
     if alone > budget:
         ctx = SpillContext(budget, f"service time {alone:.3f}s exceeds the deadline budget "
@@ -348,17 +360,19 @@ def decide(snap: Snapshot, req: Request) -> Decision:
         free = [c for c in warm if c.free_slots > 0]
         if free:
             best = min(free, key=lambda c: c.backlog_s)
-            service = snap.service.seconds(_batch_rows(snap, req, 0, best.backlog_s))
+            service = _ride_s(snap, req, 0, best.backlog_s)
             if best.backlog_s + service <= budget:
                 return Decision(Action.DISPATCH, "warm container has a free slot",
                                 est_wait_s=best.backlog_s)
 
     by_prio = snap.queued_rows_by_priority
     ahead_rows = sum(by_prio[max(0, min(2, req.priority)):]) if by_prio else snap.queued_rows
-    ahead_s = _batches_s(snap.service, ahead_rows, snap.max_batch_rows)
+    by_tok = snap.queued_tokens_by_priority
+    ahead_tokens = sum(by_tok[max(0, min(2, req.priority)):]) if by_tok is not None \
+        else ahead_rows * snap.row_tokens
+    ahead_s = _batches_s(snap, ahead_rows, ahead_tokens)
     wait = water_fill([c.available_in_s for c in live], ahead_s)
-    service = snap.service.seconds(_batch_rows(snap, req, ahead_rows, wait)) \
-        if math.isfinite(wait) else alone
+    service = _ride_s(snap, req, ahead_rows, wait) if math.isfinite(wait) else alone
     starting_room = sum(c.slots for c in live if c.state not in WARM)
     room = math.floor(snap.max_queue * QUEUE_SHARE[max(0, min(2, req.priority))]) \
         + starting_room

@@ -8,7 +8,9 @@ A streaming endpoint measures its sequences, not batches: its batcher's `Sequenc
 (`floodway.routers.sequences`) feeds a `GenerationEstimator` (prefill, decode steps, tokens
 per request), which sizes its warm pool (`measured_generation`) and is the model of its
 stream snapshot; a whole stream's duration says nothing of a container's speed, so none
-goes into the batch `ServiceEstimator`.
+goes into the batch `ServiceEstimator`. An endpoint taking text costs in tokens
+(`floodway.routers.tokens.TokenCost`): batches cut by tokens too, its fit on padded tokens
+and rows, tokens queued and in flight in its snapshot.
 
 It decides nothing and starts nothing: `floodway.runtime.pool.Pool` asks it for a plan and
 carries the plan out.
@@ -23,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from floodway.core.estimators import ColdStartEstimator, ServiceEstimator, measured
 from floodway.core.generation import GenerationEstimator, measured_generation
+from floodway.core.priors import ROW_TOKENS_PRIOR, TEXT_SERVICE_PRIOR
 from floodway.core.reconcile import LIVE, Box, Plan, reconcile
 from floodway.core.snapshot import (
     EMPTY_QUEUE,
@@ -42,6 +45,7 @@ from floodway.routers.batcher import Batcher
 from floodway.routers.decide import WARM, Snapshot
 from floodway.routers.decide_stream import StreamSnapshot
 from floodway.routers.sequences import SequenceBook
+from floodway.routers.tokens import TokenCost
 from floodway.runtime import health, rollout
 from floodway.runtime.pending import Pending, StreamPending, wait_results
 from floodway.runtime.traffic import Traffic
@@ -75,7 +79,9 @@ class EndpointPool:
         self.endpoint, self.name, self.clock = endpoint, endpoint.name, clock
         self.containers: list[Container] = []
         self.batcher: Batcher | None = None
-        self.service = ServiceEstimator()
+        self.tokens = None if endpoint.streaming else TokenCost.of(endpoint)
+        self.service = ServiceEstimator() if self.tokens is None else ServiceEstimator(
+            TEXT_SERVICE_PRIOR, row_tokens_prior=ROW_TOKENS_PRIOR)
         self.cold = ColdStartEstimator()
         self.traffic = Traffic(endpoint.name, history)
         self.target = WarmTarget(0, 0, endpoint.warm.scaledown_window_s, "not computed yet")
@@ -99,11 +105,13 @@ class EndpointPool:
             self.endpoint.generation
         book = None if gen is None else SequenceBook(gen.max_new_tokens,
                                                      estimator=self.generation)
+        budget = self.tokens.max_batch_tokens if self.tokens is not None else None
         self.batcher = Batcher(self.name, max_batch_rows=1 if streams else cfg.max_batch_rows,
                                wait_ms=0 if streams else cfg.wait_ms, pick=self.pick,
                                on_batch=on_batch, on_send=on_send,
                                clock=self.clock.monotonic, streaming=streams, sequences=book,
-                               on_free=on_free)
+                               on_free=on_free, cost=self.tokens, max_batch_tokens=budget,
+                               batch_s=lambda r, t: self.service.fit.seconds(r, t))
         return self.batcher
 
     # ------------------------------------------------------------------ containers
@@ -187,10 +195,11 @@ class EndpointPool:
         self.failures = 0
         self.cold.record(cold_start_s)
 
-    def record_batch(self, rows: int, service_s: float) -> None:
-        """A completed batch's service time (not a streaming endpoint's: see the module)."""
+    def record_batch(self, rows: int, service_s: float, padded_tokens: int = 0) -> None:
+        """A completed batch's service time and padded tokens (0: not known; not a
+        streaming endpoint's batch: see the module)."""
         if self.generation is None:
-            self.service.record(rows, service_s)
+            self.service.record(rows, service_s, padded_tokens if self.tokens else 0)
 
     # ------------------------------------------------------------------ warm target
     def measured(self) -> Measured:
@@ -277,10 +286,11 @@ class EndpointPool:
         return rollout.plan_rollout(self.latest, running, may_start=not self.failures)
 
     def loads(self, now_s: float) -> tuple[ContainerLoad, ...]:
+        b = self.batcher
         return tuple(ContainerLoad(
-            str(c.id), str(c.state), batch_rows=tuple(c.inflight_rows.values()),
-            slots=self.slots,
-            starting_for_s=now_s - c.history[0][0] if c.state in STARTING else 0.0)
+            str(c.id), str(c.state), batch_rows=tuple(c.inflight_rows.values()), slots=self.slots,
+            starting_for_s=now_s - c.history[0][0] if c.state in STARTING else 0.0,
+            batch_tokens=b.inflight_tokens(c.id) if b is not None else ())
             for c in self.containers)
 
     def snapshot(self, now_s: float, cap: int) -> Snapshot:
@@ -293,7 +303,9 @@ class EndpointPool:
         return build_snapshot(now_s, self.endpoint, loads, b.load() if b else EMPTY_QUEUE,
                               service=self.service.fit, cold_start_s=self.cold.estimate_s(),
                               arrival_rows_per_s=b.arrival_rows_per_s(now_s) if b else 0.0,
-                              max_containers=cap)
+                              max_containers=cap, row_tokens=self.service.row_tokens(),
+                              max_batch_tokens=self.tokens.max_batch_tokens if self.tokens
+                              else 0)
 
     def sequence_loads(self, now_s: float) -> tuple[SequenceLoad, ...]:
         """A streaming endpoint's containers as `build_stream_snapshot` reads them: the

@@ -340,7 +340,8 @@ class Pool:
         # The router-side service time (compute plus encoding and the pipe): the decision
         # promises answers, so it must count all that a batch costs, not only the model.
         self.endpoints[c.endpoint].record_batch(result.rows,
-                                                result.service_s or result.compute_s)
+                                                result.service_s or result.compute_s,
+                                                getattr(result, "padded_tokens", 0))
         for listener in self._listeners:
             listener(c.endpoint, result.rows, result.compute_s)
 

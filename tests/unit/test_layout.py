@@ -13,8 +13,9 @@ MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 80
 # The numba kernel is one compiled loop by design (floodway/sim/kernel.py says why).
 EXEMPT = {"sim/kernel.py"}
-PRIORS = ("COLD_START_PRIOR_S", "SERVICE_PRIOR", "SERVICE_PRIOR_S", "PREFILL_PRIOR",
-          "DECODE_STEP_PRIOR", "GENERATED_TOKENS_PRIOR", "PROMPT_TOKENS_PRIOR")
+PRIORS = ("COLD_START_PRIOR_S", "SERVICE_PRIOR", "SERVICE_PRIOR_S", "ROW_TOKENS_PRIOR",
+          "TEXT_SERVICE_PRIOR", "PREFILL_PRIOR", "DECODE_STEP_PRIOR", "GENERATED_TOKENS_PRIOR",
+          "PROMPT_TOKENS_PRIOR")
 
 MODULES = sorted(p for p in PKG.rglob("*.py") if "__pycache__" not in p.parts)
 

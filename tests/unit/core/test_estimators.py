@@ -80,3 +80,29 @@ def test_measured_reads_a_full_batch_at_its_concurrency():
 def test_the_warm_policies_default_to_the_same_priors():
     assert Measured().cold_start_s == COLD_START_PRIOR_S
     assert Measured().service_s == SERVICE_PRIOR_S == SERVICE_PRIOR.seconds(1)
+
+
+def test_batches_with_padded_tokens_fit_three_terms_from_the_text_prior():
+    from floodway.core.priors import ROW_TOKENS_PRIOR, TEXT_SERVICE_PRIOR
+
+    est = ServiceEstimator(TEXT_SERVICE_PRIOR, row_tokens_prior=ROW_TOKENS_PRIOR)
+    assert est.fit == TEXT_SERVICE_PRIOR and est.row_tokens() == ROW_TOKENS_PRIOR
+    line = ServiceTime(per_row_s=0.002, per_batch_s=0.01, per_token_s=0.0001)
+    shapes = [(1, 10), (8, 40), (8, 256), (32, 20), (16, 128), (4, 64)]
+    for rows, longest in shapes:
+        est.record(rows, line.seconds(rows, rows * longest), rows * longest)
+    assert est.fit.per_token_s == pytest.approx(1e-4, rel=1e-3)
+    assert est.fit.per_row_s == pytest.approx(0.002, rel=1e-2)
+    assert est.fit.per_batch_s == pytest.approx(0.01, rel=1e-2)
+    rows = sum(r for r, _ in shapes)
+    assert est.row_tokens() == pytest.approx(sum(r * t for r, t in shapes) / rows)
+    # The warm policies' full batch is costed at the measured row length.
+    m = measured(ColdStartEstimator(prior_s=3.0), est, 32)
+    assert m == Measured.from_batches(3.0, est.fit.seconds(32, 32 * est.row_tokens()), 32)
+
+
+def test_batches_without_tokens_fit_rows_as_before():
+    est = ServiceEstimator()
+    est.extend([(1, 0.012), (8, 0.026), (32, 0.074)])
+    assert est.fit.per_token_s == 0 and est.row_tokens() == 0
+    assert est.fit.per_row_s == pytest.approx(0.002)

@@ -83,3 +83,22 @@ def test_the_simulator_config_is_an_endpoint_config():
     snap = build_snapshot(0.0, cfg, [], service=SVC, cold_start_s=1.0)
     assert snap.max_batch_rows == cfg.batching.max_batch_rows
     assert snap.spill == cfg.route.spill
+
+
+def test_tokens_in_flight_and_queued_reach_the_snapshot():
+    tok = ServiceTime(per_row_s=0.001, per_batch_s=0.01, per_token_s=0.0002)
+    snap = build_snapshot(0.0, _endpoint(), [
+        ContainerLoad("known", "busy", (4, 2), slots=2, batch_tokens=(4 * 256, 2 * 10)),
+        ContainerLoad("unknown", "busy", (4,), slots=2),
+    ], QueueLoad((0, 3, 0), (0, 1, 0), {"t": 1}, tokens_by_priority=(0, 600, 0)),
+        service=tok, cold_start_s=4.0, row_tokens=30.0, max_batch_tokens=2048)
+    known, unknown = snap.containers
+    assert known.backlog_s == pytest.approx(tok.seconds(6, 4 * 256 + 2 * 10) + 0.01)
+    assert unknown.backlog_s == pytest.approx(tok.seconds(4, 4 * 30))   # typical rows
+    assert snap.queued_tokens_by_priority == (0, 600, 0)
+    assert (snap.row_tokens, snap.max_batch_tokens) == (30.0, 2048)
+    # A runtime that knows no tokens (Modal, the simulator): costed by rows, as before.
+    plain = build_snapshot(0.0, _endpoint(), [ContainerLoad("w", "busy", (4,), slots=2)],
+                           QueueLoad((0, 3, 0), (0, 1, 0)), service=SVC, cold_start_s=4.0)
+    assert plain.queued_tokens_by_priority is None and plain.max_batch_tokens == 0
+    assert plain.containers[0].backlog_s == pytest.approx(SVC.seconds(4))

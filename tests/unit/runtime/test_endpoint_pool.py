@@ -193,3 +193,41 @@ def test_retarget_follows_the_traffic_record_and_keeps_the_buffer_on_top_of_busy
     assert active.buffer_containers == 1 and floor == 2          # busy 1 + buffer 1
     assert quiet.buffer_containers == 0
     assert pinned.min_containers == 3 and ep.floor == 3
+
+
+def text_pool() -> tuple[EndpointPool, StepClock]:
+    app = fw.App("t")
+
+    @app.endpoint(model=fw.HFModel("org/model", revision="a" * 40),
+                  batching=fw.Batching(max_batch_rows=8, wait_ms=5))
+    def embed(model, texts: list[str]) -> list[str]:
+        return texts
+
+    clock = StepClock()
+    return EndpointPool(app.endpoints["embed"], clock=clock), clock
+
+
+def test_a_text_endpoint_costs_its_batches_in_padded_tokens():
+    from floodway.core.priors import TEXT_SERVICE_PRIOR
+
+    async def go():
+        ep, clock = text_pool()
+        assert ep.service.fit == TEXT_SERVICE_PRIOR
+        b = ep.new_batcher(on_batch=lambda r, c: None, on_send=lambda c: None)
+        assert (b.cost("abcd" * 40), b.max_batch_tokens) == (42, 8 * 128)
+        for rows, longest in ((1, 10), (8, 40), (8, 200), (4, 100)):
+            ep.record_batch(rows, 0.01 + 0.0001 * rows * longest, rows * longest)
+        assert ep.service.fit.per_token_s == pytest.approx(1e-4, rel=1e-2)
+        b.submit("r", ["abcd" * 40, "abcd"], deadline_s=clock.monotonic() + 5)
+        snap = ep.snapshot(clock.monotonic(), 4)
+        assert snap.max_batch_tokens == 8 * 128
+        assert snap.queued_tokens_by_priority == (0, 42 + 3, 0)
+        assert snap.row_tokens == pytest.approx((10 + 320 + 1600 + 400) / 21)
+    asyncio.run(go())
+
+
+def test_an_endpoint_not_taking_text_costs_by_rows_alone():
+    ep, _ = endpoint_pool()
+    assert ep.tokens is None
+    ep.record_batch(4, 0.02, 4 * 256)   # tokens of a batch not of text are not counted
+    assert ep.service.fit.per_token_s == 0 and ep.service.row_tokens() == 0
