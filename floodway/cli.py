@@ -244,13 +244,18 @@ def _plot_path(out: Path) -> Path:
     return out
 
 
-def _sim_models(cold_start_s: str, service_ms: str | None, per_row_ms: float):
+def _sim_models(cold_start_s: str, service_ms: str | None, per_row_ms: float,
+               batch_times: Path | None = None):
     """`simulate`'s cold-start and service-time options as the simulator's models
     (`ColdStartModel`, `ServiceModel`); FloodwayError names the option that is wrong."""
     from floodway.core.priors import SERVICE_PRIOR
     from floodway.sim import ColdStartModel, ServiceModel
 
     cold = ColdStartModel.of(_numbers(cold_start_s, "--cold-start-s", 3600.0))
+    if batch_times is not None and (service_ms is not None or per_row_ms):
+        raise FloodwayError("--batch-times gives the service model: drop --service-ms/--per-row-ms")
+    if batch_times is not None:
+        return cold, ServiceModel.read_batch_times(batch_times)
     if service_ms is None:
         if per_row_ms:
             raise FloodwayError("--per-row-ms applies with a single --service-ms value "
@@ -317,6 +322,8 @@ def simulate(app: AppArg,
                       "local router's prior, 20 ms + 5 ms per row)")] = None,
              per_row_ms: Annotated[float, typer.Option(
                  min=0, help="with a single --service-ms: ms added per row")] = 0.0,
+             batch_times: Annotated[Path | None, typer.Option(help="a floodway bench run's "
+                 "batch_times.json: its measured service model (not --service-ms)")] = None,
              seed: Annotated[int, typer.Option(help="seed of arrivals and samples")] = 0,
              out: Annotated[Path | None, typer.Option(help="write the plot here (PNG)")] = None,
              generation: Annotated[bool, typer.Option(
@@ -326,6 +333,7 @@ def simulate(app: AppArg,
              ) -> None:
     """Simulate an endpoint's pool over a trace (`SIMULATE_HELP`)."""
     from floodway.functions.discover import load_app
+    from floodway.routers.tokens import TokenCost
     from floodway.sim import SimConfig, read_trace
     from floodway.sim import simulate as run
 
@@ -337,7 +345,7 @@ def simulate(app: AppArg,
                                 f"; pick one as {app}::ENDPOINT")
         ep = eps[0]
         tr = read_trace(trace, function=function, column=column, spread=spread, seed=seed)
-        cold, svc = _sim_models(cold_start_s, service_ms, per_row_ms)
+        cold, svc = _sim_models(cold_start_s, service_ms, per_row_ms, batch_times)
         if spread not in ("uniform", "poisson"):
             raise FloodwayError(f"--spread must be uniform or poisson, got {spread!r}")
         if out is not None:
@@ -358,8 +366,10 @@ def simulate(app: AppArg,
         took = prepare()
     if took > 2:
         console.print(f"compiled the simulator's fast path in {took:.1f} s (cached for next time)")
+    text = TokenCost.of(ep)             # a text endpoint's requests may cost tokens
     res = run(tr, SimConfig(route=ep.route, warm=ep.warm, batching=ep.batching, cold=cold,
-                            service=svc, usd_per_gpu_s=usd_per_gpu_s, seed=seed))
+                            service=svc, usd_per_gpu_s=usd_per_gpu_s, seed=seed,
+                            max_seq_len=text and text.max_seq_len))
     _print_rows(f"floodway simulate {ep.name} on {tr.name} ({tr.requests:,} requests)",
                 res.rows())
     if out is not None:

@@ -37,6 +37,12 @@ SIMULATE_HELP = (
     "A streaming endpoint on a per-request trace with token columns (ContextTokens, "
     "GeneratedTokens), or any endpoint with --generation, runs the generation simulator "
     "(decide_stream, iteration-level containers at the priors' speed): time to first token, "
-    "tokens/s, first tokens within the deadline.")
+    "tokens/s, first tokens within the deadline."
+    "\n\n"
+    "--batch-times takes the service model a `floodway bench` run measured (its "
+    "batch_times.json): decide() plans with its fit, and each batch runs the time measured for "
+    "its size where there is one. When that fit has a per-token term, the endpoint takes text "
+    "and the trace has a ContextTokens column, requests cost their tokens (padded per batch), "
+    "as the runtime counts them.")
 
 __all__ = ["BENCH_HELP", "BUILD_HELP", "CLI_HELP", "SERVE_HELP", "SIMULATE_HELP"]

@@ -8,7 +8,8 @@ router and the warmers over a trace (see `floodway.sim.engine`).
                 queued and drained into a batch at once)
     kernel.py   the compiled (numba) kernel that replays a bulk segment over arrays
     collect.py  the SimResult of a run, segments' busy intervals spliced in order
-    model.py    measured cold-start and service-time models
+    model.py    measured cold-start and service-time models (a bench run's batch times)
+    costs.py    a request's tokens, where the runtime counts them
     policy.py   policies to compare: floodway's `desired`, the hybrid histogram alone
     trace.py    per-request and per-minute traces
     result.py   SimResult

@@ -12,9 +12,15 @@ The model (times in seconds on the trace's clock):
   ``pipeline_slots(route.max_inflight_per_container)`` batches (its slots, as the local router
   keeps them: `floodway.core.snapshot.pipeline_slots`; as in `decide`, slots pipeline work,
   they add no throughput). A request sent to it joins its newest batch that has not started
-  yet if the rows fit in ``batching.max_batch_rows``, else opens a new batch. A batch on an
-  idle container starts ``batching.wait_ms`` after it opens (the batcher's wait) unless full;
-  one behind another starts when the previous one ends. Batch time comes from `ServiceModel`.
+  yet if the rows fit in ``batching.max_batch_rows`` (and, where requests cost tokens, its
+  padded tokens the batcher's token budget), else opens a new batch. A batch on an idle
+  container starts ``batching.wait_ms`` after it opens (the batcher's wait) unless full;
+  one behind another starts when the previous one ends. Batch time comes from `ServiceModel`
+  (by batch size where it has measured times by size, e.g. from a bench run).
+- Requests cost tokens (`floodway.sim.costs`) where the endpoint takes text
+  (`SimConfig.max_seq_len`), the trace has a ``ContextTokens`` column and the service fit a
+  per-token term: then `decide()` sees each request's tokens and the containers' and the
+  queue's, as the local router counts them, and batch times are the fit at padded tokens.
 - The router's queue is FIFO: whenever a container becomes ready or ends a batch, queued
   requests fill its free slots in order (at most max_batch_rows rows per batch); a queued
   request whose deadline has passed is dropped (`expired`), as the batcher drops it.
@@ -44,7 +50,9 @@ The model (times in seconds on the trace's clock):
   the last batch needs to end.
 
 Speed (exact: `fast=True`, the default, gives the same `SimResult` as `fast=False`, which
-calls `decide` on every arrival; tests/unit/sim/test_fastpath.py compares every field):
+calls `decide` on every arrival; tests/unit/sim/test_fastpath.py compares every field; the
+shortcuts cost rows only, so with token costs every arrival calls `decide`, and with batch
+times by size no bulk segment runs):
 
 - The dispatch test (`floodway.sim.fastpath.dispatch_box`): with the router's queue empty,
   `decide` can only dispatch or not by its steps 2 and 4 (budget > 0; an idle warm container;
@@ -92,7 +100,9 @@ from floodway.core.estimators import (
 )
 from floodway.core.snapshot import ContainerLoad, QueueLoad, build_snapshot, pipeline_slots
 from floodway.routers.decide import QUEUE_SHARE, Action, Decision, Request, Snapshot, decide
+from floodway.routers.tokens import batch_tokens
 from floodway.sim.collect import collect
+from floodway.sim.costs import request_tokens
 from floodway.sim.fastpath import Segments, dispatch_box
 from floodway.sim.kernel import prepare
 from floodway.sim.model import ColdStartModel, ServiceModel
@@ -119,8 +129,10 @@ class DecisionMismatch(AssertionError):
 class SimConfig:
     """An endpoint as the simulator sees it: its own `Route`, `WarmPool`, `Batching`, the
     measured cold-start and service models, the policy (default: `DesiredPolicy(warm)`), the
-    $ per container-second, the seed of the run's Generator, and `fast` (the exact
-    dispatch fast path) / `check` (compare every decision against `decide`)."""
+    $ per container-second, the seed of the run's Generator, `fast` (the exact dispatch
+    fast path) / `check` (compare every decision against `decide`), and `max_seq_len`: the
+    build's, for an endpoint that takes text (requests may then cost tokens,
+    `floodway.sim.costs`), else None."""
 
     route: Route = Route()
     warm: WarmPool = WarmPool()
@@ -132,6 +144,7 @@ class SimConfig:
     seed: int = 0
     fast: bool = True
     check: bool = False
+    max_seq_len: int | None = None
 
 
 def simulate(trace: Trace, config: SimConfig | None = None, **kw) -> SimResult:
@@ -166,6 +179,9 @@ class _Sim(Pool):
         self.all: list[_Box] = []
         self.queue: deque[int] = deque()
         self.queued_rows = 0
+        self.queued_tokens = 0
+        # Token costs (`setup` sets them from the trace): None and 0 decide by rows.
+        self.tok, self.max_tokens, self.row_tokens = None, 0, 0.0
         self.pstate = None
         self.started = 0
         self.cold_requests = 0
@@ -205,17 +221,23 @@ class _Sim(Pool):
     def snapshot(self, now: float, i: int) -> Snapshot:
         """`decide()`'s view of the pool for arrival `i` at `now` (`build_snapshot`)."""
         slots = self.slots
+        tokens = self.tok is not None
         loads = [ContainerLoad(b.key, b.state, tuple([x.rows for x in b.batches]), slots,
-                               0.0 if b.warm else now - b.created_s) for b in self.live]
+                               0.0 if b.warm else now - b.created_s,
+                               tuple([x.rows * x.tok for x in b.batches]) if tokens else ())
+                 for b in self.live]
         q = len(self.queue)
         queue = QueueLoad(_at_priority(self.queued_rows), _at_priority(q),
-                          {TENANT: q} if q else {})
+                          {TENANT: q} if q else {},
+                          _at_priority(self.queued_tokens) if tokens else None)
         return build_snapshot(now, self.cfg, loads, queue, service=self.fit,
-                              cold_start_s=self.cold_est, arrival_rows_per_s=self.rate(i, now))
+                              cold_start_s=self.cold_est, arrival_rows_per_s=self.rate(i, now),
+                              row_tokens=self.row_tokens, max_batch_tokens=self.max_tokens)
 
     def decision(self, i: int, now: float, rows: int) -> Decision:
-        return decide(self.snapshot(now, i), Request(rows=rows, deadline_s=self.deadline[i],
-                                                     priority=PRIORITY, tenant=TENANT))
+        return decide(self.snapshot(now, i), Request(
+            rows=rows, deadline_s=self.deadline[i], priority=PRIORITY, tenant=TENANT,
+            row_tokens=0 if self.tok is None else self.tok[i]))
 
     def best_free(self) -> _Box | None:
         """decide()'s choice: least backlog among warm containers with a free slot, the
@@ -238,27 +260,12 @@ class _Sim(Pool):
                 self.start_box(now)
             self.queue.append(i)
             self.queued_rows += r
+            self.queued_tokens += 0 if self.tok is None else r * self.tok[i]
             self.drain_all(now)
         elif d.start_cold:                # scaled to zero: spilled or shed, but start one
             self.start_box(now)
 
     # ------------------------------------------------------------ the run
-    def max_busy(self, warm: int) -> int:
-        """How many of the `warm` containers may be busy at once: one more would make the
-        warm target keep more containers than are live (a start, `Pool.assign`)."""
-        target, nlive = self.target, len(self.live)
-        key = (target.min_containers, target.buffer_containers, warm, nlive)
-        busy = self.busy_limits.get(key)
-        if busy is None:
-            keep, cap = target.keep, self.cap
-            busy = warm
-            if keep(warm, cap) > nlive:
-                busy = 0
-                while keep(busy + 1, cap) <= nlive:
-                    busy += 1
-            self.busy_limits[key] = busy
-        return busy
-
     def bulk(self, i: int) -> int:
         """Run the arrivals from i in bulk while each is dispatched, up to the next heap event
         (the caller checked that the queue is empty and no batch is in flight); returns the
@@ -312,6 +319,10 @@ class _Sim(Pool):
         self.times, self.deadline, self.cum = (memoryview(times_np), memoryview(deadline_np),
                                                memoryview(cum_np))
         self.rows = None if rows_np is None else memoryview(rows_np)
+        tok_np = request_tokens(tr, cfg.max_seq_len, self.fit)
+        self.tok = None if tok_np is None else memoryview(tok_np)
+        self.max_tokens = 0 if tok_np is None else batch_tokens(cfg.batching)
+        self.row_tokens = 0.0 if tok_np is None or not n else float(tok_np.mean())
         self.lat_end = np.full(n, math.nan)
         self.counts = tr.counts
         self.history = History(tr.start_minute, tr.counts)    # checked once, cut each minute
@@ -321,7 +332,7 @@ class _Sim(Pool):
         for b in self.live:
             self.went_idle(b, start_s)
         self.push(start_s, _TICK, None)
-        if cfg.fast and not cfg.check and n:
+        if cfg.fast and not cfg.check and n and tok_np is None and not cfg.service.sized:
             self.seg = Segments(times_np, rows_np, deadline_np, self.lat_end, cum_np, self.fit,
                                 self.mbr, self.wait_s, self.slots, cfg.service.samples_s)
 
@@ -350,7 +361,7 @@ class _Sim(Pool):
                     continue
             r = 1 if rows is None else rows[i]
             box = None
-            tried = fast and not queue
+            tried = fast and not queue and self.tok is None
             if tried:
                 box = dispatch_box(live, slots, fit, mbr, t, deadlines[i], r, bw, rate, i)
             if check:

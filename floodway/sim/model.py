@@ -8,8 +8,10 @@ Both come from measurements, not constants baked into the engine:
   (`estimate_s`, what `decide()` is told) is the slowest sample, as the router's estimator
   uses the slowest recorded start (`floodway.core.estimators.ColdStartEstimator`).
 - `ServiceModel`: seconds one batch of `rows` rows runs, either the router's linear fit
-  (`floodway.routers.decide.ServiceTime`) or per-batch samples. `decide()` is always told the
-  linear fit (with samples: per_batch_s = their mean), as the router only knows a fit.
+  (`floodway.routers.decide.ServiceTime`, with a per-token term where measured), per-batch
+  samples, or batch times measured by size (`by_rows`, e.g. from the ``batch_times.json`` a
+  ``floodway bench`` run writes: `ServiceModel.from_batch_times`). `decide()` is always told
+  the linear fit (with samples: per_batch_s = their mean), as the router only knows a fit.
 
 Without measurements both default to the priors every runtime starts from
 (`floodway.core.priors`: a 30 s cold start; 20 ms + 5 ms per row per batch).
@@ -17,13 +19,19 @@ Without measurements both default to the priors every runtime starts from
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from floodway.core.priors import COLD_START_PRIOR_S, SERVICE_PRIOR
+from floodway.errors import FloodwayError
 from floodway.routers.decide import ServiceTime
+
+# The format `floodway bench` writes its measured batch times in (floodway.bench.batches).
+BATCH_TIMES_FORMAT = "floodway.bench.batches/1"
 
 
 @dataclass(frozen=True)
@@ -56,12 +64,15 @@ class ColdStartModel:
 
 @dataclass(frozen=True)
 class ServiceModel:
-    """Seconds per batch: `fit.seconds(rows)`, or a random draw of `samples_s` (then
-    independent of the rows) when given. Default: the prior, `SERVICE_PRIOR`. Raises
-    ValueError on a negative sample."""
+    """Seconds per batch: `fit.seconds(rows, padded_tokens)`, or a random draw of
+    `samples_s` (then independent of the rows) when given, or, for a batch of a size in
+    `by_rows` ((rows, seconds) pairs, measured), that size's seconds (the fit for other
+    sizes; used only while the fit has no per-token term, which then explains the spread).
+    Default: the prior, `SERVICE_PRIOR`. Raises ValueError on a negative sample or time."""
 
     fit: ServiceTime = SERVICE_PRIOR
     samples_s: tuple[float, ...] = ()
+    by_rows: tuple[tuple[int, float], ...] = ()
 
     def __post_init__(self) -> None:
         s = tuple(float(x) for x in self.samples_s)
@@ -70,6 +81,20 @@ class ServiceModel:
         object.__setattr__(self, "samples_s", s)
         if s:
             object.__setattr__(self, "fit", ServiceTime(0.0, float(np.mean(s))))
+        by = tuple(sorted((int(r), float(x)) for r, x in self.by_rows))
+        if any(r < 1 or not x >= 0 for r, x in by):
+            raise ValueError(f"batch times by rows need rows >= 1 and seconds >= 0, got {by!r}")
+        object.__setattr__(self, "by_rows", by)
+        object.__setattr__(self, "_by", dict(by) if self.fit.per_token_s == 0 else {})
+
+    @property
+    def sized(self) -> bool:
+        """Whether some batch sizes run their measured time rather than the fit's."""
+        return bool(self._by)  # type: ignore[attr-defined]
+
+    def batch_s(self, rows: int, est_s: float) -> float:
+        """Seconds a batch of `rows` rows runs whose fitted time is `est_s` (not sampled)."""
+        return self._by.get(rows, est_s)  # type: ignore[attr-defined]
 
     @classmethod
     def of(cls, seconds: float | Sequence[float], per_row_s: float = 0.0) -> ServiceModel:
@@ -78,5 +103,40 @@ class ServiceModel:
             return cls(ServiceTime(per_row_s, float(seconds)))
         return cls(samples_s=tuple(seconds))
 
+    @classmethod
+    def from_batch_times(cls, doc: Mapping, where: str = "batch times") -> ServiceModel:
+        """The model a ``floodway bench`` run measured (its ``batch_times.json``, format
+        `BATCH_TIMES_FORMAT`): the fit (``per_batch_s``, ``per_row_s`` and, where present,
+        ``per_token_s``, seconds) and the mean time of each batch size in ``by_rows``.
+        Raises FloodwayError naming `where` and the field when the document is not one."""
+        if not isinstance(doc, Mapping) or doc.get("format") != BATCH_TIMES_FORMAT:
+            got = doc.get("format") if isinstance(doc, Mapping) else type(doc).__name__
+            raise FloodwayError(f"{where}: format must be {BATCH_TIMES_FORMAT!r} (written by "
+                                f"floodway bench), got {got!r}")
+        fit = doc.get("fit")
+        if not isinstance(fit, Mapping):
+            raise FloodwayError(f"{where}: fit: no fitted batch time (got {fit!r})")
+        try:
+            terms = [float(fit.get(k, 0.0)) for k in ("per_row_s", "per_batch_s", "per_token_s")]
+            by = tuple((int(b["rows"]), float(b["mean_s"])) for b in doc.get("by_rows") or ())
+        except (TypeError, ValueError, KeyError) as e:
+            raise FloodwayError(f"{where}: fit / by_rows: not numbers ({e})") from None
+        if not all(0 <= x < 3600 for x in terms):
+            raise FloodwayError(f"{where}: fit: each term must be in 0..3600 s, got {terms}")
+        try:
+            return cls(ServiceTime(*terms), by_rows=by)
+        except ValueError as e:
+            raise FloodwayError(f"{where}: by_rows: {e}") from None
 
-__all__ = ["ColdStartModel", "ServiceModel"]
+    @classmethod
+    def read_batch_times(cls, path: str | Path) -> ServiceModel:
+        """`from_batch_times` of a JSON file; FloodwayError when it cannot be read."""
+        p = Path(path)
+        try:
+            doc = json.loads(p.read_text())
+        except (OSError, ValueError) as e:
+            raise FloodwayError(f"--batch-times {p}: cannot read it as JSON ({e})") from None
+        return cls.from_batch_times(doc, f"--batch-times {p}")
+
+
+__all__ = ["BATCH_TIMES_FORMAT", "ColdStartModel", "ServiceModel"]

@@ -30,11 +30,12 @@ _READY, _DONE, _TICK, _CHECK = 0, 1, 2, 3
 
 
 class _Batch:
-    __slots__ = ("reqs", "rows", "start_s", "end_s", "dur_s", "est_s")
+    __slots__ = ("reqs", "rows", "tok", "start_s", "end_s", "dur_s", "est_s")
 
     def __init__(self) -> None:
         self.reqs: list[int] = []
         self.rows = 0
+        self.tok = 0                 # its longest row's tokens (0: rows alone)
         self.start_s = math.inf      # inf: behind another batch, start not known yet
         self.end_s = math.inf
         self.dur_s = -1.0            # a sampled duration (service samples), else -1
@@ -80,8 +81,10 @@ class Pool:
     """Containers, batches, the queue and the policy of one run. The simulator sets the run's
     attributes (`cfg`, `rng`, `policy`, `measured`, `fit`, `mbr`, `wait_s`, `slots`, `cap`,
     `target` (the policy's last `WarmTarget`), `scaledown_s`, `heap`, `live`, `all`, `queue`,
-    the trace's `times`, `rows`, `deadline`, `counts`, `history`, `lat_end`, and the counters)
-    before the first event."""
+    `busy_limits` (`max_busy`'s answers),
+    the trace's `times`, `rows`, `deadline`, `counts`, `history`, `lat_end`, `tok` (each
+    request's tokens, or None: rows alone) and `max_tokens` (the batch's padded-token budget,
+    0: none), and the counters) before the first event."""
 
     heap: list[tuple]
     queue: deque[int]
@@ -126,16 +129,19 @@ class Pool:
         """Give request `idx` to `box`: join its newest unstarted batch, else open a new one
         if a slot is free. False if neither is possible."""
         bs = box.batches
+        tok = 0 if self.tok is None else self.tok[idx]
         if bs:
             last = bs[-1]
-            if last.start_s > now and last.rows + rows <= self.mbr:
-                self._grow(box, last, idx, rows)
+            if last.start_s > now and last.rows + rows <= self.mbr and (
+                    not self.max_tokens or (last.rows + rows) * max(last.tok, tok)
+                    <= self.max_tokens):
+                self._grow(box, last, idx, rows, tok)
                 return True
             if len(bs) >= self.slots:
                 return False
         b = _Batch()
         bs.append(b)
-        self._grow(box, b, idx, rows)
+        self._grow(box, b, idx, rows, tok)
         if len(bs) == 1:
             self.working += 1
             # Modal's buffer: idle containers on top of the busy ones, started as one gets busy.
@@ -144,18 +150,30 @@ class Pool:
             for _ in range(starts_needed(self.target.keep(self.working, self.cap),
                                          len(self.live))):
                 self.start_box(now)
-            self._begin(box, b, now if b.rows >= self.mbr else now + self.wait_s)
+            full = b.rows >= self.mbr or 0 < self.max_tokens <= b.rows * b.tok
+            self._begin(box, b, now if full else now + self.wait_s)
         return True
 
-    def _grow(self, box: _Box, b: _Batch, idx: int, rows: int) -> None:
+    def _grow(self, box: _Box, b: _Batch, idx: int, rows: int, tok: int = 0) -> None:
         b.reqs.append(idx)
         b.rows += rows
-        est = self.fit.seconds(b.rows)
+        if tok > b.tok:
+            b.tok = tok
+        est = self.fit.seconds(b.rows, b.rows * b.tok)
         b.est_s = est
-        # As the snapshot builder sums it (a running total would round differently).
-        box.backlog_s = sum(x.est_s for x in box.batches)
-        if b.start_s < math.inf and b.dur_s < 0:
-            b.end_s = b.start_s + est     # joined before it started: it runs longer
+        box.backlog_s = self._backlog(box)
+        if b.start_s < math.inf and b.dur_s < 0:     # joined before it started: runs longer
+            b.end_s = b.start_s + self.cfg.service.batch_s(b.rows, est)
+
+    def _backlog(self, box: _Box) -> float:
+        """The container's backlog as the snapshot builder sums it (`container_view`; a
+        running total would round differently): its batches' fitted times, oldest first,
+        or with tokens their row costs plus the per-token cost of all their tokens."""
+        if self.tok is None:
+            return sum(x.est_s for x in box.batches)
+        fit = self.fit
+        return sum(fit.seconds(x.rows) for x in box.batches) + \
+            fit.per_token_s * sum(x.rows * x.tok for x in box.batches)
 
     def _begin(self, box: _Box, b: _Batch, start: float) -> None:
         b.start_s = start
@@ -164,7 +182,7 @@ class Pool:
             b.dur_s = svc.samples_s[int(self.rng.integers(len(svc.samples_s)))]
             b.end_s = start + b.dur_s
         else:
-            b.end_s = start + b.est_s
+            b.end_s = start + svc.batch_s(b.rows, b.est_s)
         self.push(b.end_s, _DONE, box, b)
 
     def on_done(self, box: _Box, b: _Batch, now: float) -> None:
@@ -172,7 +190,7 @@ class Pool:
             self.push(b.end_s, _DONE, box, b)
             return
         box.batches.popleft()
-        box.backlog_s = sum(x.est_s for x in box.batches) if box.batches else 0.0
+        box.backlog_s = self._backlog(box) if box.batches else 0.0
         if not box.batches:
             self.working -= 1
         self.busy_a.append(b.start_s)
@@ -192,19 +210,21 @@ class Pool:
             self.went_idle(box, now)
 
     def drain(self, box: _Box, now: float) -> None:
-        q, rows, times_dl = self.queue, self.rows, self.deadline
+        q, rows, times_dl, tok = self.queue, self.rows, self.deadline, self.tok
         while q:
             i = q[0]
             r = 1 if rows is None else rows[i]
             if times_dl[i] <= now:
                 q.popleft()
                 self.queued_rows -= r
+                self.queued_tokens -= 0 if tok is None else r * tok[i]
                 self.expired += 1
                 continue
             if not self.assign(box, i, r, now):
                 return
             q.popleft()
             self.queued_rows -= r
+            self.queued_tokens -= 0 if tok is None else r * tok[i]
 
     def drain_all(self, now: float) -> None:
         for box in self.live:
@@ -212,6 +232,22 @@ class Pool:
                 return
             if box.warm:
                 self.drain(box, now)
+
+    def max_busy(self, warm: int) -> int:
+        """How many of the `warm` containers may be busy at once: one more would make the
+        warm target keep more containers than are live (a start, `Pool.assign`)."""
+        target, nlive = self.target, len(self.live)
+        key = (target.min_containers, target.buffer_containers, warm, nlive)
+        busy = self.busy_limits.get(key)
+        if busy is None:
+            keep, cap = target.keep, self.cap
+            busy = warm
+            if keep(warm, cap) > nlive:
+                busy = 0
+                while keep(busy + 1, cap) <= nlive:
+                    busy += 1
+            self.busy_limits[key] = busy
+        return busy
 
     # ------------------------------------------------------------ policy
     def on_tick(self, now: float) -> None:

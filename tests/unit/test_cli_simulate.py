@@ -1,0 +1,79 @@
+"""`floodway simulate --batch-times`: the service model a `floodway bench` run measured
+(its batch_times.json), token costs for a text endpoint on a trace with ContextTokens."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from typer.testing import CliRunner
+
+from floodway import cli
+from floodway.deploy import NO_MODAL_ENV
+from floodway.sim.model import BATCH_TIMES_FORMAT
+
+
+@pytest.fixture(autouse=True)
+def _no_modal_here(monkeypatch):
+    monkeypatch.setenv(NO_MODAL_ENV, "1")
+
+
+APP = '''
+import floodway as fw
+
+app = fw.App("texts")
+
+
+@app.endpoint(route=fw.Route(timeout_s=5.0), warm=fw.WarmPool(min_containers=1,
+                                                              max_containers=1))
+def embed(model, texts: list[str]) -> list[int]:
+    return [len(t) for t in texts]
+'''
+
+
+def _files(tmp_path, per_token_s: float):
+    app = tmp_path / "texts_app.py"
+    app.write_text(APP)
+    trace = tmp_path / "llm.csv"
+    rows = [f"2023-11-16 18:17:{2 * i:02d}.0000000,400,20" for i in range(20)]
+    trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n" + "\n".join(rows) + "\n")
+    times = tmp_path / "batch_times.json"
+    times.write_text(json.dumps({
+        "format": BATCH_TIMES_FORMAT, "endpoint": "embed", "batches": [], "by_rows": [],
+        "intervals": [], "fit": {"per_batch_s": 0.02, "per_row_s": 0.0,
+                                 "per_token_s": per_token_s, "intervals": 9}}))
+    return app, trace, times
+
+
+def _p50_ms(output: str) -> float:
+    m = re.search(r"latency p50 / p95 / p99\s*│\s*([\d.]+) ms", output)
+    assert m, output
+    return float(m.group(1))
+
+
+def _simulate(*args: str):
+    return CliRunner().invoke(cli.cli, ["simulate", *args], env={"COLUMNS": "200"})
+
+
+def test_simulate_takes_the_batch_times_a_bench_run_measured(tmp_path) -> None:
+    app, trace, times = _files(tmp_path, per_token_s=0.001)
+    base = _simulate(str(app), "--trace", str(trace))
+    assert base.exit_code == 0, base.output
+    measured = _simulate(str(app), "--trace", str(trace), "--batch-times", str(times))
+    assert measured.exit_code == 0, measured.output
+    # Each request alone in its batch: 400 + 2 tokens, capped at the build's max_seq_len, at
+    # 1 ms each plus 20 ms a batch; the prior (rows alone) says 25 ms.
+    assert _p50_ms(measured.output) > 5 * _p50_ms(base.output)
+
+
+def test_simulate_refuses_batch_times_it_cannot_use(tmp_path) -> None:
+    app, trace, times = _files(tmp_path, per_token_s=0.001)
+    r = _simulate(str(app), "--trace", str(trace), "--batch-times", str(times),
+                  "--service-ms", "10")
+    assert r.exit_code != 0 and "--batch-times gives the service model" in r.output
+    times.write_text(json.dumps({"format": "something else"}))
+    r = _simulate(str(app), "--trace", str(trace), "--batch-times", str(times))
+    assert r.exit_code != 0 and "format must be" in r.output and "Traceback" not in r.output
+    r = _simulate(str(app), "--trace", str(trace), "--batch-times", str(tmp_path / "none"))
+    assert r.exit_code != 0 and "cannot read it as JSON" in r.output
