@@ -43,6 +43,25 @@ def _deploy(fake_modal) -> Any:
 # ------------------------------------------------------------ the fake's generator calls
 
 
+
+def _serve_talk(fake_modal, talk) -> threading.Event:
+    """Serve ``Talk.stream`` on the fake with the class's own stream body (the container
+    side, in-process); the event is set when a stream is stopped before its end."""
+    stopped = threading.Event()
+
+    async def stream(prompt: str):
+        ended = False
+        try:
+            async for chunk in container_chunks(talk.fn, None, prompt):
+                yield chunk
+            ended = True
+        finally:
+            if not ended:
+                stopped.set()
+
+    fake_modal.handle("Talk.stream", stream)
+    return stopped
+
 def test_remote_gen_yields_the_items_in_order_and_raises_a_failure(fake_modal):
     mod = _deploy(fake_modal)
 
@@ -87,19 +106,7 @@ def test_closing_the_stream_cancels_the_call_and_stops_the_generator(fake_modal)
     cancels the Modal call, which stops the generator (its ``finally`` runs)."""
     mod = _deploy(fake_modal)
     talk = mod.endpoints["talk"]
-    stopped = threading.Event()
-
-    async def stream(prompt: str):
-        ended = False
-        try:
-            async for chunk in container_chunks(talk.fn, None, prompt):
-                yield chunk
-            ended = True
-        finally:
-            if not ended:
-                stopped.set()
-
-    fake_modal.handle("Talk.stream", stream)
+    stopped = _serve_talk(fake_modal, talk)
     method = mod.Talk().stream
     seen_ids: list[str] = []
 
@@ -238,19 +245,7 @@ def test_the_backend_streams_events_and_combines_buffered_answers(fake_modal):
 
     mod = _deploy(fake_modal)
     talk = mod.endpoints["talk"]
-    stopped = threading.Event()
-
-    async def stream(prompt: str):
-        ended = False
-        try:
-            async for chunk in container_chunks(talk.fn, None, prompt):
-                yield chunk
-            ended = True
-        finally:
-            if not ended:
-                stopped.set()
-
-    fake_modal.handle("Talk.stream", stream)
+    stopped = _serve_talk(fake_modal, talk)
     backend = _backend(mod)
 
     async def go() -> tuple[list, list, int, list]:
@@ -312,19 +307,7 @@ def test_sse_through_the_router_matches_the_buffered_answer_and_a_disconnect_can
     monkeypatch.setenv("FLOODWAY_API_KEYS", API_KEY)
     mod = _deploy(fake_modal)
     talk = mod.endpoints["talk"]
-    stopped = threading.Event()
-
-    async def stream(prompt: str):
-        ended = False
-        try:
-            async for chunk in container_chunks(talk.fn, None, prompt):
-                yield chunk
-            ended = True
-        finally:
-            if not ended:
-                stopped.set()
-
-    fake_modal.handle("Talk.stream", stream)
+    stopped = _serve_talk(fake_modal, talk)
     asgi = mod.router.local()
     auth = {"authorization": f"Bearer {API_KEY}"}
     inputs = [WORDS, "x y z"]
