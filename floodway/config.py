@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from floodway.build.precision import DEVICE, PRECISIONS, REDUCED
 from floodway.checks import Config as _Config
 from floodway.checks import check_bool, check_int, check_num, is_int, is_num  # noqa: F401
+from floodway.config_cache import Cache
+from floodway.config_lanes import Lane, check_lanes
 from floodway.errors import Problem
 from floodway.routers.decide import SPILLS
 from floodway.sources import HFModel, LocalModel, ModelSource, TensorSpec, TorchModel
@@ -283,10 +285,12 @@ class Route(_Config):
     tenant_burst: int = 10
     stuck_after_s: float = 60.0
     start_timeout_s: float = 300.0
+    lanes: tuple[Lane, ...] = ()
 
     def __post_init__(self) -> None:
-        if isinstance(self.spill, list):
-            object.__setattr__(self, "spill", tuple(self.spill))
+        for field in ("spill", "lanes"):
+            if isinstance(getattr(self, field), list):
+                object.__setattr__(self, field, tuple(getattr(self, field)))
 
     def _check(self, out: list[Problem], p: str) -> None:
         check_int(out, f"{p}.max_inflight_per_container", self.max_inflight_per_container, 1, 1024)
@@ -305,6 +309,7 @@ class Route(_Config):
         if not ok:
             out.append(Problem(f"{p}.spill", self.spill,
                                f"a tuple of distinct values from {SPILL_TARGETS}"))
+        check_lanes(out, f"{p}.lanes", self.lanes)
 
 
 @dataclass(frozen=True)
@@ -313,17 +318,22 @@ class Batching(_Config):
     `wait_ms` for more after its first row arrives (mapped to `@modal.batched` on Modal).
     A text endpoint's batch also holds at most `max_batch_tokens` padded tokens (rows x the
     longest input's estimated tokens; None: `max_batch_rows` x 128, so texts of up to 128
-    tokens batch by rows; the router's batcher only): `floodway.routers.tokens`."""
+    tokens batch by rows; the router's batcher only): `floodway.routers.tokens`.
+    `token_aware` False turns that off for a text endpoint: batches cut by rows only, no
+    length grouping, and the service time and `decide()` counted in rows (as for items that
+    are not text; for comparisons such as benchmarks/goodput.py)."""
 
     max_batch_rows: int = 32
     wait_ms: float = 5
     max_batch_tokens: int | None = None   # at most 2**24 (16M tokens: no device holds more)
+    token_aware: bool = True
 
     def _check(self, out: list[Problem], p: str) -> None:
         check_int(out, f"{p}.max_batch_rows", self.max_batch_rows, 1, MODAL_MAX_BATCH_SIZE)
         check_num(out, f"{p}.wait_ms", self.wait_ms, 0, MODAL_MAX_BATCH_WAIT_MS)
         if self.max_batch_tokens is not None:
             check_int(out, f"{p}.max_batch_tokens", self.max_batch_tokens, 1, 1 << 24)
+        check_bool(out, f"{p}.token_aware", self.token_aware)
 
 
 # ---------------------------------------------------------------- generation
@@ -357,44 +367,8 @@ class Generation(_Config):
         check_num(out, f"{p}.max_stream_s", self.max_stream_s, 0, 86400, lo_open=True)
 
 
-# ---------------------------------------------------------------- response cache
-
-MAX_CACHE_BYTES = 1 << 40
-MAX_CACHE_TTL_S = 30 * 86400
-# modal.Dict holds values of up to 100 MiB (https://modal.com/docs/reference/modal.Dict);
-# a cached output is far smaller, and a large one costs more to fetch than a model may.
-MAX_SHARED_ITEM_BYTES = 16 * 1024 * 1024
-
-
-@dataclass(frozen=True)
-class Cache(_Config):
-    """The response cache of an endpoint (`floodway.cache`): exact match per item, keyed
-    by the endpoint, the key of the build serving it and the item's canonical JSON bytes.
-
-    The router keeps at most `max_bytes` bytes of outputs (and their keys) per endpoint,
-    least recently used first out, each for at most `ttl_s` seconds after it was stored.
-    `shared`: on Modal, also a `modal.Dict` shared by every router container (keys hashed,
-    values of at most `shared_max_item_bytes` bytes, entries older than `ttl_s` ignored);
-    locally it has no effect. Passed as ``@app.endpoint(cache=fw.Cache(...))``, or
-    ``cache=False`` for an endpoint whose outputs are not a function of its input (it
-    samples); on by default except on streaming endpoints.
-    """
-
-    max_bytes: int = 64 * 1024 * 1024
-    ttl_s: float = 3600.0
-    shared: bool = False
-    shared_max_item_bytes: int = 256 * 1024
-
-    def _check(self, out: list[Problem], p: str) -> None:
-        check_int(out, f"{p}.max_bytes", self.max_bytes, 1024, MAX_CACHE_BYTES)
-        check_num(out, f"{p}.ttl_s", self.ttl_s, 0, MAX_CACHE_TTL_S, lo_open=True)
-        check_bool(out, f"{p}.shared", self.shared)
-        check_int(out, f"{p}.shared_max_item_bytes", self.shared_max_item_bytes, 1,
-                  MAX_SHARED_ITEM_BYTES)
-
-
 __all__ = [
-    "VALIDATED_ENV", "Batching", "Build", "Cache", "Generation", "HFModel", "LocalModel",
-    "ModelSource",
+    "VALIDATED_ENV", "Batching", "Build", "Cache", "Generation", "HFModel", "Lane",
+    "LocalModel", "ModelSource",
     "Route", "TensorSpec", "TorchModel", "WarmPool", "Window",
 ]

@@ -48,7 +48,8 @@ class Endpoint:
     `Annotated` metadata kept; `Any` if absent) and is what the router validates each item of
     a request's ``inputs`` against. `gpu_memory_snapshot`: on Modal, the GPU's memory is
     snapshotted too (only with `gpu`; see `floodway.deploy.modal_worker`). `cache`: its
-    response cache (`floodway.cache`), None when off.
+    response cache (`floodway.cache`), None when off. `lane`: set only on the endpoint one
+    lane of it is served as (`floodway.functions.lanes`), `unit` the key it is served under.
     """
 
     name: str
@@ -64,6 +65,13 @@ class Endpoint:
     load: Callable[[Any], Any] | None = None
     generation: Generation | None = None
     cache: Cache | None = None
+    lane: str | None = None
+
+    @property
+    def unit(self) -> str:
+        """The key this endpoint (or lane of one) is served under: ``name`` or
+        ``name:lane`` (`floodway.routers.lanes.unit_key`)."""
+        return self.name if self.lane is None else f"{self.name}:{self.lane}"
 
     def __call__(self, model: Any, inputs: list[Any]) -> list[Any]:
         return self.fn(model, inputs)
@@ -265,6 +273,28 @@ def _check_cache(cache: object, fn: Callable[..., Any], out: list[Problem]) -> C
     return cache
 
 
+def _check_lanes(fn: Callable[..., Any], route: object, warm: object,
+                 out: list[Problem]) -> None:
+    """Lanes only on an endpoint that returns its outputs (a streaming endpoint's sequences
+    run side by side: a long one holds up no short one), and each lane's containers within
+    bounds once its unset ones come from the warm pool."""
+    lanes = getattr(route, "lanes", ())
+    if not lanes or not isinstance(lanes, tuple):
+        return
+    if is_streaming(fn):
+        out.append(Problem("route.lanes", lanes, "() on a streaming endpoint (a function that "
+                                                 "yields): its sequences run side by side"))
+    if not isinstance(warm, WarmPool):
+        return
+    for i, lane in enumerate(lanes):
+        lo = lane.min_containers if lane.min_containers is not None else warm.min_containers
+        hi = lane.max_containers if lane.max_containers is not None else warm.max_containers
+        if isinstance(lo, int) and isinstance(hi, int) and lo > hi:
+            out.append(Problem(f"route.lanes[{i}].min_containers", lo,
+                               f"at most the lane's max_containers ({hi}, the warm pool's "
+                               "when the lane sets none)"))
+
+
 def make_endpoint(fn: Callable[..., Any], *, name: str | None, model: object, build: object,
                   gpu: object, warm: object, route: object, batching: object,
                   gpu_memory_snapshot: object = False, load: object = None,
@@ -300,6 +330,7 @@ def make_endpoint(fn: Callable[..., Any], *, name: str | None, model: object, bu
     _check_gpu_snapshot(gpu_memory_snapshot, gpu, out)
     _check_load(load, model, build, out)
     _check_generation(fn, model, load, generation, build, out)
+    _check_lanes(fn, route, warm, out)
     if isinstance(build, Build):
         out.extend(build.task_problems(getattr(model, "task", None), gpu,
                                        load is not None or model is None))

@@ -46,6 +46,7 @@ from floodway.routers.admission import (
     parse_priority,
     tenant_of,
 )
+from floodway.routers.lanes import unit_of
 from floodway.routers.schema import parse_predict, validate_items
 
 # A client that trickles its body must not hold a connection for ever.
@@ -117,8 +118,9 @@ async def read_body(request: Request, limit: int) -> bytes:
 class Admission:
     """Admission for every endpoint of `app`: `keys` (empty: no authentication), one
     token-bucket limiter per route, `clock` for the buckets and the body's arrival.
-    `on_arrival(endpoint, unix_s)` is called once per admitted request (the warm policies'
-    traffic history); it runs on the event loop, so it must be cheap and not raise."""
+    `on_arrival(unit, unix_s)` is called once per admitted request (the warm policies'
+    traffic history; `unit`: the endpoint, or the key of the lane it takes); it runs on
+    the event loop, so it must be cheap and not raise."""
 
     def __init__(self, app: App, keys: ApiKeys, *, metrics: Metrics, clock: Clock,
                  on_arrival: Callable[[str, float], None] | None = None):
@@ -164,7 +166,8 @@ class Admission:
         check_sequences(ep, len(inputs), "inputs")
         check_generation(ep, inputs)
         if self.on_arrival is not None:
-            self.on_arrival(name, self.clock.wall())   # admitted user traffic only
+            # admitted user traffic only, in its lane (each lane has its own warm pool)
+            self.on_arrival(unit_of(ep, inputs), self.clock.wall())
         return Admitted(tenant, priority, budget_s, inputs)
 
     def _check_rate(self, ep: Endpoint, tenant: str) -> None:
@@ -221,7 +224,7 @@ class Admission:
                                           check_unicode=True)
         check_generation(ep, inputs)
         if self.on_arrival is not None:
-            self.on_arrival(name, self.clock.wall())
+            self.on_arrival(unit_of(ep, inputs), self.clock.wall())
         budget_s = parse_deadline(deadline, default_s=ep.route.timeout_s)
         return ep, Admitted(tenant, priority, budget_s, inputs)
 

@@ -54,8 +54,9 @@ def make_asgi_app(app: App, backend: Backend, *, lifespan: Any = None,
 
     `lifespan` (a Starlette lifespan context) starts and stops the backend with the server.
     `api_keys` (empty: no authentication) are required as bearer tokens; `jobs` (None: no
-    async jobs, and "async" spills are not offered) backs the job routes. `on_arrival(endpoint,
-    unix_s)` is called once per user request (``POST /v1/<endpoint>`` and its ``/jobs``) that
+    async jobs, and "async" spills are not offered) backs the job routes. `on_arrival(unit,
+    unix_s)` (`unit`: the endpoint, or the key of the lane the request takes, "embed:short")
+    is called once per user request (``POST /v1/<endpoint>`` and its ``/jobs``) that
     passed admission, before the decision: the warm policies' traffic history. Probes and
     other routes never call it. It runs on the event loop, so it must be cheap and not raise.
     `clock`: token buckets, arrivals, the hand-off and body timeouts, Server-Timing, the

@@ -59,6 +59,7 @@ from floodway.http.streaming import (
 from floodway.routers.decide import Action, Decision, decide
 from floodway.routers.decide import Request as DecideRequest
 from floodway.routers.decide_stream import StreamRequest, decide_stream
+from floodway.routers.lanes import lane_of, split_unit, unit_key
 from floodway.routers.sequences import sequence_cost
 from floodway.routers.tokens import row_tokens
 
@@ -89,8 +90,9 @@ class Handlers:
         look = await self._look_up(request, name, a)
         if look.complete:   # answered whole from the cache: no decision, no backend
             return JSONResponse({"outputs": outputs(name, a.inputs, look.merge([]))})
+        unit = self._lane(request, name, look.run)
         return await self._decided(request, name, a, look,
-                                   self._decide(request, name, a, rows=len(look.run)))
+                                   self._decide(request, unit, a, look.run), unit)
 
     async def create_job(self, request: Request) -> Response:
         """``POST /v1/<endpoint>/jobs``: 202 + Location (200 for a repeated key)."""
@@ -135,9 +137,10 @@ class Handlers:
         look = await self._look_up(request, name, a)
         if look.complete:
             return outputs(name, a.inputs, look.merge([]))
-        await self._spilled(request, name, a, self._decide(request, name, a, rows=len(look.run),
-                                                           allow_async=False))
-        got = await self._wait(request, name, a, look.run, may_hand_off=False)
+        unit = self._lane(request, name, look.run)
+        await self._spilled(request, name, a, self._decide(request, unit, a, look.run,
+                                                           allow_async=False), unit)
+        got = await self._wait(request, unit, a, look.run, may_hand_off=False)
         assert not isinstance(got, HandOff)   # never without may_hand_off
         return outputs(name, a.inputs, self._cached(look, got))
 
@@ -178,14 +181,26 @@ class Handlers:
         outer.add_done_callback(lambda o: inner.cancel() if o.cancelled() else None)
         return outer
 
-    def _decide(self, request: Request, name: str, a: Admitted, *, rows: int,
+    def _lane(self, request: Request, name: str, inputs: list[Any]) -> str:
+        """The unit `inputs` (of a request to `name`) are served by: `name`, or the key of
+        the lane they take (`floodway.routers.lanes`), noted as ``X-Floodway-Lane``."""
+        ep = self.app.endpoints[name]
+        lane = lane_of(ep, inputs)
+        if lane is None:
+            return name
+        notes(request.scope).headers["X-Floodway-Lane"] = lane.name
+        return unit_key(name, lane.name)
+
+    def _decide(self, request: Request, unit: str, a: Admitted, inputs: list[Any], *,
                 allow_async: bool = True) -> Decision:
-        """`decide()` for `rows` of `a`'s inputs (those the cache did not answer)."""
-        snap = self.backend.snapshot(name)
-        return self._noted(request, name, decide(snap, DecideRequest(
-            rows=rows, deadline_s=snap.now_s + a.budget_s, priority=int(a.priority),
+        """`decide()` for `inputs` (those of `a`'s the cache did not answer) on `unit` (the
+        endpoint, or the lane they take)."""
+        snap = self.backend.snapshot(unit)
+        name = split_unit(unit)[0]
+        return self._noted(request, unit, decide(snap, DecideRequest(
+            rows=len(inputs), deadline_s=snap.now_s + a.budget_s, priority=int(a.priority),
             tenant=a.tenant, allow_async=allow_async and self.jobs is not None,
-            row_tokens=row_tokens(self.app.endpoints[name], a.inputs))))
+            row_tokens=row_tokens(self.app.endpoints[name], inputs))))
 
     def _decide_stream(self, request: Request, name: str, a: Admitted, *,
                        allow_async: bool) -> Decision:
@@ -202,17 +217,19 @@ class Handlers:
             deadline_s=snap.now_s + a.budget_s, priority=int(a.priority), tenant=a.tenant,
             allow_async=allow_async and self.jobs is not None, sequences=len(costs))))
 
-    def _noted(self, request: Request, name: str, decision: Decision) -> Decision:
-        self.metrics.decided(name, decision)
+    def _noted(self, request: Request, unit: str, decision: Decision) -> Decision:
+        name, lane = split_unit(unit)
+        self.metrics.decided(name, decision, lane)
         notes(request.scope).headers["X-Floodway-Decision"] = str(decision.action)
         return decision
 
-    async def _spilled(self, request: Request, name: str, a: Admitted,
-                       decision: Decision) -> Response | None:
+    async def _spilled(self, request: Request, name: str, a: Admitted, decision: Decision,
+                       unit: str | None = None) -> Response | None:
         """Carry out a shed (raised) or a spill: a job's 202 for the async spill, None to
-        go on (a cold container started for the cold spill)."""
+        go on (a cold container started for the cold spill, in `unit`: the lane, if any)."""
+        unit = unit or name
         if decision.start_cold:
-            self.backend.start_cold(name)
+            self.backend.start_cold(unit)
         if decision.action == Action.SHED and decision.status == 413:
             raise RequestError(f"endpoint {name!r} cannot serve this request: "
                                f"{decision.reason}; a sequence needs more KV cache than a "
@@ -224,15 +241,16 @@ class Handlers:
         if decision.action == Action.SPILL_ASYNC:
             return await self._submit(request, name, a)
         if decision.action == Action.SPILL_COLD:
-            self.backend.start_cold(name)
+            self.backend.start_cold(unit)
         return None
 
     async def _decided(self, request: Request, name: str, a: Admitted, look: Lookup,
-                       decision: Decision) -> Response:
-        """Carry out `decision` for the items `look` left to run; a job runs them all."""
-        if (spilled := await self._spilled(request, name, a, decision)) is not None:
+                       decision: Decision, unit: str) -> Response:
+        """Carry out `decision` for the items `look` left to run (in `unit`); a job runs
+        them all."""
+        if (spilled := await self._spilled(request, name, a, decision, unit)) is not None:
             return spilled
-        got = await self._wait(request, name, a, look.run,
+        got = await self._wait(request, unit, a, look.run,
                                may_hand_off=self._can_spill_async(name))
         if isinstance(got, HandOff):
             # Near its deadline: the async queue takes it over rather than a 504.
@@ -242,11 +260,13 @@ class Handlers:
             return await self._submit(request, name, a, work)
         return JSONResponse({"outputs": outputs(name, a.inputs, self._cached(look, got))})
 
-    async def _wait(self, request: Request, name: str, a: Admitted, inputs: list[Any], *,
+    async def _wait(self, request: Request, unit: str, a: Admitted, inputs: list[Any], *,
                     may_hand_off: bool) -> list[Any] | HandOff:
-        """Queue `inputs` (of request `a`) and wait for their results (or the hand-off)."""
+        """Queue `inputs` (of request `a`) in `unit` and wait for their results (or the
+        hand-off)."""
+        name = split_unit(unit)[0]
         # Queued before this handler yields: a burst's next decisions must see it.
-        pending = self.backend.enqueue(name, inputs, timeout_s=a.budget_s,
+        pending = self.backend.enqueue(unit, inputs, timeout_s=a.budget_s,
                                        priority=int(a.priority), tenant=a.tenant)
         try:
             return await self.handoff.wait(pending, disconnected(request), budget_s=a.budget_s,

@@ -2,20 +2,23 @@
 
     floodway_requests_total{endpoint, outcome}          counter
     floodway_request_seconds{endpoint, outcome}         histogram (router-side latency)
-    floodway_containers{endpoint, state}                gauge, read from the backend at scrape
-    floodway_cold_start_seconds{endpoint, phase, container}  gauge per live container
+    floodway_containers{endpoint, lane, state}          gauge, read from the backend at scrape
+    floodway_cold_start_seconds{endpoint, lane, phase, container}  gauge per live container
                                    (process_start, imports, artifact_load, warmup, total)
-    floodway_queue_depth{endpoint}                      gauge: requests waiting for a slot
-    floodway_queue_rows{endpoint}                       gauge: rows waiting for a slot
+    floodway_queue_depth{endpoint, lane}                gauge: requests waiting for a slot
+    floodway_queue_rows{endpoint, lane}                 gauge: rows waiting for a slot
+    floodway_lane_decisions_total{endpoint, lane, action}  counter: decisions per lane
+                                   (`lane` is "" for an endpoint without Route.lanes)
     floodway_decisions_total{endpoint, action}          counter: dispatch, queue, spill_cold,
                                                         spill_async, shed
     floodway_spills_total{endpoint, to}                 counter: cold, async
     floodway_sheds_total{endpoint, status}              counter: 429 (tenant rate), 503
     floodway_batch_rows{endpoint}                       histogram: rows per batch sent
     floodway_batch_seconds{endpoint}                    histogram: compute seconds per batch
-    floodway_dropped_total{endpoint, reason}            counter: queued rows dropped before a
+    floodway_dropped_total{endpoint, lane, reason}      counter: queued rows dropped before a
                                                         model (deadline, cancelled)
-    floodway_container_events_total{endpoint, event}    counter: start, failed, stuck, scale_down
+    floodway_container_events_total{endpoint, lane, event}  counter: start, failed, stuck,
+                                                        scale_down
     floodway_jobs{state}                                gauge: async jobs by state
   streaming endpoints:
     floodway_time_to_first_chunk_seconds{endpoint}      histogram: request arrival -> an
@@ -53,6 +56,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, H
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import generate_latest
 
+from floodway.routers.lanes import split_unit
+
 # Sub-10 ms to 10 s: shed answers are milliseconds, served ones up to a deadline.
 LATENCY_BUCKETS_S = (0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 BATCH_ROW_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1000)
@@ -81,36 +86,36 @@ class _PoolCollector:
         whole = self.readiness()
         detail, detail_queues = whole.get("endpoints", {}), whole.get("queues", {})
         states = GaugeMetricFamily("floodway_containers", "Containers by endpoint and state",
-                                   labels=["endpoint", "state"])
+                                   labels=["endpoint", "lane", "state"])
         cold = GaugeMetricFamily("floodway_cold_start_seconds",
                                  "Cold-start seconds by phase, per live container",
-                                 labels=["endpoint", "phase", "container"])
-        for endpoint, containers in detail.items():
+                                 labels=["endpoint", "lane", "phase", "container"])
+        for unit, containers in detail.items():
             for state in STATES:
                 n = sum(1 for c in containers if c.get("state") == state)
-                states.add_metric([endpoint, state], n)
+                states.add_metric([*_labels(unit), state], n)
             for c in containers:
                 if c.get("state") in ("stopped", "failed"):
                     continue
                 for phase, secs in (c.get("cold_start_s") or {}).items():
-                    cold.add_metric([endpoint, phase, str(c.get("id"))], float(secs))
+                    cold.add_metric([*_labels(unit), phase, str(c.get("id"))], float(secs))
         depth = GaugeMetricFamily("floodway_queue_depth", "Requests waiting for a slot",
-                                  labels=["endpoint"])
+                                  labels=["endpoint", "lane"])
         rows = GaugeMetricFamily("floodway_queue_rows", "Rows waiting for a slot",
-                                 labels=["endpoint"])
+                                 labels=["endpoint", "lane"])
         dropped = CounterMetricFamily("floodway_dropped", "Queued rows dropped before a model",
-                                      labels=["endpoint", "reason"])
-        for endpoint, q in detail_queues.items():
-            depth.add_metric([endpoint], q.get("queued", 0))
-            rows.add_metric([endpoint], q.get("queued_rows", 0))
+                                      labels=["endpoint", "lane", "reason"])
+        for unit, q in detail_queues.items():
+            depth.add_metric(_labels(unit), q.get("queued", 0))
+            rows.add_metric(_labels(unit), q.get("queued_rows", 0))
             for reason, n in q.get("dropped", {}).items():
-                dropped.add_metric([endpoint, reason], n)
+                dropped.add_metric([*_labels(unit), reason], n)
         events = CounterMetricFamily("floodway_container_events",
                                      "Container lifecycle events since the router started",
-                                     labels=["endpoint", "event"])
-        for endpoint, counts in whole.get("container_events", {}).items():
+                                     labels=["endpoint", "lane", "event"])
+        for unit, counts in whole.get("container_events", {}).items():
             for event, n in counts.items():
-                events.add_metric([endpoint, event], n)
+                events.add_metric([*_labels(unit), event], n)
         yield from _sequence_gauges(whole.get("sequences", {}))
         yield states
         yield cold
@@ -118,6 +123,13 @@ class _PoolCollector:
         yield rows
         yield dropped
         yield events
+
+
+def _labels(unit: str) -> list[str]:
+    """``[endpoint, lane]`` of a unit key (``"embed:short"``; lane "" for a plain endpoint,
+    `floodway.routers.lanes.split_unit`)."""
+    endpoint, lane = split_unit(unit)
+    return [endpoint, lane or ""]
 
 
 def _sequence_gauges(sequences: dict[str, dict[str, int]]) -> Iterator[GaugeMetricFamily]:
@@ -177,6 +189,9 @@ class Metrics:
                                  registry=self.registry)
         self.decisions = Counter("floodway_decisions", "Dispatch decisions by action",
                                  ["endpoint", "action"], registry=self.registry)
+        self.lane_decisions = Counter("floodway_lane_decisions", "Dispatch decisions by lane "
+                                      "(Route.lanes; '' for an endpoint without lanes)",
+                                      ["endpoint", "lane", "action"], registry=self.registry)
         self.spills = Counter("floodway_spills", "Requests spilled past the warm pool",
                               ["endpoint", "to"], registry=self.registry)
         self.sheds = Counter("floodway_sheds", "Requests rejected fast",
@@ -206,9 +221,10 @@ class Metrics:
         if cache_stats:
             self.registry.register(_CacheCollector(cache_stats))
 
-    def decided(self, endpoint: str, decision: Any) -> None:
+    def decided(self, endpoint: str, decision: Any, lane: str | None = None) -> None:
         action = str(decision.action)
         self.decisions.labels(endpoint, action).inc()
+        self.lane_decisions.labels(endpoint, lane or "", action).inc()
         if action.startswith("spill_"):
             self.spills.labels(endpoint, action.removeprefix("spill_")).inc()
         elif action == "shed":

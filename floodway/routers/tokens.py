@@ -101,8 +101,9 @@ class TokenCost:
 
     @classmethod
     def of(cls, endpoint: TextEndpoint) -> TokenCost | None:
-        """The estimator of an endpoint taking text; None for any other (cost by rows)."""
-        if not takes_text(endpoint.input_type):
+        """The estimator of an endpoint taking text; None for any other, or one whose
+        `Batching.token_aware` is False (cost by rows)."""
+        if not takes_text(endpoint.input_type) or not endpoint.batching.token_aware:
             return None
         return cls(endpoint.build.max_seq_len, batch_tokens(endpoint.batching))
 

@@ -76,14 +76,14 @@ class EndpointPool:
 
     def __init__(self, endpoint: Endpoint, *, clock: Clock = SYSTEM_CLOCK,
                  history: TrafficHistory | None = None):
-        self.endpoint, self.name, self.clock = endpoint, endpoint.name, clock
+        self.endpoint, self.name, self.clock = endpoint, endpoint.unit, clock
         self.containers: list[Container] = []
         self.batcher: Batcher | None = None
         self.tokens = None if endpoint.streaming else TokenCost.of(endpoint)
         self.service = ServiceEstimator() if self.tokens is None else ServiceEstimator(
             TEXT_SERVICE_PRIOR, row_tokens_prior=ROW_TOKENS_PRIOR)
         self.cold = ColdStartEstimator()
-        self.traffic = Traffic(endpoint.name, history)
+        self.traffic = Traffic(endpoint.unit, history)
         self.target = WarmTarget(0, 0, endpoint.warm.scaledown_window_s, "not computed yet")
         self.policy: PolicyState | None = None
         self.floor = 0

@@ -20,12 +20,11 @@ warm target, failure counters); the pool only carries out what the pure function
 - `floodway.runtime.rollout`: a newly published build gets new containers first; the old
   ones drain once as many new ones are ready.
 
-Only user batches reset a container's idle timer (warm-up runs before it is ready; probes
-never reach it). `snapshot()` describes an endpoint for `floodway.routers.decide.decide`
-through `floodway.core.snapshot.build_snapshot`; `stream_snapshot()` a streaming endpoint
-for `floodway.routers.decide_stream.decide_stream` through
-`floodway.core.stream_snapshot.build_stream_snapshot`. Times: `clock.monotonic()` seconds,
-and `clock.wall()` for the traffic record and the warm-pool policy.
+Only user batches reset a container's idle timer. `snapshot()` describes an endpoint for
+`decide()` (`floodway.core.snapshot.build_snapshot`), `stream_snapshot()` a streaming one
+for `decide_stream()`. Each lane of an endpoint with `Route.lanes` is a unit of its own
+(`floodway.runtime.pool_lanes`). Times: `clock.monotonic()` seconds, and `clock.wall()` for
+the traffic record and the warm-pool policy.
 """
 
 from __future__ import annotations
@@ -47,18 +46,20 @@ from floodway.core.reconcile import Do, Plan
 from floodway.deploy import NO_MODAL_ENV
 from floodway.errors import FloodwayError, Unavailable
 from floodway.functions.app import App
+from floodway.functions.lanes import served_units
 from floodway.http.protocols import SYSTEM_CLOCK, BatchListener, Clock
 from floodway.jobs.local import JOB_TIMEOUT_S
 from floodway.routers.decide import Snapshot
 from floodway.routers.decide_stream import StreamSnapshot
+from floodway.routers.lanes import split_unit
 from floodway.runtime import health
 from floodway.runtime.container import BatchResult, Container, State
 from floodway.runtime.endpoint_pool import EndpointPool, readiness
 from floodway.runtime.pending import Pending, StreamPending
 from floodway.runtime.pool_jobs import JobLink
+from floodway.runtime.pool_lanes import lane_readiness, lanes_of, resolve
 from floodway.warmers.history import TrafficHistory
 from floodway.warmers.predictive import PredictiveParams
-from floodway.warmers.target import Measured
 
 log = logging.getLogger("floodway.pool")
 TICK_S = 0.5
@@ -85,10 +86,12 @@ class Pool:
                  tick_s: float | None = TICK_S):
         self.app, self.app_spec, self.store_root = app, app_spec, store_root
         self.pinned, self.clock, self.tick_s = containers, clock, tick_s
-        self.endpoints = {ep.name: EndpointPool(ep, clock=clock, history=history)
-                          for ep in app}
+        # One EndpointPool per unit: an endpoint, or a lane of one ("embed:short").
+        self.endpoints = {key: EndpointPool(ep, clock=clock, history=history)
+                          for key, ep in served_units(app).items()}
         total = sum(containers if containers is not None else
-                    max(1, ep.warm.min_containers + ep.warm.buffer_containers) for ep in app)
+                    max(1, ep.warm.min_containers + ep.warm.buffer_containers)
+                    for ep in (u.endpoint for u in self.endpoints.values()))
         # Share the cores: each container's ONNX Runtime gets cpu_count / containers threads
         # (containers of the configured warm pool: min + buffer), unless the router's own
         # environment sets FLOODWAY_ORT_THREADS.
@@ -129,17 +132,18 @@ class Pool:
         return {THREADS_ENV: str(self.threads), NO_MODAL_ENV: "1", VALIDATED_ENV: "1"}
 
     def _build_of(self, endpoint: str) -> str | None:
-        """The key of the endpoint's latest published build (None if unreadable now)."""
+        """The key of the endpoint's latest published build (None if unreadable now); every
+        lane of an endpoint runs its builds."""
         try:
-            return self.store.latest(endpoint).name
+            return self.store.latest(split_unit(endpoint)[0]).name
         except FloodwayError:
             return None
 
     def _container(self, endpoint: str) -> Container:
-        ep = self.app[endpoint]
+        ep = self.endpoints[endpoint].endpoint
         slots = self.endpoints[endpoint].slots if ep.streaming \
             else ep.route.max_inflight_per_container
-        return Container(self.app_spec, endpoint, self.store_root, slots=slots,
+        return Container(self.app_spec, ep.name, self.store_root, slots=slots,
                          env=self.worker_env(), clock=self.clock.monotonic,
                          streaming=ep.streaming)
 
@@ -149,6 +153,7 @@ class Pool:
         # The worker resolves LATEST itself a moment later; a publish in between only makes
         # this label stale, and the next rollout check corrects it.
         c.build = self._build_of(endpoint)
+        c.unit = endpoint   # the worker runs the endpoint; the unit routes its results
         c.on_change = functools.partial(self._changed, ep)
         ep.containers.append(c)
         return c
@@ -245,25 +250,20 @@ class Pool:
     # ------------------------------------------------------------------ warm-pool policy
     def record_arrival(self, endpoint: str, now_s: float | None = None) -> None:
         """Count one user request (never warm-ups or probes) in the traffic record, at unix
-        time `now_s` (default the clock's wall time)."""
-        self.endpoints[endpoint].traffic.record(self.clock.wall() if now_s is None else now_s)
-
-    def measured(self, endpoint: str) -> Measured:
-        return self.endpoints[endpoint].measured()
-
-    def cold_start_s(self, endpoint: str) -> float:
-        return self.endpoints[endpoint].cold.estimate_s()
+        time `now_s` (default the clock's wall time); `endpoint` may be a lane's unit key."""
+        if (ep := resolve(self.endpoints, endpoint)) is not None:
+            ep.traffic.record(self.clock.wall() if now_s is None else now_s)
 
     def cap(self, endpoint: str) -> int:
         """Most live containers for `endpoint`: `max_containers`, and no more than this
         machine has cores for, or than `--containers` pins if that is more (spills to cold
         containers never add containers the cores cannot run)."""
-        cap = self.app[endpoint].warm.container_cap
+        cap = self.endpoints[endpoint].endpoint.warm.container_cap
         return min(cap, max(self.machine_cap, self.pinned or 0))
 
     def _retarget(self, ep: EndpointPool, wall_s: float) -> None:
         ep.retarget(wall_s, self.cap(ep.name), pinned=self.pinned, params=POLICY_PARAMS,
-                    backlog_rows=self.jobs.rows.get(ep.name, 0))
+                    backlog_rows=self.jobs.rows.get(ep.endpoint.name, 0))
 
     def _sent(self, ep: EndpointPool) -> None:
         """A batch went to a container: the buffer, and room for jobs in the queue."""
@@ -287,8 +287,8 @@ class Pool:
     def start_cold(self, endpoint: str) -> bool:
         """Start one more container (spill_cold) unless at `max_containers` or while
         containers of this endpoint are failing to start (the replacement backoff rules)."""
-        ep = self.endpoints[endpoint]
-        if ep.failures or len(ep.live()) >= self.cap(endpoint):
+        ep = resolve(self.endpoints, endpoint)
+        if ep is None or ep.failures or len(ep.live()) >= self.cap(ep.name):
             return False
         self._spawn(ep)
         return True
@@ -339,14 +339,19 @@ class Pool:
     def _on_batch(self, result: BatchResult, c: Any) -> None:
         # The router-side service time (compute plus encoding and the pipe): the decision
         # promises answers, so it must count all that a batch costs, not only the model.
-        self.endpoints[c.endpoint].record_batch(result.rows,
+        self.endpoints[getattr(c, "unit", c.endpoint)].record_batch(result.rows,
                                                 result.service_s or result.compute_s,
                                                 getattr(result, "padded_tokens", 0))
         for listener in self._listeners:
             listener(c.endpoint, result.rows, result.compute_s)
 
     def snapshot(self, endpoint: str) -> Snapshot:
-        return self.endpoints[endpoint].snapshot(self.clock.monotonic(), self.cap(endpoint))
+        """`endpoint`'s (or a lane's, by unit key) state for `decide()`; an endpoint with lanes
+        named plainly: its last lane's (`floodway.runtime.pool_lanes.resolve`)."""
+        ep = resolve(self.endpoints, endpoint)
+        if ep is None:
+            raise KeyError(endpoint)
+        return ep.snapshot(self.clock.monotonic(), self.cap(ep.name))
 
     def stream_snapshot(self, endpoint: str) -> StreamSnapshot:
         """A streaming endpoint's state for `decide_stream()`; raises FloodwayError for an
@@ -356,31 +361,24 @@ class Pool:
 
     def enqueue(self, endpoint: str, inputs: list[Any], *, timeout_s: float,
                 priority: int = 1, tenant: str = "anonymous") -> Pending | StreamPending:
-        """Queue `inputs` now (synchronously, so the next decision already sees them) and
-        return an awaitable of their results, as `run`, that also tells whether any of them
-        has left the queue for a container (`Pending.dispatched()`); a `StreamPending` for
-        a streaming endpoint. Raises Unavailable when the endpoint is not started."""
-        ep = self.endpoints.get(endpoint)
+        """Queue `inputs` now (synchronously: the next decision sees them); returns the
+        awaitable of one result per input (an output, or the exception that failed it
+        alone; TimeoutError past `timeout_s`, the queued items withdrawn) that tells whether
+        any left the queue for a container (`Pending.dispatched()`), a `StreamPending` for a
+        streaming endpoint. Raises Unavailable when the endpoint is not started. An
+        endpoint with lanes named plainly: the lane its inputs take."""
+        ep = resolve(self.endpoints, endpoint, inputs)
         if ep is None or ep.batcher is None:
             raise Unavailable(f"endpoint {endpoint!r} is not started", retry_after_s=1.0)
         return ep.enqueue(f"r{next(self._request_ids)}", inputs, timeout_s=timeout_s,
                           priority=priority, tenant=tenant, keep_s=JOB_TIMEOUT_S)
 
-    async def run(self, endpoint: str, inputs: list[Any], *, timeout_s: float,
-                  priority: int = 1, tenant: str = "anonymous") -> list[Any]:
-        """Queue `inputs` for the endpoint's batcher and wait at most `timeout_s`.
-
-        Returns one entry per input: its output, or the exception that failed it alone
-        (EndpointError, Unavailable). Raises TimeoutError when the deadline passes first;
-        its queued items are then withdrawn before they reach a model.
-        """
-        return await self.enqueue(endpoint, inputs, timeout_s=timeout_s, priority=priority,
-                                  tenant=tenant)
-
     def readiness(self) -> dict[str, Any]:
         """``{"ready", "endpoints", "queues", "warm_targets", "container_events",
-        "failures", "sequences"}`` (`floodway.runtime.endpoint_pool.readiness`)."""
-        return readiness(self.endpoints)
+        "failures", "sequences", "lanes"}`` (`floodway.runtime.endpoint_pool.readiness`,
+        keyed by unit; `lanes`: `floodway.runtime.pool_lanes.lane_readiness`)."""
+        return {**readiness(self.endpoints),
+                "lanes": lane_readiness(self.endpoints, self.app.endpoints)}
 
     # ------------------------------------------------------------------ the job queue
     def watch_jobs(self, backlog: Callable[[], dict[str, int]],
@@ -389,8 +387,11 @@ class Pool:
         self.jobs.watch(backlog, wake)
 
     def job_room(self, endpoint: str) -> int:
-        """Rows of job work `endpoint` takes now (`EndpointPool.job_room`)."""
-        return self.endpoints[endpoint].job_room() if endpoint in self.endpoints else 0
+        """Rows of job work `endpoint` takes now (`EndpointPool.job_room`; summed over the
+        lanes of an endpoint with lanes)."""
+        if endpoint in self.endpoints:
+            return self.endpoints[endpoint].job_room()
+        return sum(ep.job_room() for ep in lanes_of(self.endpoints, endpoint))
 
 
 __all__ = ["BUILD_CHECK_S", "POLICY_PARAMS", "TICK_S", "Pending", "Pool"]

@@ -22,6 +22,7 @@ from floodway.jobs.local import LocalJobs, default_jobs_path
 from floodway.routers.admission import API_KEYS_ENV, ApiKeys
 from floodway.runtime.example import show_example
 from floodway.runtime.pool import Pool
+from floodway.runtime.pool_lanes import lanes_of
 from floodway.runtime.rollout import serving
 from floodway.warmers.history import TrafficHistory
 
@@ -83,8 +84,10 @@ def build_keys(pool: Pool) -> Callable[[str], str | None]:
     """`build_key(endpoint)` for the response cache: the one build `pool` serves the
     endpoint with (`floodway.runtime.rollout.serving`), None during a rollout."""
     def key(endpoint: str) -> str | None:
-        ep = pool.endpoints[endpoint]
-        return serving(ep.latest, (c.build for c in ep.live()))
+        # Every lane of an endpoint runs its builds: one key only while all serve one.
+        units = lanes_of(pool.endpoints, endpoint) or [pool.endpoints[endpoint]]
+        keys = {serving(ep.latest, (c.build for c in ep.live())) for ep in units}
+        return keys.pop() if len(keys) == 1 else None
     return key
 
 

@@ -108,7 +108,7 @@ def test_killed_container_is_replaced(server):
 def test_metrics_show_the_pool_and_its_cold_starts(server):
     server.client.post("/v1/embed", json={"inputs": ["counted"]})
     text = server.client.get("/metrics").text
-    assert 'floodway_containers{endpoint="embed",state="ready"}' in text
+    assert 'floodway_containers{endpoint="embed",lane="",state="ready"}' in text
     assert 'phase="artifact_load"' in text and 'phase="warmup"' in text
     line = next(x for x in text.splitlines()
                 if x.startswith('floodway_requests_total{endpoint="embed",outcome="ok"}'))

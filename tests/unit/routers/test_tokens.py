@@ -81,3 +81,16 @@ def test_the_token_budget_defaults_to_rows_times_128_and_is_validated():
     with pytest.raises(ConfigError, match="max_batch_tokens"):
         app.endpoint(model=fw.HFModel("org/model", revision="a" * 40),
                      batching=fw.Batching(max_batch_tokens=0))(lambda m, xs: xs)
+
+
+def test_token_aware_off_makes_a_text_endpoint_cost_rows():
+    app = fw.App("t")
+    model = fw.HFModel("org/model", revision="a" * 40)
+
+    @app.endpoint(model=model, batching=fw.Batching(token_aware=False))
+    def embed(model, texts: list[str]) -> list[str]:
+        return texts
+
+    assert TokenCost.of(app.endpoints["embed"]) is None
+    assert row_tokens(app.endpoints["embed"], ["abcd" * 40]) == 0
+    assert [p.field for p in fw.Batching(token_aware="yes").problems("b")] == ["b.token_aware"]

@@ -55,7 +55,8 @@ def test_start_brings_up_the_floor_and_a_tick_adds_nothing_more(tmp_path):
     assert (first, second, ready) == (2, 2, False)
     assert detail["ready"] is True and detail["container_events"]["embed"] == {"start": 2}
     assert detail["warm_targets"]["embed"]["min_containers"] == 2
-    assert pool.cold_start_s("embed") == 2.5 and pool.measured("embed").cold_start_s == 2.5
+    ep = pool.endpoints["embed"]
+    assert ep.cold.estimate_s() == 2.5 and ep.measured().cold_start_s == 2.5
 
 
 def test_idle_containers_past_the_scaledown_window_are_drained_longest_idle_first(tmp_path):
@@ -287,7 +288,7 @@ def test_enqueue_before_start_is_unavailable_and_run_returns_outputs(tmp_path):
         c.become_ready()
         seen: list[tuple[str, int, float]] = []
         pool.add_batch_listener(lambda *a: seen.append(a))
-        work = asyncio.ensure_future(pool.run("embed", ["a", "b"], timeout_s=5))
+        work = asyncio.ensure_future(pool.enqueue("embed", ["a", "b"], timeout_s=5))
         await settle()
         (batch_id,) = c.inflight
         c.answer(batch_id, {i: v.upper() for i, v in c.items})

@@ -1,0 +1,64 @@
+"""Which lane a request takes (`floodway.config_lanes`), and the key its lane is served
+under: pure functions of the endpoint's `Route.lanes` and the request's inputs.
+
+A request's cost is its inputs' estimated tokens summed (`floodway.routers.tokens.
+item_tokens`: estimated at admission, no tokenizer; 1 per input that is not text) and its
+number of inputs; it takes the first lane it fits. A lane is served as a unit of its own
+(containers, queue, estimators) under the key ``"<endpoint>:<lane>"``; an endpoint without
+lanes under its name. Endpoint and lane names never hold ':', so the key splits back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from floodway.config import Build, Lane, Route
+from floodway.routers.tokens import item_tokens
+
+SEP = ":"
+
+
+class LanedEndpoint(Protocol):
+    """What lane resolution reads of an endpoint (`floodway.functions.endpoint.Endpoint`)."""
+
+    name: str
+    route: Route
+    build: Build
+
+
+def request_cost(endpoint: LanedEndpoint, inputs: Sequence[Any]) -> tuple[int, int]:
+    """``(tokens, rows)`` of a request: its inputs' estimated tokens summed (each at most the
+    build's `max_seq_len`), and how many inputs it has."""
+    max_len = endpoint.build.max_seq_len
+    return sum(item_tokens(item, max_len) for item in inputs), len(inputs)
+
+
+def lane_of(endpoint: LanedEndpoint, inputs: Sequence[Any]) -> Lane | None:
+    """The lane of a request of `inputs` to `endpoint`: the first it fits (the last lane
+    fits every request); None for an endpoint without lanes."""
+    lanes = endpoint.route.lanes
+    if not lanes:
+        return None
+    tokens, rows = request_cost(endpoint, inputs)
+    return next((lane for lane in lanes if lane.fits(tokens, rows)), lanes[-1])
+
+
+def unit_key(endpoint: str, lane: str | None) -> str:
+    """The key a lane is served under (``"embed:short"``); `endpoint` itself for None."""
+    return endpoint if lane is None else f"{endpoint}{SEP}{lane}"
+
+
+def split_unit(key: str) -> tuple[str, str | None]:
+    """``(endpoint, lane)`` of a key `unit_key` made (lane None for a plain endpoint)."""
+    endpoint, sep, lane = key.partition(SEP)
+    return endpoint, (lane if sep else None)
+
+
+def unit_of(endpoint: LanedEndpoint, inputs: Sequence[Any]) -> str:
+    """The key the request of `inputs` to `endpoint` is served under."""
+    lane = lane_of(endpoint, inputs)
+    return unit_key(endpoint.name, None if lane is None else lane.name)
+
+
+__all__ = ["SEP", "lane_of", "request_cost", "split_unit", "unit_key", "unit_of"]
