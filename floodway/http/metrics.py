@@ -15,6 +15,8 @@
     floodway_sheds_total{endpoint, status}              counter: 429 (tenant rate), 503
     floodway_batch_rows{endpoint}                       histogram: rows per batch sent
     floodway_batch_seconds{endpoint}                    histogram: compute seconds per batch
+    floodway_batch_padded_tokens{endpoint}              histogram: padded tokens per text batch
+    floodway_batch_service_seconds{endpoint}            histogram: router-side seconds per batch
     floodway_dropped_total{endpoint, lane, reason}      counter: queued rows dropped before a
                                                         model (deadline, cancelled)
     floodway_container_events_total{endpoint, lane, event}  counter: start, failed, stuck,
@@ -61,6 +63,7 @@ from floodway.routers.lanes import split_unit
 # Sub-10 ms to 10 s: shed answers are milliseconds, served ones up to a deadline.
 LATENCY_BUCKETS_S = (0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 BATCH_ROW_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1000)
+BATCH_TOKEN_BUCKETS = (16, 64, 256, 512, 1024, 2048, 4096, 8192, 16384, 65536, 262144)
 # Gaps between chunks: a decode step is milliseconds to tens of them.
 CHUNK_GAP_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 SEQUENCE_GAUGES = (("active", "floodway_active_sequences", "Sequences running"),
@@ -202,6 +205,14 @@ class Metrics:
         self.batch_seconds = Histogram("floodway_batch_seconds",
                                        "Endpoint compute seconds per batch", ["endpoint"],
                                        buckets=LATENCY_BUCKETS_S, registry=self.registry)
+        self.batch_tokens = Histogram("floodway_batch_padded_tokens",
+                                      "Padded tokens per text batch (rows x longest input)",
+                                      ["endpoint"], buckets=BATCH_TOKEN_BUCKETS,
+                                      registry=self.registry)
+        self.batch_service = Histogram("floodway_batch_service_seconds",
+                                       "Router-side seconds per batch (sent to answered)",
+                                       ["endpoint"], buckets=LATENCY_BUCKETS_S,
+                                       registry=self.registry)
         self.first_chunk = Histogram("floodway_time_to_first_chunk_seconds",
                                      "Request arrival to an input's first streamed chunk",
                                      ["endpoint"], buckets=LATENCY_BUCKETS_S,
@@ -237,9 +248,17 @@ class Metrics:
     def shed(self, endpoint: str, status: int) -> None:
         self.sheds.labels(endpoint, str(status)).inc()
 
-    def batch(self, endpoint: str, rows: int, compute_s: float) -> None:
+    def batch(self, endpoint: str, rows: int, compute_s: float, padded_tokens: int = 0,
+              service_s: float = 0.0) -> None:
+        """A completed batch: its rows, the worker's compute seconds, its padded tokens
+        (rows x its longest input's estimated tokens; 0: not a text endpoint) and the
+        router-side seconds (send to result, what the service-time fit reads; 0: unknown)."""
         self.batch_rows.labels(endpoint).observe(rows)
         self.batch_seconds.labels(endpoint).observe(compute_s)
+        if padded_tokens:
+            self.batch_tokens.labels(endpoint).observe(padded_tokens)
+        if service_s:
+            self.batch_service.labels(endpoint).observe(service_s)
 
     def chunk(self, endpoint: str, seconds: float, *, first: bool, tokens: int) -> None:
         """A streamed chunk: `seconds` since the request arrived (`first`) or since the

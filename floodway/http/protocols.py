@@ -22,7 +22,8 @@ if TYPE_CHECKING:
     from floodway.http.streaming import StreamEvent
 
 # (endpoint, rows, compute seconds) for every completed batch: the metrics' batch histogram.
-BatchListener = Callable[[str, int, float], None]
+# (endpoint, rows, compute seconds, padded tokens, router-side service seconds) per batch.
+BatchListener = Callable[[str, int, float, int, float], None]
 
 
 class Clock(Protocol):

@@ -333,7 +333,8 @@ class Pool:
 
     # ------------------------------------------------------------------ Backend protocol
     def add_batch_listener(self, listener: BatchListener) -> None:
-        """Call `listener(endpoint, rows, compute_s)` for every completed batch."""
+        """Call `listener(endpoint, rows, compute_s, padded_tokens, service_s)` for every
+        completed batch."""
         self._listeners.append(listener)
 
     def _on_batch(self, result: BatchResult, c: Any) -> None:
@@ -343,7 +344,8 @@ class Pool:
                                                 result.service_s or result.compute_s,
                                                 getattr(result, "padded_tokens", 0))
         for listener in self._listeners:
-            listener(c.endpoint, result.rows, result.compute_s)
+            listener(c.endpoint, result.rows, result.compute_s,
+                     getattr(result, "padded_tokens", 0), result.service_s or result.compute_s)
 
     def snapshot(self, endpoint: str) -> Snapshot:
         """`endpoint`'s (or a lane's, by unit key) state for `decide()`; an endpoint with lanes

@@ -286,7 +286,7 @@ def test_enqueue_before_start_is_unavailable_and_run_returns_outputs(tmp_path):
         await pool.start()
         (c,) = pool.containers["embed"]
         c.become_ready()
-        seen: list[tuple[str, int, float]] = []
+        seen: list[tuple[str, int, float, int, float]] = []
         pool.add_batch_listener(lambda *a: seen.append(a))
         work = asyncio.ensure_future(pool.enqueue("embed", ["a", "b"], timeout_s=5))
         await settle()
@@ -298,7 +298,7 @@ def test_enqueue_before_start_is_unavailable_and_run_returns_outputs(tmp_path):
         return out, seen, list(fit)
 
     out, seen, fit = run(go())
-    assert out == ["A", "B"] and seen == [("embed", 2, 0.01)]
+    assert out == ["A", "B"] and seen == [("embed", 2, 0.01, 0, 0.02)]
     assert fit == [(2, 0.02)]                    # the router-side service time is fitted
 
 
