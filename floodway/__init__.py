@@ -33,6 +33,7 @@ _EXPORTS = {
     "TorchModel": "floodway.config",
     "TensorSpec": "floodway.config",
     "Artifacts": "floodway.build.artifacts",
+    "Client": "floodway.client", "AsyncClient": "floodway.client",
     "ArtifactError": "floodway.errors",
     "BuildError": "floodway.errors",
     "ConfigError": "floodway.errors",
@@ -46,7 +47,8 @@ _EXPORTS = {
 
 __all__ = [
     "Array", "ArraySpec", "Artifacts", "Image", "ImageSpec", "TensorSpec", "TorchModel",
-    "App", "ArtifactError", "Batching", "Build", "BuildError", "Cache", "ConfigError",
+    "App", "ArtifactError", "AsyncClient", "Client",
+    "Batching", "Build", "BuildError", "Cache", "ConfigError",
     "Endpoint",
     "EndpointError", "FloodwayError", "Generation", "HFModel", "Lane", "Loaded", "LocalModel",
     "Problem",
@@ -56,6 +58,7 @@ __all__ = [
 
 if TYPE_CHECKING:
     from floodway.build.artifacts import Artifacts
+    from floodway.client import AsyncClient, Client
     from floodway.config import (
         Batching,
         Build,
