@@ -1,23 +1,44 @@
 """Batch times measured during a bench run, read from the router's ``GET /metrics``, for
 `floodway simulate` to use later.
 
-The router exports two histograms per endpoint, ``floodway_batch_rows`` (rows per batch)
-and ``floodway_batch_seconds`` (compute seconds per batch); they give totals, not each
-batch. Sampled every `INTERVAL_S` during the replay, the difference between two samples
-is one interval's totals: its batches, rows and seconds. An interval with exactly one
-batch gives that batch's rows and seconds exactly; every interval's totals fit
-``seconds = per_batch_s * batches + per_row_s * rows`` (least squares, unbiased on
-totals because batch time is taken to be linear in rows).
+The router exports histograms per endpoint: ``floodway_batch_rows`` (rows per batch),
+``floodway_batch_seconds`` (the endpoint function's compute seconds per batch) and, where
+the router exports them, ``floodway_batch_padded_tokens`` (rows x the longest item's
+estimated tokens, as the batcher counts them) and ``floodway_batch_service_seconds`` (the
+seconds the batch held its container as the router sees it: compute plus reading, encoding
+and the pipe; what the router's own fit is made of). They give totals, not each batch.
+Sampled every `INTERVAL_S` during the replay, the difference between two samples is one
+interval's totals: its batches, rows, padded tokens and seconds (service seconds where
+exported, else compute seconds). An interval with exactly one batch gives that batch
+exactly. A router that does not export padded tokens leaves them to an estimate
+(`estimate_tokens`): the interval's rows times the mean estimated tokens of the requests
+answered 200 in it (the batcher groups similar lengths, so a batch's longest item is near
+its mean), the run's mean where none was.
+
+The service model is fitted as the router fits its own (`floodway.routers.service.
+ServiceTime.fit_padded`, from `floodway.core.priors.TEXT_SERVICE_PRIOR`): on padded tokens,
+rows and batches, each interval as its mean batch (totals / batches, counted once per batch:
+the line is linear, so a mean batch lies on it as every batch does). Without tokens (items
+that are not text) it is the least squares of ``seconds = per_batch_s * batches + per_row_s *
+rows`` on the totals.
 
 The JSON written (`batch_times`, format ``floodway.bench.batches/1``):
 
     {"format": "floodway.bench.batches/1", "endpoint": "embed",
-     "source": "GET /metrics ... every 0.25 s",
-     "batches":   [{"rows": 12, "seconds": 0.081}, ...],      # exact, one per lone batch
+     "source": "GET /metrics ... every 0.25 s", "seconds": "service" | "compute",
+     "tokens": "measured" | "estimated" | null,
+     "batches":   [{"rows": 12, "seconds": 0.081, "padded_tokens": 3072}, ...],  # lone ones
      "by_rows":   [{"rows": 12, "batches": 4, "mean_s": 0.08, "p50_s": 0.08,
                     "max_s": 0.09}, ...],                       # "batches" grouped by rows
-     "intervals": [{"t_s": 1.25, "batches": 3, "rows": 40, "seconds": 0.31}, ...],
-     "fit": {"per_batch_s": 0.021, "per_row_s": 0.0049, "intervals": 57} | null}
+     "intervals": [{"t_s": 1.25, "batches": 3, "rows": 40, "seconds": 0.31,
+                    "padded_tokens": 9800, "busy": 1.5}, ...],
+     "fit": {"per_batch_s": 0.021, "per_row_s": 0.0049, "per_token_s": 0.00002,
+             "intervals": 57, "batches": 130} | null,
+     "contention": {"by_busy": [{"busy": 1, "factor": 0.7, ...}, ...], ...} | null}
+
+``busy`` (an interval's mean busy containers at its two ends) and ``contention`` (batch
+time over the fit by busy containers, `floodway.bench.contention`) are absent from
+documents written before them; readers treat them as optional.
 
 A router that does not see its batches (on Modal the containers run them out of its
 sight) shows no batches; then there is nothing to write (`batch_times` returns None).
@@ -28,69 +49,163 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import httpx
 import numpy as np
 
 INTERVAL_S = 0.25
 FORMAT = "floodway.bench.batches/1"
-_NAMES = ("floodway_batch_rows", "floodway_batch_seconds")
+_SUMS = {"floodway_batch_rows_count": "batches", "floodway_batch_rows_sum": "rows",
+         "floodway_batch_seconds_sum": "compute_s",
+         "floodway_batch_padded_tokens_sum": "tokens",
+         "floodway_batch_service_seconds_sum": "service_s"}
+# Container states that count as live (floodway_containers{state}).
+LIVE_STATES = frozenset({"starting", "warming", "ready", "busy"})
 
 
-def batch_totals(metrics_text: str, endpoint: str) -> tuple[float, float, float] | None:
-    """(batches, rows, seconds) so far for `endpoint` from a Prometheus text exposition;
-    None when it has no batch histograms for that endpoint."""
+class Totals(NamedTuple):
+    """Totals so far of one endpoint's batches: count, rows, compute seconds, padded tokens
+    and service seconds (None: the router does not export them)."""
+
+    batches: float
+    rows: float
+    compute_s: float
+    tokens: float | None = None
+    service_s: float | None = None
+
+
+class Interval(NamedTuple):
+    """One sampling interval's batches: it ended `t_s` seconds into the replay and began at
+    `since_s`; `seconds` are service seconds where exported, else compute seconds;
+    `tokens` padded tokens (None: not exported); `busy` the mean of the busy containers
+    seen at its two ends (None: no container gauge)."""
+
+    t_s: float
+    batches: int
+    rows: int
+    seconds: float
+    tokens: float | None = None
+    since_s: float = 0.0
+    busy: float | None = None
+
+
+class Seen(NamedTuple):
+    """What one /metrics text shows of an endpoint: its batch `totals` (None: no batch
+    histograms), its `live` containers (None: no container gauge) and each live
+    container's cold start in seconds (``floodway_cold_start_seconds{phase="total"}``) and
+    its `busy` containers (None: no container gauge); containers are summed over the
+    endpoint's lanes (the gauge's ``lane`` label)."""
+
+    totals: Totals | None
+    live: int | None
+    cold_s: dict[str, float]
+    busy: int | None = None
+
+
+def read_metrics(metrics_text: str, endpoint: str) -> Seen:
+    """What `metrics_text` (a Prometheus text exposition) shows of `endpoint` (`Seen`)."""
     from prometheus_client.parser import text_string_to_metric_families
 
     found: dict[str, float] = {}
+    live: int | None = None
+    busy: int | None = None
+    cold: dict[str, float] = {}
     for fam in text_string_to_metric_families(metrics_text):
-        if fam.name not in _NAMES:
-            continue
         for s in fam.samples:
-            if s.labels.get("endpoint") == endpoint and s.name.endswith(("_count", "_sum")):
-                found[s.name] = s.value
-    keys = ("floodway_batch_rows_count", "floodway_batch_rows_sum",
-            "floodway_batch_seconds_sum")
-    if not all(k in found for k in keys):
-        return None
-    return found[keys[0]], found[keys[1]], found[keys[2]]
+            if s.labels.get("endpoint") != endpoint:
+                continue
+            if s.name in _SUMS:
+                found[_SUMS[s.name]] = found.get(_SUMS[s.name], 0.0) + s.value
+            elif s.name == "floodway_containers":
+                state = s.labels.get("state")
+                live = (live or 0) + (int(s.value) if state in LIVE_STATES else 0)
+                busy = (busy or 0) + (int(s.value) if state == "busy" else 0)
+            elif s.name == "floodway_cold_start_seconds" and s.labels.get("phase") == "total":
+                cold[s.labels.get("container", "")] = float(s.value)
+    if not {"batches", "rows", "compute_s"} <= found.keys():
+        return Seen(None, live, cold, busy)
+    return Seen(Totals(found["batches"], found["rows"], found["compute_s"],
+                       found.get("tokens"), found.get("service_s")), live, cold, busy)
+
+
+def batch_totals(metrics_text: str, endpoint: str) -> Totals | None:
+    """The batch `Totals` of `endpoint` so far; None without its batch histograms."""
+    return read_metrics(metrics_text, endpoint).totals
 
 
 @dataclass
 class BatchSampler:
-    """Successive /metrics totals of one endpoint -> per-interval (t_s, batches, rows,
-    seconds), intervals with no batch left out."""
+    """Successive /metrics totals of one endpoint -> `Interval`s (intervals with no batch
+    left out, each with the busy containers seen at its ends), the most live containers seen
+    (`most_live`) and the cold starts of the containers seen (`cold_s`, seconds by
+    container id)."""
 
     endpoint: str
-    intervals: list[tuple[float, int, int, float]] = field(default_factory=list)
-    _last: tuple[float, float, float] | None = None
+    intervals: list[Interval] = field(default_factory=list)
+    _last: Totals | None = None
+    _last_t: float = 0.0
+    _last_busy: int | None = None
     seen: bool = False
+    most_live: int = 0
+    cold_s: dict[str, float] = field(default_factory=dict)
 
-    def add(self, t_s: float, metrics_text: str) -> None:
-        now = batch_totals(metrics_text, self.endpoint)
+    def add(self, t_s: float, metrics_text: str, busy_now: int | None = None) -> None:
+        """One sample at `t_s`; `busy_now`: the containers running a batch then, where
+        known apart from /metrics (`floodway.bench.contention.busy_of_readiness`), else
+        the ``busy`` state of the container gauge."""
+        now, live, cold, busy = read_metrics(metrics_text, self.endpoint)
+        busy = busy if busy_now is None else busy_now
+        if live is not None:
+            self.most_live = max(self.most_live, live)
+        self.cold_s.update(cold)
         if now is None:
             return
         self.seen = True
-        if self._last is not None:
-            n, rows, sec = (a - b for a, b in zip(now, self._last, strict=True))
+        last = self._last
+        if last is not None:
+            n = round(now.batches - last.batches)
             if n >= 1:
-                self.intervals.append((t_s, round(n), round(rows), max(0.0, sec)))
-        self._last = now
+                service = now.service_s is not None and last.service_s is not None
+                sec = now.service_s - last.service_s if service else \
+                    now.compute_s - last.compute_s
+                tok = None if now.tokens is None or last.tokens is None else \
+                    max(0.0, now.tokens - last.tokens)
+                both = None if busy is None or self._last_busy is None else \
+                    (busy + self._last_busy) / 2
+                self.intervals.append(Interval(t_s, n, round(now.rows - last.rows),
+                                               max(0.0, sec), tok, self._last_t, both))
+        self._last, self._last_t, self._last_busy = now, t_s, busy
+
+    @property
+    def service_seconds(self) -> bool:
+        """Whether the seconds are service seconds (the router exports them)."""
+        return self._last is not None and self._last.service_s is not None
 
 
 async def watch(client: httpx.AsyncClient, sampler: BatchSampler, stop: asyncio.Event,
-                clock: Callable[[], float], interval_s: float = INTERVAL_S) -> None:
+                clock: Callable[[], float], interval_s: float = INTERVAL_S,
+                t0: float | None = None) -> None:
     """Sample ``GET /metrics`` into `sampler` every `interval_s` until `stop` is set, and
-    once more after. Failed scrapes are skipped (the next one covers their interval)."""
-    t0 = clock()
+    once more after; times are `clock() - t0` (`t0`: the replay's start, default the first
+    call). Each sample also reads ``GET /readyz`` for the containers running a batch
+    (`floodway.bench.contention.busy_of_readiness`). Failed scrapes are skipped (the next
+    one covers their interval)."""
+    from floodway.bench.contention import busy_of_readiness
+
+    t0 = clock() if t0 is None else t0
 
     async def scrape() -> None:
         with contextlib.suppress(httpx.HTTPError):
+            busy = None
+            with contextlib.suppress(ValueError):
+                busy = busy_of_readiness((await client.get("/readyz")).json(),
+                                         sampler.endpoint)
             r = await client.get("/metrics")
             if r.status_code == 200:
-                sampler.add(clock() - t0, r.text)
+                sampler.add(clock() - t0, r.text, busy)
 
     while not stop.is_set():
         await scrape()
@@ -99,44 +214,96 @@ async def watch(client: httpx.AsyncClient, sampler: BatchSampler, stop: asyncio.
     await scrape()
 
 
-def fit(intervals: list[tuple[float, int, int, float]]) -> dict[str, float | int] | None:
-    """Least squares of ``seconds = per_batch_s * batches + per_row_s * rows`` over the
-    intervals' totals, both coefficients >= 0 (a negative one is dropped and the other
-    refitted alone); None with no interval."""
+def estimate_tokens(intervals: Sequence[Interval], answered: Sequence[tuple[float, int]]
+                    ) -> list[Interval]:
+    """`intervals` with padded tokens estimated where not measured: rows x the mean tokens
+    of the requests answered in (since_s, t_s] (`answered`: (answer time on the intervals'
+    clock, estimated tokens) per answered request), the mean of all where none was;
+    unchanged without any answer."""
+    if not answered:
+        return list(intervals)
+    at = np.asarray([a for a, _ in answered], dtype=np.float64)
+    tok = np.asarray([t for _, t in answered], dtype=np.float64)
+    order = np.argsort(at, kind="stable")
+    at, tok = at[order], tok[order]
+    csum = np.concatenate([[0.0], np.cumsum(tok)])
+    mean_all = float(tok.mean())
+    out = []
+    for iv in intervals:
+        if iv.tokens is not None:
+            out.append(iv)
+            continue
+        lo, hi = np.searchsorted(at, [iv.since_s, iv.t_s], side="right")
+        mean = (csum[hi] - csum[lo]) / (hi - lo) if hi > lo else mean_all
+        out.append(iv._replace(tokens=float(iv.rows * mean)))
+    return out
+
+
+def fit(intervals: Sequence[Interval]) -> dict[str, float | int] | None:
+    """The service model of the intervals (module docstring): `ServiceTime.fit_padded` when
+    every interval has padded tokens, else two terms on the totals (both >= 0: a negative
+    one is dropped and the other refitted alone); None with no interval."""
     if not intervals:
         return None
-    a = np.asarray([[n, r] for _, n, r, _ in intervals], dtype=np.float64)
-    y = np.asarray([s for *_, s in intervals], dtype=np.float64)
+    batches = sum(iv.batches for iv in intervals)
+    if all(iv.tokens is not None for iv in intervals):
+        from floodway.core.priors import TEXT_SERVICE_PRIOR
+        from floodway.routers.service import ServiceTime
+
+        mean = [(iv.rows / iv.batches, iv.tokens / iv.batches, iv.seconds / iv.batches)
+                for iv in intervals]
+        f = ServiceTime.fit_padded([m for m, iv in zip(mean, intervals, strict=True)
+                                    for _ in range(iv.batches)], TEXT_SERVICE_PRIOR)
+        return {"per_batch_s": f.per_batch_s, "per_row_s": f.per_row_s,
+                "per_token_s": f.per_token_s, "intervals": len(intervals), "batches": batches}
+    a = np.asarray([[iv.batches, iv.rows] for iv in intervals], dtype=np.float64)
+    y = np.asarray([iv.seconds for iv in intervals], dtype=np.float64)
     coef = np.linalg.lstsq(a, y, rcond=None)[0]
     if coef[0] < 0 or coef[1] < 0:
         col = 1 if coef[0] < 0 else 0
         only = float(a[:, col] @ y / max(a[:, col] @ a[:, col], 1e-12))
         coef = [0.0, max(0.0, only)] if col == 1 else [max(0.0, only), 0.0]
     return {"per_batch_s": float(coef[0]), "per_row_s": float(coef[1]),
-            "intervals": len(intervals)}
+            "intervals": len(intervals), "batches": batches}
 
 
-def batch_times(sampler: BatchSampler, interval_s: float = INTERVAL_S) -> dict | None:
-    """The JSON document of the module docstring; None when no batch was seen."""
+def batch_times(sampler: BatchSampler, interval_s: float = INTERVAL_S,
+                answered: Sequence[tuple[float, int]] = ()) -> dict | None:
+    """The JSON document of the module docstring; None when no batch was seen.
+    `answered`: (answer time, estimated tokens) of the requests answered, for
+    `estimate_tokens` where the router does not export padded tokens."""
+    from floodway.bench.contention import contention
+
     if not sampler.intervals:
         return None
-    lone = [(r, s) for _, n, r, s in sampler.intervals if n == 1]
+    measured = all(iv.tokens is not None for iv in sampler.intervals)
+    ivs = estimate_tokens(sampler.intervals, answered)
+    known = all(iv.tokens is not None for iv in ivs)
+    model = fit(ivs)
+    lone = [iv for iv in ivs if iv.batches == 1]
     by: dict[int, list[float]] = {}
-    for r, s in lone:
-        by.setdefault(r, []).append(s)
+    for iv in lone:
+        by.setdefault(iv.rows, []).append(iv.seconds)
+
+    def tokens(iv: Interval) -> dict:
+        return {} if iv.tokens is None else {"padded_tokens": round(iv.tokens)}
     return {
         "format": FORMAT, "endpoint": sampler.endpoint,
-        "source": f"GET /metrics floodway_batch_rows and floodway_batch_seconds, sampled "
-                  f"every {interval_s:g} s",
-        "batches": [{"rows": r, "seconds": round(s, 6)} for r, s in lone],
+        "source": f"GET /metrics floodway_batch_* histograms, sampled every {interval_s:g} s",
+        "seconds": "service" if sampler.service_seconds else "compute",
+        "tokens": "measured" if measured else "estimated" if known else None,
+        "batches": [{"rows": iv.rows, "seconds": round(iv.seconds, 6), **tokens(iv)}
+                    for iv in lone],
         "by_rows": [{"rows": r, "batches": len(v), "mean_s": round(statistics.fmean(v), 6),
                      "p50_s": round(statistics.median(v), 6), "max_s": round(max(v), 6)}
                     for r, v in sorted(by.items())],
-        "intervals": [{"t_s": round(t, 3), "batches": n, "rows": r, "seconds": round(s, 6)}
-                      for t, n, r, s in sampler.intervals],
-        "fit": fit(sampler.intervals),
+        "intervals": [{"t_s": round(iv.t_s, 3), "batches": iv.batches, "rows": iv.rows,
+                       "seconds": round(iv.seconds, 6), **tokens(iv),
+                       **({} if iv.busy is None else {"busy": iv.busy})} for iv in ivs],
+        "fit": model,
+        "contention": contention(ivs, model, sampler.most_live),
     }
 
 
-__all__ = ["FORMAT", "INTERVAL_S", "BatchSampler", "batch_times", "batch_totals", "fit",
-           "watch"]
+__all__ = ["FORMAT", "INTERVAL_S", "BatchSampler", "Interval", "Seen", "Totals", "batch_times",
+           "batch_totals", "estimate_tokens", "fit", "read_metrics", "watch"]

@@ -6,9 +6,10 @@ An APP is served by a `floodway serve` subprocess (`floodway.bench.server`) for 
 a URL (http:// or https://) is replayed against as it is, with a bearer key from
 ``--api-key`` or ``$FLOODWAY_API_KEY``. Files written to ``--out``: ``requests.csv``
 (`floodway.bench.report`), ``bench.png`` (`floodway.bench.plot`), ``batch_times.json``
-(`floodway.bench.batches`, when the router's /metrics shows batches) and, for an APP,
-``serve.log``. Every request carries ``Cache-Control: no-cache``: the replay measures the
-endpoint, not its response cache.
+(`floodway.bench.batches`, when the router's /metrics shows batches), ``run.json`` (what
+was replayed against what, `floodway.bench.runfile`: `floodway simulate --bench-run` reads
+it) and, for an APP, ``serve.log``. Every request carries ``Cache-Control: no-cache``: the
+replay measures the endpoint, not its response cache.
 """
 
 from __future__ import annotations
@@ -38,13 +39,15 @@ console = Console(stderr=True, soft_wrap=True)
 @dataclass(frozen=True)
 class Target:
     """Where to replay: `url` (None: serve `app` locally), the endpoint, how its items are
-    made and the deadline in ms."""
+    made and the deadline in ms; for an app, its endpoint's config (`floodway.bench.
+    runfile.config_doc`: max_seq_len sizes the texts' token estimates)."""
 
     app: str | None
     url: str | None
     endpoint: str
     inputs: Any
     deadline_ms: float
+    config: dict | None = None
 
 
 def _app_target(app: str, endpoint: str | None, input_json: Any,
@@ -75,8 +78,11 @@ def _app_target(app: str, endpoint: str | None, input_json: Any,
         kind = getattr(ep.input_type, "__name__", ep.input_type)
         raise FloodwayError(f"endpoint {ep.name} takes {kind} items, not text: give one "
                             "with --input-json")
+    from floodway.bench.runfile import config_doc
+
     return Target(spec, None, ep.name, inputs,
-                  deadline_ms if deadline_ms is not None else ep.route.timeout_s * 1000)
+                  deadline_ms if deadline_ms is not None else ep.route.timeout_s * 1000,
+                  config_doc(ep))
 
 
 def _target(app: str, endpoint: str | None, input_json: str | None,
@@ -103,9 +109,22 @@ def _target(app: str, endpoint: str | None, input_json: str | None,
                   deadline_ms if deadline_ms is not None else Route().timeout_s * 1000)
 
 
+async def _ready_containers(client, endpoint: str) -> int | None:
+    """Containers of `endpoint` ready or busy now, from /readyz (None: not told)."""
+    import httpx
+
+    try:
+        r = await client.get("/readyz")
+        cs = r.json().get("endpoints", {}).get(endpoint)
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return None
+    return None if cs is None else sum(1 for c in cs if c.get("state") in ("ready", "busy"))
+
+
 async def _replay(base: str, target: Target, plan: list, headers: dict[str, str]):
     """Warm-up (local servers only, not counted), then the replay with /metrics sampled
-    beside it -> (results, BatchSampler)."""
+    beside it (on the replay's clock) -> (results, BatchSampler, containers ready at the
+    start)."""
     import httpx
     from rich.progress import Progress
 
@@ -121,18 +140,35 @@ async def _replay(base: str, target: Target, plan: list, headers: dict[str, str]
             for k, p in enumerate(plan[:WARMUP_REQUESTS]):
                 item = target.inputs.item(-1 - k, p.tokens, None)    # texts not replayed
                 await client.post(f"/v1/{target.endpoint}", json={"inputs": [item]})
+        at_start = await _ready_containers(side, target.endpoint)
         stop = asyncio.Event()
-        watcher = asyncio.create_task(watch(side, sampler, stop, time.perf_counter))
+        # One origin for the samples and the answers (the replay's own starts within
+        # microseconds of it), so that answers fall into the intervals they ended in.
+        watcher = asyncio.create_task(watch(side, sampler, stop, time.perf_counter,
+                                            t0=time.perf_counter()))
         with Progress(console=console, transient=True) as progress:
             task = progress.add_task(f"replaying {len(plan):,} requests", total=len(plan))
             results = await replay(client, target.endpoint, plan, target.deadline_ms,
                                    on_answer=lambda _: progress.advance(task))
         stop.set()
         await watcher
-    return results, sampler
+    return results, sampler, at_start
 
 
-def _write(out: Path, target: Target, summary, sampler, title: str) -> None:
+def _answered(target: Target, plan: list, results: list) -> list[tuple[float, int]]:
+    """(answer time from the replay's start, the router's token estimate of its text) of
+    each request answered 200, for endpoints taking text ([] otherwise)."""
+    from floodway.routers.tokens import item_tokens
+
+    seq = (target.config or {}).get("max_seq_len")
+    if not seq or target.inputs.kind != "text":
+        return []
+    return [(r.send_s + r.lag_s + r.latency_s, item_tokens(p.inputs[0], seq))
+            for p, r in zip(plan, results, strict=True) if r.status == 200]
+
+
+def _write(out: Path, target: Target, summary, sampler, title: str,
+           answered: list[tuple[float, int]]) -> None:
     from floodway.bench.batches import batch_times
     from floodway.bench.plot import plot_bench
     from floodway.bench.report import summary_table, write_json, write_requests_csv
@@ -145,21 +181,28 @@ def _write(out: Path, target: Target, summary, sampler, title: str) -> None:
     console.print("plot: " + str(plot_bench(
         [r.send_s for r in summary.results], [r.latency_s for r in summary.results],
         summary.outcomes, summary.deadline_s, out / "bench.png", title)))
-    doc = batch_times(sampler)
+    doc = batch_times(sampler, answered=answered)
     if doc is None:
         console.print("batch times: none seen on the router's /metrics (a router on Modal "
                       "does not see its batches); no batch_times.json")
         return
     fit = doc["fit"]
+    tok = "" if "per_token_s" not in fit else \
+        f" + {fit['per_token_s'] * 1e6:.2f} us/padded token ({doc['tokens']})"
     console.print(f"batch times: {write_json(doc, out / 'batch_times.json')} "
                   f"({len(doc['batches'])} single batches, {fit['intervals']} intervals; fit "
-                  f"{fit['per_batch_s'] * 1000:.1f} ms + {fit['per_row_s'] * 1000:.2f} ms/row)")
+                  f"{fit['per_batch_s'] * 1000:.1f} ms + {fit['per_row_s'] * 1000:.2f} ms/row"
+                  f"{tok}; {doc['seconds']} seconds)")
+    if doc.get("contention"):
+        console.print("batch time / fit by busy containers: " + ", ".join(
+            f"{c['busy']} busy x{c['factor']:.2f} ({c['intervals']} intervals)"
+            for c in doc["contention"]["by_busy"]))
 
 
 def run(app: str, trace: Path, endpoint: str | None, time_scale: float,
         duration_s: float | None, deadline_ms: float | None, out: Path, api_key: str | None,
         input_json: str | None, capacity_rps: float | None, max_words: int,
-        store: Path | None) -> None:
+        store: Path | None, start_s: float = 0.0, containers: int | None = None) -> None:
     """The whole command (module docstring). Raises FloodwayError for bad options, a trace
     it cannot read, or a local server that does not come up."""
     import contextlib
@@ -172,7 +215,10 @@ def run(app: str, trace: Path, endpoint: str | None, time_scale: float,
     if capacity_rps is not None and not capacity_rps > 0:
         raise FloodwayError(f"--capacity-rps must be > 0, got {capacity_rps}")
     target = _target(app, endpoint, input_json, deadline_ms, max_words)
-    plan = plan_requests(read_trace(trace), target.inputs, time_scale, duration_s)
+    if containers is not None and (target.url or containers < 1):
+        raise FloodwayError(f"--containers {containers}: give a number >= 1, for an APP "
+                            "served locally (a URL's router scales itself)")
+    plan = plan_requests(read_trace(trace), target.inputs, time_scale, duration_s, start_s)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -184,12 +230,35 @@ def run(app: str, trace: Path, endpoint: str | None, time_scale: float,
                   f"(time scale {time_scale:g}, deadline {target.deadline_ms:g} ms)")
     with tempfile.TemporaryDirectory(prefix="floodway-bench-") as work, \
             (contextlib.nullcontext(target.url) if target.url else
-             serving(target.app, store, Path(work), out / "serve.log")) as base:
-        results, sampler = asyncio.run(_replay(base, target, plan, headers))
+             serving(target.app, store, Path(work), out / "serve.log",
+                     containers=containers)) as base:
+        results, sampler, at_start = asyncio.run(_replay(base, target, plan, headers))
     span = duration_s if duration_s is not None else plan[-1].send_s
     summary = summarize(results, target.deadline_ms / 1000, capacity_rps, span)
+    _write_run(out, target, trace, plan, (time_scale, duration_s, start_s),
+               {"pinned": containers, "at_start": at_start,
+                "most_live": sampler.most_live or None,
+                "cold_start_s": sorted(round(x, 3) for x in sampler.cold_s.values())})
     _write(out, target, summary, sampler,
-           f"floodway bench {target.endpoint} on {trace.name} ({len(plan):,} requests)")
+           f"floodway bench {target.endpoint} on {trace.name} ({len(plan):,} requests)",
+           _answered(target, plan, results))
+
+
+def _write_run(out: Path, target: Target, trace: Path, plan: list,
+               timing: tuple[float, float | None, float], containers: dict) -> None:
+    """``run.json`` (`floodway.bench.runfile`): what was replayed, against what."""
+    from floodway.bench.runfile import write_run
+
+    inp = target.inputs
+    time_scale, duration_s, start_s = timing
+    console.print("run: " + str(write_run(
+        out / "run.json", app=target.app, url=target.url, endpoint=target.endpoint,
+        trace=str(trace), trace_resolved=str(trace.resolve()), start_s=start_s,
+        time_scale=time_scale, duration_s=duration_s, requests=len(plan),
+        first_row=plan[0].index, last_row=plan[-1].index, deadline_ms=target.deadline_ms,
+        inputs={"kind": inp.kind, "json_item": inp.json_item, "max_words": inp.max_words,
+                "max_new_tokens": inp.max_new_tokens},
+        containers=containers, **(target.config or {}))))
 
 
 StoreOpt = Annotated[Path | None, typer.Option(
@@ -221,11 +290,16 @@ def bench(app: Annotated[str, typer.Argument(
               help="the endpoint's capacity for this mix, requests/s: goodput is then "
                    "counted over the seconds whose arrivals exceed it")] = None,
           max_words: Annotated[int, typer.Option(min=1, help="longest text sent")] = 200,
-          store: StoreOpt = None) -> None:
+          store: StoreOpt = None,
+          start_s: Annotated[float, typer.Option(
+              help="start this many trace seconds after its first arrival")] = 0.0,
+          containers: Annotated[int | None, typer.Option(
+              help="APP: serve it with this many containers (floodway serve --containers)")]
+          = None) -> None:
     """Replay a trace against an endpoint (`floodway.cli_help.BENCH_HELP`)."""
     try:
         run(app, trace, endpoint, time_scale, duration_s, deadline_ms, out, api_key,
-            input_json, capacity_rps, max_words, store)
+            input_json, capacity_rps, max_words, store, start_s, containers)
     except FloodwayError as e:
         console.print(f"[bold red]error:[/] {e}")
         raise typer.Exit(code=2) from None

@@ -1,12 +1,15 @@
 """What a bench run sends: each request of a per-request trace at its time (scaled), with
 its inputs.
 
-    plan_requests(trace, inputs, time_scale=1.0, duration_s=None) -> list[Planned]
+    plan_requests(trace, inputs, time_scale=1.0, duration_s=None, start_s=0.0) -> list[Planned]
 
 The trace is read by `floodway.sim.read_trace` (the simulator's formats). A request is
 sent `(t - t0) / time_scale` seconds after the replay starts, `t0` being the trace's first
-arrival: `time_scale` 2 replays twice as fast (twice the rate), 0.5 at half the rate.
-`duration_s` keeps the requests sent in the first that many seconds.
+arrival plus `start_s` (trace seconds skipped: the replay starts that far into the trace,
+at its first arrival from there): `time_scale` 2 replays twice as fast (twice the rate), 0.5
+at half the rate. `duration_s` keeps the requests sent in the first that many seconds.
+`Planned.index` is the request's row in the trace (0-based, in time order), so a replay of
+a slice names the rows it sent.
 
 Inputs (`Inputs`): one item per request. For text items (``str``, or `fw.Prompt`'s prompt)
 with a trace that has a ``ContextTokens`` column, the text is about that many tokens long
@@ -20,6 +23,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from floodway.errors import FloodwayError
 from floodway.sim.trace import Trace
@@ -87,18 +92,26 @@ def text_of(index: int, tokens: int | None, max_words: int = MAX_WORDS) -> str:
 
 
 def plan_requests(trace: Trace, inputs: Inputs, time_scale: float = 1.0,
-                  duration_s: float | None = None) -> list[Planned]:
+                  duration_s: float | None = None, start_s: float = 0.0) -> list[Planned]:
     """The replay of `trace` (module docstring). Raises FloodwayError for a time scale or
-    duration that is not positive, or when no request falls within the duration."""
+    duration that is not positive, a negative start, or when no request falls within the
+    duration."""
     if not (time_scale > 0 and math.isfinite(time_scale)):
         raise FloodwayError(f"--time-scale must be a number > 0, got {time_scale}")
     if duration_s is not None and not duration_s > 0:
         raise FloodwayError(f"--duration-s must be > 0, got {duration_s}")
+    if not (start_s >= 0 and math.isfinite(start_s)):
+        raise FloodwayError(f"--start-s must be a number >= 0, got {start_s}")
     t = trace.times_s
-    offsets = (t - t[0]) / time_scale
+    first = int(np.searchsorted(t, t[0] + start_s, side="left"))
+    if first >= t.size:
+        raise FloodwayError(f"--start-s {start_s:g}: the trace ends {t[-1] - t[0]:.1f} s "
+                            "after its first arrival")
+    offsets = (t - t[first]) / time_scale
     ctx, gen = trace.prompt_tokens, trace.generated_tokens
     out: list[Planned] = []
-    for i, at in enumerate(offsets.tolist()):
+    for i in range(first, t.size):
+        at = float(offsets[i])
         if duration_s is not None and at >= duration_s:
             break                           # times are sorted: the rest are later
         c = None if ctx is None else int(ctx[i])

@@ -28,7 +28,10 @@ class Result:
 
     `send_s` the planned send time, `lag_s` how late it actually went out, `latency_s`
     send -> answer (headers and body read), `status` the HTTP status (0: no answer, then
-    `error` says why), `decision` the router's X-Floodway-Decision header."""
+    `error` says why), `decision` the router's X-Floodway-Decision header, `router_s` the
+    router's own time for it (``Server-Timing: router;dur=<ms>``: arrival at the router to
+    its answer; NaN when not sent), so that time spent outside the router (the client's and
+    the router's event loops, the connection) is latency_s - router_s."""
 
     index: int
     send_s: float
@@ -37,6 +40,7 @@ class Result:
     latency_s: float = math.nan
     decision: str = ""
     error: str = ""
+    router_s: float = math.nan
 
 
 Clock = Callable[[], float]
@@ -57,6 +61,22 @@ async def send(client: httpx.AsyncClient, path: str, body: dict, headers: dict[s
     res.latency_s = clock() - start
     res.status = r.status_code
     res.decision = r.headers.get("x-floodway-decision", "")
+    res.router_s = router_seconds(r.headers.get("server-timing", ""))
+
+
+def router_seconds(server_timing: str) -> float:
+    """Seconds of the ``router`` metric of a Server-Timing header (NaN: none there)."""
+    for part in server_timing.split(","):
+        name, _, params = part.strip().partition(";")
+        if name.strip() == "router":
+            for p in params.split(";"):
+                k, _, v = p.strip().partition("=")
+                if k == "dur":
+                    try:
+                        return float(v) / 1000.0
+                    except ValueError:
+                        return math.nan
+    return math.nan
 
 
 async def replay(client: httpx.AsyncClient, endpoint: str, plan: Sequence[Planned],
@@ -89,4 +109,4 @@ async def replay(client: httpx.AsyncClient, endpoint: str, plan: Sequence[Planne
     return results
 
 
-__all__ = ["Result", "replay", "send"]
+__all__ = ["Result", "replay", "router_seconds", "send"]

@@ -7,7 +7,8 @@ CSV, batch-times JSON).
 
 The CSV has one row per request: index, send_s (planned, from the replay's start), lag_s
 (how late it went out), status (0: no answer), outcome (`floodway.bench.outcomes`),
-latency_s (send -> answer), decision (the router's X-Floodway-Decision), error.
+latency_s (send -> answer), decision (the router's X-Floodway-Decision), error, router_s
+(the router's Server-Timing for it; empty when not sent).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from floodway.bench.replay import Result
 
 PERCENTILES = (50, 90, 95, 99)
 CSV_COLUMNS = ("index", "send_s", "lag_s", "status", "outcome", "latency_s", "decision",
-               "error")
+               "error", "router_s")
 
 
 @dataclass(frozen=True)
@@ -92,7 +93,7 @@ def write_requests_csv(s: Summary, path: Path) -> Path:
         for r, o in zip(s.results, s.outcomes, strict=True):
             w.writerow([r.index, f"{r.send_s:.6f}", f"{r.lag_s:.6f}", r.status, o,
                         "" if math.isnan(r.latency_s) else f"{r.latency_s:.6f}", r.decision,
-                        r.error])
+                        r.error, "" if math.isnan(r.router_s) else f"{r.router_s:.6f}"])
     return path
 
 

@@ -39,16 +39,20 @@ def _ready(client: httpx.Client) -> bool:
 
 @contextlib.contextmanager
 def serving(app: str, store: Path | None, work: Path, log: Path,
-            ready_timeout_s: float = READY_TIMEOUT_S) -> Iterator[str]:
-    """`floodway serve APP` (APP as `floodway serve` takes it) with its jobs database in
-    `work` and its output in `log`; yields the base URL once every container is ready and
-    stops the server however the block ends. Raises FloodwayError when the server exits
-    or is not ready within `ready_timeout_s`, naming `log`."""
+            ready_timeout_s: float = READY_TIMEOUT_S, containers: int | None = None
+            ) -> Iterator[str]:
+    """`floodway serve APP` (APP as `floodway serve` takes it; `containers`: its
+    ``--containers``) with its jobs database in `work` and its output in `log`; yields the
+    base URL once every container is ready and stops the server however the block ends.
+    Raises FloodwayError when the server exits or is not ready within `ready_timeout_s`,
+    naming `log`."""
     port = free_port()
     cmd = [sys.executable, "-m", "floodway.cli", "serve", app, "--port", str(port),
            "--jobs-db", str(work / "jobs.sqlite3")]
     if store is not None:
         cmd += ["--store", str(store)]
+    if containers is not None:
+        cmd += ["--containers", str(containers)]
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
     with open(log, "a") as out:       # a pipe nobody reads would block the server once full
         proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)

@@ -53,8 +53,9 @@ SCHEDULE_MEASURED = Measured(cold_start_s=COLD_START_PRIOR_S)
 @dataclass(frozen=True)
 class WarmerSpec:
     """One generated warmer: the function `name`, fired at each match of `cron` in
-    `timezone`, re-applying the targets of `endpoints`. `edges`: which window edges it serves,
-    as ``"<endpoint>:<start|end>"`` (empty for the tick)."""
+    `timezone`, re-applying the targets of `endpoints` (of each of its lanes, for an
+    endpoint with `Route.lanes`: `modal_warmers.units_of`). `edges`: which window edges it
+    serves, as ``"<endpoint>:<start|end>"`` (empty for the tick)."""
 
     name: str
     cron: str

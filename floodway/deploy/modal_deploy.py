@@ -54,7 +54,8 @@ def update_class_autoscaler(cls: Any, settings: Mapping[str, int]) -> Any:
 
 def class_autoscale(classes: Mapping[str, Any]) -> Autoscale:
     """`Autoscale` through the app's own classes (inside a container of the deployed app,
-    where they are hydrated): `update_class_autoscaler` on ``classes[endpoint]``."""
+    where they are hydrated): `update_class_autoscaler` on ``classes[unit]`` (`classes`
+    keyed by unit: an endpoint's name, or a lane's key ``"embed:short"``)."""
     def call(endpoint: str, settings: dict[str, int]) -> Any:
         return update_class_autoscaler(classes[endpoint], settings)
     return call
@@ -62,7 +63,8 @@ def class_autoscale(classes: Mapping[str, Any]) -> Autoscale:
 
 def deployed_autoscale(app_name: str) -> Autoscale:
     """`Autoscale` through the deployed app, looked up by name (from outside Modal):
-    `update_class_autoscaler` on ``modal.Cls.from_name(app_name, ClassName)``."""
+    `update_class_autoscaler` on ``modal.Cls.from_name(app_name, class_name(unit))``
+    (``"embed:short"`` -> ``EmbedShort``)."""
     import modal
 
     from floodway.deploy.modal_objects import class_name

@@ -3,7 +3,10 @@
     app = to_modal(endpoints)     # last line of modal_app.py; then `modal deploy modal_app.py`
 
 For each endpoint: a Modal class (named in CamelCase, ``embed`` -> ``Embed``) on the endpoint's
-GPU, memory-snapshotted (and its GPU memory too with ``gpu_memory_snapshot=True``:
+GPU (an endpoint with `Route.lanes`: one class per lane, ``embed:short`` -> ``EmbedShort``,
+each with the lane's own autoscaler bounds, input queue and concurrency, so a short request
+never waits in one Modal input queue behind long ones; every lane runs the endpoint's
+build), memory-snapshotted (and its GPU memory too with ``gpu_memory_snapshot=True``:
 ``experimental_options={"enable_gpu_snapshot": True}``), with the warm pool as its autoscaler
 settings, ``@modal.concurrent(max_inputs=container_slots(ep))`` as its input concurrency (the
 batches one container runs at once, which `ModalBackend` models exactly), the artifact Volume
@@ -43,6 +46,7 @@ looks it up in a container (`floodway.deploy.modal_install`).
 from __future__ import annotations
 
 import inspect
+import os
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -90,6 +94,7 @@ from floodway.deploy.modal_worker import worker_class
 from floodway.errors import FloodwayError
 from floodway.functions.app import App
 from floodway.functions.endpoint import Endpoint
+from floodway.functions.lanes import served_units
 from floodway.routers.admission import API_KEYS_ENV
 
 ROUTER_NAME = "router"
@@ -98,9 +103,11 @@ JOB_FUNCTION_NAME = "run_job"
 ROUTER_MAX_INPUTS = 256
 
 
-def class_name(endpoint: str) -> str:
-    """CamelCase Modal class name of an endpoint: ``embed`` -> ``Embed``, ``a-b_c`` -> ``ABC``."""
-    return "".join(part[:1].upper() + part[1:] for part in re.split(r"[-_]", endpoint) if part)
+def class_name(unit: str) -> str:
+    """CamelCase Modal class name of a unit: an endpoint, ``embed`` -> ``Embed``,
+    ``a-b_c`` -> ``ABC``, or a lane of one (`floodway.routers.lanes.unit_key`),
+    ``embed:short`` -> ``EmbedShort``: '-', '_' and ':' separate words."""
+    return "".join(part[:1].upper() + part[1:] for part in re.split(r"[-_:]", unit) if part)
 
 
 def to_modal(fw_app: App, *, volume_name: str = "floodway-artifacts",
@@ -115,7 +122,8 @@ def to_modal(fw_app: App, *, volume_name: str = "floodway-artifacts",
     endpoint, the ``router`` function, the ``build_*`` functions and the warmers
     (``warm_cron_<i>``, ``warm_tick``; `modal_warmers.warmer_plan`) become globals of that
     module. Raises FloodwayError when one of those names is already taken by something else,
-    or two endpoint names map to one class name (``a-b`` and ``a_b``). `module`: the module to
+    or two endpoint names (or lanes) map to one class name (``a-b`` and ``a_b``; an endpoint
+    ``embed_short`` and the lane ``short`` of ``embed``). `module`: the module to
     install into (default: the caller's).
 
     `image`: the serving image of every function and class (default `default_image`, with
@@ -176,7 +184,9 @@ def _router_secrets(keys_secret: str | None, public_router: bool,
 
 def class_options(ep: Endpoint) -> dict[str, Any]:
     """The ``app.cls`` settings of an endpoint's class besides image and volumes: GPU, memory
-    snapshots, the warm pool as autoscaler settings (see the module doc)."""
+    snapshots, the warm pool as autoscaler settings (see the module doc). A lane's class
+    (`ep` a lane's endpoint, `served_units`): the lane's ``min_containers`` /
+    ``max_containers``, its buffer capped to them."""
     warm = ep.warm
     return {
         "gpu": ep.gpu, "enable_memory_snapshot": True,
@@ -193,15 +203,17 @@ def class_options(ep: Endpoint) -> dict[str, Any]:
 def _add_classes(app: modal.App, fw_app: App, module: str, user_image: modal.Image | None,
                  serving_image: modal.Image, volume: modal.Volume, artifacts_path: str,
                  ) -> dict[str, Any]:
-    """One Modal class per endpoint (see the module doc), installed in `module`; endpoint
-    name -> class. Raises FloodwayError when two endpoints map to one class name."""
+    """One Modal class per unit (see the module doc): per endpoint, or per lane of an
+    endpoint with `Route.lanes` (`served_units`: the lane's endpoint, with its own warm-pool
+    bounds, runs the endpoint's build), installed in `module`; unit key -> class. Raises
+    FloodwayError when two units map to one class name."""
     classes: dict[str, Any] = {}
     engine_image: modal.Image | None = None
-    for ep in fw_app:
-        name = class_name(ep.name)
+    for unit, ep in served_units(fw_app).items():
+        name = class_name(unit)
         taken = [other for other in classes if class_name(other) == name]
         if taken:
-            raise FloodwayError(f"endpoints {taken[0]!r} and {ep.name!r} would both become Modal "
+            raise FloodwayError(f"endpoints {taken[0]!r} and {unit!r} would both become Modal "
                                 f"class {name!r}; rename one")
         image = serving_image
         if user_image is None and ep.gpu and ep.build.tensorrt:
@@ -212,7 +224,7 @@ def _add_classes(app: modal.App, fw_app: App, module: str, user_image: modal.Ima
         cls = app.cls(image=image, volumes={artifacts_path: volume}, **class_options(ep))(
             modal.concurrent(max_inputs=container_slots(ep))(user_cls))
         install(module, user_cls.__name__, cls)
-        classes[ep.name] = cls
+        classes[unit] = cls
     return classes
 
 
@@ -278,12 +290,16 @@ def _add_router(app: modal.App, fw_app: App, module: str, image: modal.Image,
         builds = DeployedBuilds(_store_root(artifacts_path))
         return make_asgi_app(fw_app, ModalBackend(fw_app, classes), jobs=ModalJobs(job_fn),
                              api_keys=router_api_keys(), on_arrival=arrivals.record,
-                             build_key=builds.key, shared_cache=shared_cache(fw_app))
+                             build_key=builds.key, shared_cache=shared_cache(fw_app),
+                             # /metrics and /readyz's detail behind a key unless a router
+                             # secret sets FLOODWAY_PRIVATE_DETAIL=0: the router is public.
+                             private_detail=os.environ.get("FLOODWAY_PRIVATE_DETAIL") != "0")
 
     make_global(router, ROUTER_NAME, module)
     # Keep a router warm when any endpoint keeps a GPU warm, else the router's cold start
     # would sit in front of the warm GPU.
-    router_min = 1 if any(ep.warm.min_containers > 0 for ep in fw_app) else 0
+    router_min = 1 if any(ep.warm.min_containers > 0
+                          for ep in served_units(fw_app).values()) else 0
     web = app.function(image=image, min_containers=router_min, secrets=list(router_secrets),
                        volumes={artifacts_path: volume})(
         modal.concurrent(max_inputs=ROUTER_MAX_INPUTS)(modal.asgi_app()(router)))

@@ -1,6 +1,6 @@
 """The router's `Backend` on Modal: the same `decide()` as locally, fed by Modal's own counters.
 
-    backend = ModalBackend(fw_app, classes)     # classes: endpoint name -> its modal.Cls
+    backend = ModalBackend(fw_app, classes)     # classes: unit key -> its modal.Cls
     make_asgi_app(fw_app, backend, jobs=ModalJobs(run_job), api_keys=router_api_keys())
 
 Snapshot of one endpoint (`ModalBackend.snapshot`, synchronous and cheap), built like every
@@ -49,6 +49,15 @@ pool; a stream closed early cancels its Modal calls. Each sequence counts as one
 row, and the endpoint's `modal_book` keeps it (waiting in Modal's queue, then running, its
 tokens counted) for `stream_snapshot` (`floodway.deploy.modal_sequences`).
 
+Lanes (`Route.lanes`): each lane of an endpoint is a Modal class of its own (unit key
+``embed:short``, class ``EmbedShort``) with its own input queue, containers and autoscaler
+bounds, so a short request never waits in Modal's queue behind long ones. The router keeps
+one `floodway.deploy.modal_units.UnitState` per class and snapshots a lane from its own
+class's stats. The HTTP handlers name the unit; a caller naming the endpoint plainly (a
+job, `run_job_rows`) is served by the lane its inputs take. The lanes share one set of
+cold-start samples (``cold:<endpoint>``: they run the same build); each publishes its own
+batch time (``service:<unit>``).
+
 Known gaps: whether ``num_total_runners`` includes booting containers is not documented (all
 count as warm). With ``min_containers=0`` and no runner, a sync request whose deadline is
 shorter than the cold start becomes a job (which starts a container) or is shed.
@@ -60,19 +69,10 @@ import asyncio
 import logging
 import math
 import os
-from collections import Counter, deque
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
-from floodway.core.estimators import (
-    SERVICE_SAMPLES,
-    ArrivalRate,
-    ColdStartEstimator,
-    ServiceEstimator,
-)
-from floodway.core.generation import GenerationEstimator
-from floodway.core.snapshot import ContainerLoad, QueueLoad, build_snapshot, pipeline_slots
+from floodway.core.snapshot import ContainerLoad, QueueLoad, build_snapshot
 from floodway.deploy.modal_calls import (
     ITEM_ERROR,
     JOB_ROWS_TIMEOUT_S,
@@ -86,24 +86,30 @@ from floodway.deploy.modal_stats import (
     BOOT_S,
     COLD_SAMPLES,
     STATS_DICT,
-    cold_estimator,
     cold_key,
     measured_record,
     record_cold_start,
 )
 from floodway.deploy.modal_stream import (
     is_streaming,
-    max_sequences,
     max_stream_s,
     modal_book,
     modal_stream_snapshot,
     stream_pending,
 )
+from floodway.deploy.modal_units import (
+    UnitState,
+    container_slots,
+    modal_readiness,
+    runner_loads,
+)
 from floodway.errors import FloodwayError, Unavailable
 from floodway.functions.app import App
+from floodway.functions.lanes import served_units
 from floodway.http.protocols import SYSTEM_CLOCK, BatchListener, Clock
 from floodway.routers.admission import API_KEYS_ENV, ApiKeys
 from floodway.routers.decide import Snapshot
+from floodway.routers.lanes import resolve_unit
 
 log = logging.getLogger(__name__)
 
@@ -128,67 +134,19 @@ def router_api_keys(environ: Mapping[str, str] | None = None) -> ApiKeys:
     return keys
 
 
-def container_slots(ep: Any) -> int:
-    """Inputs one container of endpoint `ep` runs at once on Modal: the batches, `pipeline_slots`
-    of its ``Route.max_inflight_per_container``; for a streaming endpoint the sequences,
-    ``Generation.max_sequences`` (`floodway.deploy.modal_stream.max_sequences`). `to_modal`
-    declares it as the class's input concurrency and `ModalBackend` models each runner with
-    it, so the two cannot differ."""
-    if is_streaming(ep):
-        return max_sequences(ep)
-    return pipeline_slots(ep.route.max_inflight_per_container)
-
-
-def runner_loads(runners: int, inflight_rows: int, max_batch_rows: int, slots: int
-                 ) -> list[ContainerLoad]:
-    """`runners` warm containers carrying `inflight_rows` rows between them, spread evenly
-    (the first ones take one more row when they do not divide), each one's rows as batches
-    of at most `max_batch_rows`; busy when its batches fill its `slots`."""
-    base, extra = divmod(inflight_rows, runners) if runners else (0, 0)
-    out = []
-    for i in range(runners):
-        full, rest = divmod(base + (i < extra), max_batch_rows)
-        batches = (max_batch_rows,) * full + ((rest,) if rest else ())
-        out.append(ContainerLoad(f"runner-{i}", "ready" if len(batches) < slots else "busy",
-                                 batches, slots))
-    return out
-
-
-@dataclass
-class _Endpoint:
-    """What the router knows about one endpoint (all times on the backend's clock)."""
-
-    runners: int | None = None          # None: no stats yet
-    backlog: int = 0
-    stats_at: float | None = None
-    tried_at: float = -math.inf
-    refreshing: bool = False
-    error: str | None = None
-    cold: ColdStartEstimator = field(default_factory=cold_estimator)
-    cold_read_at: float = -math.inf
-    cold_asked: list[float] = field(default_factory=list)
-    inflight_rows: int = 0
-    inflight: Counter = field(default_factory=Counter)     # tenant -> requests in flight
-    service: ServiceEstimator = field(default_factory=ServiceEstimator)
-    arrivals: ArrivalRate = field(default_factory=ArrivalRate)
-    request_rows: deque = field(default_factory=lambda: deque(maxlen=SERVICE_SAMPLES))
-    generation: GenerationEstimator = field(default_factory=GenerationEstimator)
-    sequences: Any = None               # a streaming endpoint's modal_book
-
-    def mean_rows(self) -> float:
-        rows = self.request_rows
-        return sum(rows) / len(rows) if rows else 1.0
-
-
 class ModalBackend:
     """The http `Backend` over Modal classes (see the module doc).
 
-    `classes`: endpoint name -> its Modal class (``Cls().predict`` is the `@modal.batched`
+    `classes`: unit key -> its Modal class (``Cls().predict`` is the `@modal.batched`
     method taking one row per call; a streaming endpoint's class has the generator method
-    ``stream`` instead). `clock`: its ``monotonic()`` times the stats, starts and round
-    trips, and request timeouts are measured on it (`floodway.http.clock.within`).
-    `stats_ttl_s`: how old the cached stats may get before a refresh starts. `stats`: where
-    cold-start samples are read (default: the ``floodway-stats`` Modal Dict).
+    ``stream`` instead): one per endpoint, or one per lane of an endpoint with
+    `Route.lanes` (keys ``"embed:short"``, `floodway.functions.lanes.served_units`). Every
+    method takes a unit key, or an endpoint's plain name, which for an endpoint with lanes
+    means the lane its inputs take (`enqueue`, `run`) or its last lane (`_unit`).
+    `clock`: its ``monotonic()`` times the stats, starts and round trips, and request
+    timeouts are measured on it (`floodway.http.clock.within`). `stats_ttl_s`: how old the
+    cached stats may get before a refresh starts. `stats`: where cold-start samples are
+    read (default: the ``floodway-stats`` Modal Dict).
     """
 
     def __init__(self, app: App, classes: Mapping[str, Any], *,
@@ -196,30 +154,40 @@ class ModalBackend:
                  stats: KV | None = None):
         self.app, self.clock, self.stats_ttl_s = app, clock, stats_ttl_s
         self._classes = dict(classes)
+        self._units = served_units(app)
         self._objs: dict[str, Any] = {}
         self._kv = stats if stats is not None else ModalDictKV(STATS_DICT)
-        self._eps = {name: _Endpoint() for name in self._classes}
+        self._eps = {key: UnitState() for key in self._classes}
         self._tasks: set[asyncio.Task] = set()
 
-    def _obj(self, endpoint: str) -> Any:
-        if endpoint not in self._objs:
-            self._objs[endpoint] = self._classes[endpoint]()
-        return self._objs[endpoint]
+    def _unit(self, endpoint: str, inputs: list[Any] | None = None) -> str:
+        """The unit key `endpoint` means among the classes (`floodway.routers.lanes.
+        resolve_unit`: an endpoint with lanes named plainly, the lane `inputs` take, or
+        its last lane); `endpoint` itself when it means none."""
+        defined = self.app.endpoints.get(endpoint)
+        key = resolve_unit(self._classes, endpoint, inputs, defined)
+        return endpoint if key is None else key
 
-    def _method(self, endpoint: str) -> Any:
+    def _obj(self, unit: str) -> Any:
+        if unit not in self._objs:
+            self._objs[unit] = self._classes[unit]()
+        return self._objs[unit]
+
+    def _method(self, unit: str) -> Any:
         """The class's one method: ``stream`` for a streaming endpoint, else ``predict``."""
-        obj = self._obj(endpoint)
-        return obj.stream if is_streaming(self.app[endpoint]) else obj.predict
+        obj = self._obj(unit)
+        return obj.stream if is_streaming(self._units[unit]) else obj.predict
 
     # ------------------------------------------------------------ stats
 
     async def refresh(self, endpoint: str) -> None:
-        """Fetch the endpoint's stats now (and its cold-start samples when due). Failures
+        """Fetch the unit's class stats now (and its cold-start samples when due). Failures
         are logged and kept in ``error``; the previous stats stay in use."""
-        st = self._eps[endpoint]
+        unit = self._unit(endpoint)
+        st = self._eps[unit]
         st.refreshing, st.tried_at = True, self.clock.monotonic()
         try:
-            stats = await self._method(endpoint).get_current_stats.aio()
+            stats = await self._method(unit).get_current_stats.aio()
             runners = int(stats.num_total_runners)
             if st.runners is not None and runners > st.runners:
                 del st.cold_asked[:runners - st.runners]     # the starts we asked for arrived
@@ -227,26 +195,28 @@ class ModalBackend:
             st.stats_at, st.error = self.clock.monotonic(), None
             if self.clock.monotonic() - st.cold_read_at >= COLD_REFRESH_S:
                 st.cold_read_at = self.clock.monotonic()
-                samples = await self._kv.get(cold_key(endpoint)) or []
+                # Every lane's class runs the endpoint's build: one set of start samples.
+                samples = await self._kv.get(cold_key(self._units[unit].name)) or []
                 st.cold.replace(float(s["init_s"]) for s in samples)
-                await self._publish_service(endpoint)
+                await self._publish_service(unit)
         except Exception as e:  # noqa: BLE001 - stats are advisory; keep serving on old ones
             st.error = f"{type(e).__name__}: {e}"
-            log.warning("stats of endpoint %s: %s", endpoint, st.error)
+            log.warning("stats of %s: %s", unit, st.error)
         finally:
             st.refreshing = False
 
-    async def _publish_service(self, endpoint: str) -> None:
-        """Write what this router measured of `endpoint` to the stats Dict for the warmers'
-        sizing: a batch endpoint's batch time, a streaming one's generation fits
-        (`modal_stats.measured_record`; any router's recent fit will do: last writer wins)."""
-        ep = self.app[endpoint]
-        key, record = measured_record(ep, self._eps[endpoint], is_streaming(ep))
+    async def _publish_service(self, unit: str) -> None:
+        """Write what this router measured of `unit` to the stats Dict for the warmers'
+        sizing: a batch endpoint's (or lane's) batch time, a streaming one's generation
+        fits (`modal_stats.measured_record`; any router's recent fit will do: last writer
+        wins)."""
+        ep = self._units[unit]
+        key, record = measured_record(ep, self._eps[unit], is_streaming(ep))
         if record is not None:
             await self._kv.put(key, record)
 
-    def _maybe_refresh(self, endpoint: str, now: float) -> None:
-        st = self._eps[endpoint]
+    def _maybe_refresh(self, unit: str, now: float) -> None:
+        st = self._eps[unit]
         if st.refreshing or now - st.tried_at < self.stats_ttl_s:
             return
         try:
@@ -254,20 +224,21 @@ class ModalBackend:
         except RuntimeError:
             return      # called outside the event loop: no background work possible
         st.refreshing = True
-        task = loop.create_task(self.refresh(endpoint))
+        task = loop.create_task(self.refresh(unit))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
     def cold_start_s(self, endpoint: str) -> float:
         """Predicted seconds until a new container serves: `BOOT_S` + the slowest recent
         measured start, or the prior without samples (`cold_estimator`)."""
-        return self._eps[endpoint].cold.estimate_s()
+        return self._eps[self._unit(endpoint)].cold.estimate_s()
 
     def snapshot(self, endpoint: str) -> Snapshot:
-        """The endpoint's state for `decide()` from the cached stats and in-flight counts
-        (see the module doc)."""
-        ep, st, now = self.app[endpoint], self._eps[endpoint], self.clock.monotonic()
-        self._maybe_refresh(endpoint, now)
+        """The unit's state for `decide()` from its class's cached stats and in-flight
+        counts (see the module doc)."""
+        unit = self._unit(endpoint)
+        ep, st, now = self._units[unit], self._eps[unit], self.clock.monotonic()
+        self._maybe_refresh(unit, now)
         cold = st.cold.estimate_s()
         slots = container_slots(ep)
         runners = st.runners if st.runners is not None else ep.warm.min_containers
@@ -283,8 +254,9 @@ class ModalBackend:
     def stream_snapshot(self, endpoint: str) -> Any:
         """A streaming endpoint's state for `decide_stream()`: the same cached stats and
         in-flight counts, and its `modal_book` (`modal_sequences.modal_stream_snapshot`)."""
-        ep, st, now = self.app[endpoint], self._eps[endpoint], self.clock.monotonic()
-        self._maybe_refresh(endpoint, now)
+        unit = self._unit(endpoint)
+        ep, st, now = self._units[unit], self._eps[unit], self.clock.monotonic()
+        self._maybe_refresh(unit, now)
         cold = st.cold.estimate_s()
         st.cold_asked = [t for t in st.cold_asked if now - t < cold]
         runners = st.runners if st.runners is not None else ep.warm.min_containers
@@ -295,9 +267,11 @@ class ModalBackend:
             book=st.sequences)
 
     def start_cold(self, endpoint: str) -> bool:
-        """Note one more container as starting; False at ``max_containers``. Modal's
-        autoscaler starts it when the rows queue (see the module doc): no call is made."""
-        ep, st = self.app[endpoint], self._eps[endpoint]
+        """Note one more container of the unit's class as starting; False at its
+        ``max_containers``. Modal's autoscaler starts it when the rows queue (see the module
+        doc): no call is made."""
+        unit = self._unit(endpoint)
+        ep, st = self._units[unit], self._eps[unit]
         runners = st.runners if st.runners is not None else ep.warm.min_containers
         if runners + len(st.cold_asked) >= ep.warm.container_cap:
             return False
@@ -312,16 +286,18 @@ class ModalBackend:
 
     def enqueue(self, endpoint: str, inputs: list[Any], *, timeout_s: float,
                 priority: int = 1, tenant: str = "anonymous") -> Any:
-        """Start one ``predict.remote.aio(row)`` per row now and count them in flight at once
-        (synchronously, so a burst's next decision already sees them, and in the arrival
-        rate); return the `ModalPending` of the results. For a streaming endpoint, one
-        ``stream.remote_gen.aio(item)`` per input instead, returning its `StreamPending`
+        """Start one ``predict.remote.aio(row)`` per row now, on the unit's class (an
+        endpoint with lanes named plainly: the lane `inputs` take), and count them in flight
+        at once (synchronously, so a burst's next decision already sees them, and in the
+        arrival rate); return the `ModalPending` of the results. For a streaming endpoint,
+        one ``stream.remote_gen.aio(item)`` per input instead, returning its `StreamPending`
         (`modal_stream.stream_pending`). The counts drop when the last call ends, awaited or
         not. `priority` has no effect on Modal (one FIFO input queue per class). Raises
         Unavailable for an endpoint without a Modal class."""
-        if endpoint not in self._classes:
+        unit = self._unit(endpoint, inputs)
+        if unit not in self._classes:
             raise Unavailable(f"no Modal class for endpoint {endpoint!r}")
-        st, method, n = self._eps[endpoint], self._method(endpoint), len(inputs)
+        st, method, n = self._eps[unit], self._method(unit), len(inputs)
         now = self.clock.monotonic()
         st.arrivals.record(now, n)
         st.inflight_rows += n
@@ -336,28 +312,28 @@ class ModalBackend:
                 if st.inflight[tenant] <= 0:
                     del st.inflight[tenant]
 
-        ep = self.app[endpoint]
+        ep = self._units[unit]
         if is_streaming(ep):
             st.sequences = st.sequences or modal_book(ep, st)
             pending: Any = stream_pending(
-                endpoint, method, inputs, clock=self.clock, timeout_s=timeout_s,
+                ep.name, method, inputs, clock=self.clock, timeout_s=timeout_s,
                 max_stream_s=max_stream_s(ep), book=st.sequences, tenant=tenant)
             calls = list(pending.futures)
         else:
             calls = [asyncio.ensure_future(method.remote.aio(x)) for x in inputs]
-            pending = ModalPending(endpoint, calls, timeout_s, now, self.clock,
-                                   lambda rows, seconds: self._answered(endpoint, rows, seconds))
+            pending = ModalPending(ep.name, calls, timeout_s, now, self.clock,
+                                   lambda rows, seconds: self._answered(unit, rows, seconds))
         for c in calls:
             c.add_done_callback(release)
         if not calls:
             release()
         return pending
 
-    def _answered(self, endpoint: str, rows: int, seconds: float) -> None:
+    def _answered(self, unit: str, rows: int, seconds: float) -> None:
         """A request of `rows` rows answered in `seconds` (round trip): one service sample
         (as one batch of at most max_batch_rows) and its size for the mean rows."""
-        st = self._eps[endpoint]
-        st.service.record(min(rows, self.app[endpoint].batching.max_batch_rows), seconds)
+        st = self._eps[unit]
+        st.service.record(min(rows, self._units[unit].batching.max_batch_rows), seconds)
         st.request_rows.append(rows)
 
     async def run(self, endpoint: str, inputs: list[Any], *, timeout_s: float,
@@ -369,27 +345,10 @@ class ModalBackend:
                                   tenant=tenant)
 
     def readiness(self) -> dict[str, Any]:
-        """Always ready: Modal starts containers on demand. Detail from the cached stats:
-        ``endpoints`` (a "ready" entry per runner, as the metrics expect), ``queues`` and
-        ``modal`` (runners, backlog, in-flight rows, stats age, cold start, last error);
-        ``sequences`` per streaming endpoint: its sequences in flight (the KV-cache fields
-        0: the containers do not report theirs to the router)."""
-        now = self.clock.monotonic()
-        out: dict[str, Any] = {"ready": True, "backend": "modal", "endpoints": {},
-                               "queues": {}, "modal": {}, "sequences": {}}
-        for name, st in self._eps.items():
-            if is_streaming(self.app[name]):     # the router's own count; no KV reported
-                out["sequences"][name] = {"active": st.inflight_rows, "kv_cache_tokens": 0,
-                                          "kv_cache_capacity": 0}
-            runners = st.runners or 0
-            out["endpoints"][name] = [{"id": f"runner-{i}", "state": "ready"}
-                                      for i in range(runners)]
-            out["queues"][name] = {"queued": st.backlog, "queued_rows": st.backlog}
-            out["modal"][name] = {
-                "runners": st.runners, "backlog": st.backlog, "inflight_rows": st.inflight_rows,
-                "stats_age_s": None if st.stats_at is None else round(now - st.stats_at, 3),
-                "cold_start_s": self.cold_start_s(name), "error": st.error}
-        return out
+        """Always ready: Modal starts containers on demand. The detail of every unit's class
+        from the cached stats, and the ``lanes`` section (`modal_units.modal_readiness`)."""
+        return modal_readiness(self._units, self._eps, self.app.endpoints,
+                               self.clock.monotonic(), self.cold_start_s)
 
 
 __all__ = ["BOOT_S", "COLD_SAMPLES", "ITEM_ERROR", "JOB_ROWS_TIMEOUT_S", "JOB_TIMEOUT_S", "KV",

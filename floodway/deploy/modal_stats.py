@@ -5,9 +5,11 @@
 
 The ``floodway-stats`` `modal.Dict` holds, per endpoint, ``cold:<endpoint>``: the last
 `COLD_SAMPLES` container starts (``{"init_s", "at"}``, written by the GPU class's
-``@modal.enter(snap=False)`` hook), and what a router measured (`measured_record`, written
-by `floodway.deploy.modal_router.ModalBackend` when it re-reads the cold starts): for a batch
-endpoint ``service:<endpoint>``, its batch time (``{"batch_s", "batch_rows",
+``@modal.enter(snap=False)`` hook; the lanes of an endpoint with `Route.lanes`, each a class
+of its own, run one build and share these samples), and what a router measured
+(`measured_record`, written by `floodway.deploy.modal_router.ModalBackend` when it re-reads
+the cold starts): for a batch endpoint ``service:<unit>`` (per lane: ``service:embed:short``),
+its batch time (``{"batch_s", "batch_rows",
 "rows_per_request", "samples"}``); for a streaming endpoint ``generation:<endpoint>``, its
 `GenerationEstimator`'s fits (`generation_record`, read back by `generation_estimator`), from
 which the warmers size its warm pool in tokens/s as the local pool does
@@ -43,8 +45,10 @@ def cold_key(endpoint: str) -> str:
     return f"cold:{endpoint}"
 
 
-def service_key(endpoint: str) -> str:
-    return f"service:{endpoint}"
+def service_key(unit: str) -> str:
+    """The batch time a router measured of `unit` (an endpoint, or one lane of it: a lane's
+    batches are its own, ``service:embed:short``)."""
+    return f"service:{unit}"
 
 
 def generation_key(endpoint: str) -> str:
@@ -96,12 +100,13 @@ def measured_record(ep: Any, state: Any, streaming: bool) -> tuple[str, dict[str
     is None before the first sample. `state`: the router's measurements of it (``service``, a
     `ServiceEstimator` of its batches; ``mean_rows()``, rows per request; ``generation``, a
     `GenerationEstimator` of its streams). A streaming endpoint: ``generation:<name>``,
-    `generation_record`; another: ``service:<name>``, its fitted seconds per batch of
-    ``max_batch_rows`` rows."""
+    `generation_record`; another: ``service:<unit>`` (`ep.unit`: the endpoint, or the lane
+    it serves, ``service:embed:short``), its fitted seconds per batch of ``max_batch_rows``
+    rows."""
     if streaming:
         return generation_key(ep.name), generation_record(state.generation)
     svc, mbr = state.service, ep.batching.max_batch_rows
-    return service_key(ep.name), None if not svc.samples else {
+    return service_key(ep.unit), None if not svc.samples else {
         "batch_s": svc.fit.seconds(mbr), "batch_rows": mbr,
         "rows_per_request": state.mean_rows(), "samples": len(svc.samples)}
 

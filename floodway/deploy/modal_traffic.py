@@ -3,8 +3,10 @@
     recorder = ArrivalRecorder(app_name, kv)       # the router's `on_arrival` hook
     histories, stale = scan_traffic(store, app_name, endpoints, now_s)   # the warmers
 
-Each router container counts user arrivals per endpoint and minute in memory and writes its
-own key of the ``floodway-traffic`` `modal.Dict`, ``("arrivals", app, endpoint, router_id)``
+Each router container counts user arrivals per unit (an endpoint, or the lane of one a
+request took: ``"embed:short"``, `floodway.routers.lanes.unit_of`; each lane's warm pool is
+its own class's) and minute in memory and writes its own key of the ``floodway-traffic``
+`modal.Dict`, ``("arrivals", app, unit, router_id)``
 -> ``{epoch minute: count}`` (its last `HISTORY_MINUTES` minutes), at most once per
 `FLUSH_S` and only after new arrivals. One writer per key: routers never race, and a rewrite
 of the current minute replaces its earlier count, never adds to it (no double count).

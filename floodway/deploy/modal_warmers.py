@@ -10,15 +10,19 @@ function with ``schedule=modal.Cron(spec.cron, timezone=spec.timezone)``: ``warm
 at the window edges, ``warm_tick`` every minute for predictive endpoints (and for windows
 whose edges do not fit a few crons: `floodway.deploy.modal_crons`).
 
-**Every body does the same** (`run_warmer`): for each of its endpoints, read the measured cold
-start and batch time, or a streaming endpoint's generation fits (the ``floodway-stats`` Dict
-the GPU classes and routers write, `measured_of`), the per-minute history (predictive
-endpoints only, from the ``floodway-traffic`` Dict: `floodway.deploy.modal_traffic`) and the
+**Every body does the same** (`run_warmer`): for each unit of its endpoints (the endpoint,
+or each lane of one with `Route.lanes`: a Modal class of its own with the lane's
+``min_containers`` / ``max_containers``, `floodway.functions.lanes.served_units`), read the
+measured cold start and batch time, or a streaming endpoint's generation fits (the
+``floodway-stats`` Dict the GPU classes and routers write, `measured_of`), the unit's
+per-minute history (predictive endpoints only, from the ``floodway-traffic`` Dict, where the
+routers count each request under the unit it took: `floodway.deploy.modal_traffic`) and the
 policy state (``floodway-warm``, JSON via `PolicyState.to_dict`) and the backlog, compute
-``desired(now, history, ep.warm, measured, state, backlog=...)``, and call the autoscaler
-only when the settings differ from the last ones applied (kept in ``floodway-warm``), or
-those are older than `REAPPLY_S`. A cron body never applies its `CronCall`'s number
-blindly: windows may overlap, and the config floor and the predictive policy add to it.
+``desired(now, history, ep.warm, measured, state, backlog=...)``, and call the unit's class's
+autoscaler only when the settings differ from the last ones applied (kept in
+``floodway-warm``), or those are older than `REAPPLY_S`. A cron body never applies its
+`CronCall`'s number blindly: windows may overlap, and the config floor and the predictive
+policy add to it.
 
 The backlog (`class_backlog`): where Modal's job queue keeps its work. A job is a call of
 ``run_job``, a CPU function with many inputs per container, which sends the job's rows to
@@ -87,6 +91,8 @@ from floodway.deploy.modal_traffic import TRAFFIC_DICT, ArrivalRecorder, scan_tr
 from floodway.errors import FloodwayError
 from floodway.functions.app import App
 from floodway.functions.endpoint import Endpoint
+from floodway.functions.lanes import served_units
+from floodway.routers.lanes import lane_keys
 from floodway.warmers.predictive import PredictiveParams
 from floodway.warmers.target import History, Measured, PolicyState, WarmTarget, desired
 
@@ -130,14 +136,16 @@ def measured_of(ep: Endpoint, stats: Store) -> Measured:
     sequences running and a request's tokens, from the generation fits a router published
     (``generation:<endpoint>``, `generation_estimator`; the priors without one), through
     the local pool's `floodway.core.generation.measured_generation`. Another: the service
-    time and concurrency from the batch time a router measured (``service:<endpoint>``,
-    `Measured.from_batches`), else the prior batch time at ``max_batch_rows`` per batch
-    (`floodway.core.estimators.measured`)."""
+    time and concurrency from the batch time a router measured of its unit
+    (``service:<unit>``: the endpoint, or the lane `ep` serves; `Measured.from_batches`),
+    else the prior batch time at ``max_batch_rows`` per batch
+    (`floodway.core.estimators.measured`). The cold start is the endpoint's: its lanes run
+    one build."""
     cold = cold_estimator(stats.get(cold_key(ep.name)))
     if ep.streaming:
         gen = generation_estimator(stats.get(generation_key(ep.name)))
         return measured_generation(cold, gen, max_sequences(ep))
-    svc = stats.get(service_key(ep.name))
+    svc = stats.get(service_key(ep.unit))
     if svc:
         return Measured.from_batches(cold.estimate_s(), float(svc["batch_s"]),
                                      int(svc["batch_rows"]),
@@ -173,7 +181,8 @@ def _reason(target: WarmTarget, settings: dict[str, int]) -> str:
 
 @dataclass(frozen=True)
 class Applied:
-    """What a warmer decided for one endpoint: the `settings` it wants, whether it `called`
+    """What a warmer decided for one unit (`endpoint`: an endpoint, or a lane's key
+    ``"embed:short"``, whose class it sets): the `settings` it wants, whether it `called`
     the autoscaler (False: unchanged since the last call, or failed), why, and any `error`."""
 
     endpoint: str
@@ -187,11 +196,12 @@ class Applied:
 
 
 def class_backlog(classes: Mapping[str, Any]) -> Callable[[Endpoint], int]:
-    """endpoint -> rows waiting in its class's input queue (see the module doc): the stats
-    of ``stream`` for a streaming endpoint, else of ``predict``, as the router reads them
-    (`floodway.deploy.modal_router`). Raises what Modal raises."""
+    """endpoint, or lane of one -> rows waiting in its unit's class's input queue (see the
+    module doc; `classes` keyed by unit): the stats of ``stream`` for a streaming endpoint,
+    else of ``predict``, as the router reads them (`floodway.deploy.modal_router`). Raises
+    what Modal raises."""
     def backlog(ep: Endpoint) -> int:
-        obj = classes[ep.name]()
+        obj = classes[ep.unit]()
         method = obj.stream if ep.streaming else obj.predict
         return int(method.get_current_stats().backlog)
     return backlog
@@ -199,17 +209,19 @@ def class_backlog(classes: Mapping[str, Any]) -> Callable[[Endpoint], int]:
 
 def backlog_requests(ep: Endpoint, stats: Store, rows: int) -> float:
     """`rows` queued as the requests `measured_of` counts: over the rows per request a
-    router measured (``service:<endpoint>``; 1 without, and for a streaming endpoint)."""
-    svc = None if ep.streaming else stats.get(service_key(ep.name))
+    router measured (``service:<unit>``; 1 without, and for a streaming endpoint)."""
+    svc = None if ep.streaming else stats.get(service_key(ep.unit))
     return rows / max(float((svc or {}).get("rows_per_request", 1.0)), 1e-9)
 
 
 def apply_target(ep: Endpoint, app: str, now_s: float, *, autoscale: Autoscale, stores: Stores,
                  history: History | None = None, force: bool = False,
                  backlog_rows: int = 0) -> Applied:
-    """Compute `ep`'s target at `now_s` and apply it if it changed (see the module doc).
+    """Compute `ep`'s target at `now_s` and apply it to its class if it changed (see the
+    module doc). `ep`: a unit (`served_units`): an endpoint, or one lane of it, whose
+    arrivals, policy state and last settings are kept under its unit key (``embed:short``).
 
-    `history`: the endpoint's arrivals (None: read them when the endpoint is predictive, else
+    `history`: the unit's arrivals (None: read them when the endpoint is predictive, else
     none are needed). `force`: call the autoscaler even when unchanged (after a deploy).
     `backlog_rows`: rows waiting in the class's queue (`class_backlog`), counted as demand.
     Raises what the stores or `autoscale` raise; the state and the last settings are stored
@@ -217,9 +229,9 @@ def apply_target(ep: Endpoint, app: str, now_s: float, *, autoscale: Autoscale, 
     """
     measured = edge_measured(ep, measured_of(ep, stores.stats))
     if history is None:
-        history = (scan_traffic(stores.traffic, app, [ep.name], now_s)[0][ep.name]
+        history = (scan_traffic(stores.traffic, app, [ep.unit], now_s)[0][ep.unit]
                    if ep.warm.predictive else History.empty(now_s))
-    state_key, applied_key = ("state", app, ep.name), ("applied", app, ep.name)
+    state_key, applied_key = ("state", app, ep.unit), ("applied", app, ep.unit)
     raw_state = stores.warm.get(state_key)
     state = PolicyState.from_dict(json.loads(raw_state) if raw_state else None)
     target, new_state = desired(now_s, history, ep.warm, measured, state, params=TICK_PARAMS,
@@ -230,26 +242,27 @@ def apply_target(ep: Endpoint, app: str, now_s: float, *, autoscale: Autoscale, 
     fresh = now_s - float(last.get("at", -np.inf)) < REAPPLY_S
     called = force or last.get("settings") != settings or not fresh
     if called:
-        autoscale(ep.name, dict(settings))
+        autoscale(ep.unit, dict(settings))
         stores.warm.put(applied_key, {"settings": settings, "at": now_s, "reason": reason})
     state_json = json.dumps(new_state.to_dict(), sort_keys=True)
     if state_json != raw_state:
         stores.warm.put(state_key, state_json)
-    return Applied(ep.name, settings, called, reason)
+    return Applied(ep.unit, settings, called, reason)
 
 
 def run_warmer(fw_app: App, endpoints: Sequence[str], *, autoscale: Autoscale, stores: Stores,
                now_s: float | None = None, force: bool = False, prune: bool = False,
                backlog: Callable[[Endpoint], int] | None = None) -> list[Applied]:
-    """The body of every warmer: `apply_target` for each of `endpoints` (unknown names are
-    skipped), reading the traffic Dict once for all predictive ones. One endpoint's failure is
-    logged and reported in its `Applied.error`; the others still run. `prune`: also delete
+    """The body of every warmer: `apply_target` for each unit of `endpoints` (`units_of`:
+    an endpoint with lanes is applied lane by lane, each to its own class; unknown names
+    are skipped), reading the traffic Dict once for all predictive ones. One unit's failure
+    is logged and reported in its `Applied.error`; the others still run. `prune`: also delete
     stale router keys (the tick does). `now_s`: unix seconds (default: the clock).
-    `backlog`: endpoint -> rows in its queue (`class_backlog`; None: none read); a failed
+    `backlog`: unit -> rows in its class's queue (`class_backlog`; None: none read); a failed
     read counts no backlog (logged), the target is still applied."""
     now_s = time.time() if now_s is None else now_s
-    eps = [fw_app.endpoints[n] for n in endpoints if n in fw_app.endpoints]
-    predictive = [ep.name for ep in eps if ep.warm.predictive]
+    eps = units_of(fw_app, endpoints)
+    predictive = [ep.unit for ep in eps if ep.warm.predictive]
     histories: dict[str, History] = {}
     if predictive or prune:
         histories, stale = scan_traffic(stores.traffic, fw_app.name, predictive, now_s)
@@ -262,12 +275,21 @@ def run_warmer(fw_app: App, endpoints: Sequence[str], *, autoscale: Autoscale, s
     for ep in eps:
         try:
             out.append(apply_target(ep, fw_app.name, now_s, autoscale=autoscale, stores=stores,
-                                    history=histories.get(ep.name), force=force,
+                                    history=histories.get(ep.unit), force=force,
                                     backlog_rows=_backlog_of(ep, backlog)))
         except Exception as e:  # noqa: BLE001 - one endpoint must not stop the others
-            log.warning("warmer: endpoint %s: %s: %s", ep.name, type(e).__name__, e)
-            out.append(Applied(ep.name, {}, False, "", f"{type(e).__name__}: {e}"))
+            log.warning("warmer: endpoint %s: %s: %s", ep.unit, type(e).__name__, e)
+            out.append(Applied(ep.unit, {}, False, "", f"{type(e).__name__}: {e}"))
     return out
+
+
+def units_of(fw_app: App, names: Sequence[str]) -> list[Endpoint]:
+    """The units (`floodway.functions.lanes.served_units`) `names` mean, in their order, each
+    once: an endpoint without lanes itself, one with lanes each of its lanes (in lane order),
+    a unit key (``"embed:short"``) that lane alone; unknown names are skipped."""
+    units = served_units(fw_app)
+    keys = [k for n in names for k in ([n] if n in units else lane_keys(units, n))]
+    return [units[k] for k in dict.fromkeys(keys)]
 
 
 def _backlog_of(ep: Endpoint, backlog: Callable[[Endpoint], int] | None) -> int:
@@ -276,7 +298,7 @@ def _backlog_of(ep: Endpoint, backlog: Callable[[Endpoint], int] | None) -> int:
     try:
         return max(0, int(backlog(ep)))
     except Exception as e:  # noqa: BLE001 - stats are advisory: the rest of the target holds
-        log.warning("warmer: endpoint %s: backlog unknown: %s: %s", ep.name, type(e).__name__, e)
+        log.warning("warmer: endpoint %s: backlog unknown: %s: %s", ep.unit, type(e).__name__, e)
         return 0
 
 
@@ -313,8 +335,9 @@ def summary_line(a: Applied) -> str:
 
 def deploy_and_apply(module_app: Any, fw_app: App, *, now_s: float | None = None
                      ) -> list[Applied]:
-    """`floodway deploy`: deploy `module_app`, then apply every endpoint's current target
-    (a deploy resets the autoscaler to the decorator's values). Raises FloodwayError before
+    """`floodway deploy`: deploy `module_app`, then apply every unit's current target (each
+    endpoint's, each lane's of one with lanes: a deploy resets every class's autoscaler to
+    the decorator's values). Raises FloodwayError before
     deploying when the Modal credentials are missing or incomplete (`credentials_problem`,
     nothing sent), or when the router's keys Secret does not exist (`check_router_keys`,
     which says how to create it). The lookups, the deploy, the autoscaler calls and the
@@ -339,5 +362,6 @@ __all__ = [
     "class_backlog", "credentials_configured",
     "credentials_problem", "deploy_and_apply",
     "deployed_autoscale", "edge_measured", "measured_of", "modal_deploy", "modal_stores",
-    "run_warmer", "scan_traffic", "summary_line", "warmer_function", "warmer_plan",
+    "run_warmer", "scan_traffic", "summary_line", "units_of", "warmer_function",
+    "warmer_plan",
 ]

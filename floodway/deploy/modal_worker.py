@@ -152,6 +152,10 @@ def worker_class(ep: Endpoint, artifacts_path: str, *,
     (`floodway.deploy.modal_stream.is_streaming`) the generator method ``stream`` instead
     (a class with a batched method may have no other method).
 
+    `ep`: an endpoint, or one lane of it (`floodway.functions.lanes.served_units`): a lane's
+    class loads the endpoint's build and records its starts under the endpoint's name
+    (``ep.name``), so the lanes share one set of cold-start samples.
+
     `hardware`: how the device is detected when the backend is opened (default:
     `floodway.build.hardware.fresh_detect`, looked up when it runs).
     """

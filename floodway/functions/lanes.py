@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from floodway.config_lanes import queue_shares
 from floodway.functions.endpoint import Endpoint
@@ -41,4 +42,31 @@ def served_units(endpoints: Iterable[Endpoint]) -> dict[str, Endpoint]:
     return {unit.unit: unit for ep in endpoints for unit in lane_endpoints(ep)}
 
 
-__all__ = ["lane_endpoints", "served_units"]
+def lanes_section(units: Mapping[str, Endpoint], defined: Mapping[str, Endpoint],
+                  load: Callable[[str], Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """`/readyz`'s ``lanes`` section, the same on every backend: per endpoint with lanes, per
+    lane, its unit key and bounds, then what `load(unit key)` tells of its load (the local
+    pool: ``live_containers``, ``queued``; Modal: the lane class's runners and backlog).
+    `units`: unit key -> the endpoint it serves (`served_units`; units without a lane are
+    left out); `defined`: the app's endpoints by name (the lanes' token and row bounds).
+    ``{"embed": {"short": {"unit": "embed:short", "max_tokens": 64, "max_rows": None,
+    "min_containers": 0, "max_containers": 1, "max_queue": 32, **load("embed:short")}}}``;
+    raises KeyError for a unit whose endpoint or lane `defined` does not have."""
+    out: dict[str, dict[str, Any]] = {}
+    for key, unit in units.items():
+        if unit.lane is None:
+            continue
+        bounds = {x.name: x for x in defined[unit.name].route.lanes}[unit.lane]
+        out.setdefault(unit.name, {})[unit.lane] = {
+            "unit": key,
+            "max_tokens": bounds.max_tokens,
+            "max_rows": bounds.max_rows,
+            "min_containers": unit.warm.min_containers,
+            "max_containers": unit.warm.max_containers,
+            "max_queue": unit.route.max_queue,
+            **load(key),
+        }
+    return out
+
+
+__all__ = ["lane_endpoints", "lanes_section", "served_units"]

@@ -10,7 +10,7 @@ lanes under its name. Endpoint and lane names never hold ':', so the key splits 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any, Protocol
 
 from floodway.config import Build, Lane, Route
@@ -61,4 +61,30 @@ def unit_of(endpoint: LanedEndpoint, inputs: Sequence[Any]) -> str:
     return unit_key(endpoint.name, None if lane is None else lane.name)
 
 
-__all__ = ["SEP", "lane_of", "request_cost", "split_unit", "unit_key", "unit_of"]
+def lane_keys(keys: Iterable[str], endpoint: str) -> list[str]:
+    """The keys among `keys` that serve lanes of `endpoint` (``"embed:short"``, ...), in the
+    order of `keys` (`floodway.functions.lanes.served_units` keeps the lanes' order)."""
+    return [k for k in keys if (s := split_unit(k))[1] is not None and s[0] == endpoint]
+
+
+def resolve_unit(keys: Collection[str], name: str, inputs: Sequence[Any] | None = None,
+                 endpoint: LanedEndpoint | None = None) -> str | None:
+    """The key among `keys` (the units a backend serves) that `name` means, for callers that
+    know only the endpoint (the job queue): `name` itself when it is a key; for an endpoint
+    served as lanes, the lane `inputs` take, judged by `endpoint` (the endpoint as defined,
+    with its `Route.lanes`), or its last lane (which takes every request) without `inputs`
+    or `endpoint`, or when the lane they take is not among `keys`. None when `name` is
+    neither a key nor an endpoint with lanes among `keys`."""
+    if name in keys:
+        return name
+    lanes = lane_keys(keys, name)
+    if not lanes:
+        return None
+    if inputs is None or endpoint is None:
+        return lanes[-1]
+    key = unit_of(endpoint, inputs)
+    return key if key in keys else lanes[-1]
+
+
+__all__ = ["SEP", "lane_keys", "lane_of", "request_cost", "resolve_unit", "split_unit",
+           "unit_key", "unit_of"]

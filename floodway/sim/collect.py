@@ -58,6 +58,11 @@ def collect(sim, codes: bytearray, wall_s: float) -> SimResult:
     start_a = np.array([b.created_s for b in boxes])
     start_b = np.array([min(b.ready_s, b.stop_s, horizon) for b in boxes])
     lat = sim.lat_end - tr.times_s
+    handed = sim.handed_off
+    if sim.handoff_s:              # answered after its hand-off: a 202, the batch ran on
+        late = lat > sim.cfg.route.timeout_s - sim.handoff_s
+        handed += int(np.count_nonzero(late))
+        lat[late] = math.nan
     served = lat[~np.isnan(lat)]
     p50, p95, p99 = (np.percentile(served, [50, 95, 99]) if served.size
                      else (math.nan,) * 3)
@@ -79,7 +84,7 @@ def collect(sim, codes: bytearray, wall_s: float) -> SimResult:
         span_min=(horizon - tr.start_s) / MINUTE_S, usd_per_gpu_s=sim.cfg.usd_per_gpu_s,
         wall_s=wall_s, policy_s=sim.policy_s, series_start_minute=tr.start_minute,
         arrivals=arrivals, warm_avg=warm_series, busy_avg=busy_series, decisions=dec,
-        latencies_s=lat)
+        latencies_s=lat, handed_off=handed)
 
 
 __all__ = ["collect", "splice_busy"]

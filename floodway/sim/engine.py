@@ -11,11 +11,11 @@ The model (times in seconds on the trace's clock):
 - A ready container runs one batch at a time and holds at most
   ``pipeline_slots(route.max_inflight_per_container)`` batches (its slots, as the local router
   keeps them: `floodway.core.snapshot.pipeline_slots`; as in `decide`, slots pipeline work,
-  they add no throughput). A request sent to it joins its newest batch that has not started
-  yet if the rows fit in ``batching.max_batch_rows`` (and, where requests cost tokens, its
-  padded tokens the batcher's token budget), else opens a new batch. A batch on an idle
-  container starts ``batching.wait_ms`` after it opens (the batcher's wait) unless full;
-  one behind another starts when the previous one ends. Batch time comes from `ServiceModel`
+  they add no throughput). A request sent to it joins its newest batch not yet cut (sent:
+  ``batching.wait_ms`` after its oldest request, at once if full) if the rows fit in
+  ``batching.max_batch_rows`` (and, where requests cost tokens, its padded tokens the
+  batcher's token budget), else opens one. A batch on an idle container starts when it is
+  cut; one behind another when the previous one ends (`Pool.assign`). Batch time: `ServiceModel`
   (by batch size where it has measured times by size, e.g. from a bench run).
 - Requests cost tokens (`floodway.sim.costs`) where the endpoint takes text
   (`SimConfig.max_seq_len`), the trace has a ``ContextTokens`` column and the service fit a
@@ -332,7 +332,7 @@ class _Sim(Pool):
         for b in self.live:
             self.went_idle(b, start_s)
         self.push(start_s, _TICK, None)
-        if cfg.fast and not cfg.check and n and tok_np is None and not cfg.service.sized:
+        if cfg.fast and not cfg.check and n and tok_np is None and cfg.service.plain:
             self.seg = Segments(times_np, rows_np, deadline_np, self.lat_end, cum_np, self.fit,
                                 self.mbr, self.wait_s, self.slots, cfg.service.samples_s)
 
@@ -347,8 +347,7 @@ class _Sim(Pool):
         times, rows, deadlines, cum = self.times, self.rows, self.deadline, self.cum
         bulk = self.seg is not None and self.seg.usable
         dispatch_code = DISPATCH_CODE
-        queue, live, slots, fit, mbr, bw = (self.queue, self.live, self.slots, self.fit,
-                                            self.mbr, self.wait_s)
+        queue, live, slots, mbr, bw = self.queue, self.live, self.slots, self.mbr, self.wait_s
         i = 0
         while i < n:
             t = times[i]
@@ -363,7 +362,7 @@ class _Sim(Pool):
             box = None
             tried = fast and not queue and self.tok is None
             if tried:
-                box = dispatch_box(live, slots, fit, mbr, t, deadlines[i], r, bw, rate, i)
+                box = dispatch_box(live, slots, self.fit, mbr, t, deadlines[i], r, bw, rate, i)
             if check:
                 d = self.decision(i, t, r)
                 if tried and ((box is not None) != (d.action == Action.DISPATCH) or

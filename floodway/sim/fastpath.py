@@ -26,15 +26,16 @@ empty. A segment replays exactly that, in a compiled kernel over arrays
 time), batch ends processed before an arrival at the same instant (as the heap does), each
 arrival decided by the dispatch test on the segment's own backlogs (summed as the engine and
 the snapshot builder sum them) and the arrival rate (the segment's arrivals are all admitted:
-it adds their rows to `cum` as it goes), joined to the newest unstarted batch if its rows
-fit, else given a new batch (started ``wait_s`` later on an idle container, or when the
-batch ahead ends). An arrival that finds no free slot is queued where `decide` would queue
-it (the earliest container's availability plus its batch within the budget, room in the
-queue) and joins, as the engine's drain does at once, the first container whose newest
-batch has not started and has room. Batch ends between two arrivals are recorded in the
-heap's order: by time, equal times by push order: by when each was last pushed (when an
-arrival opened it, when it began behind another, or at its old end, re-pushed after it
-grew), at one instant events before arrivals (the heap runs first) and arrivals by index.
+it adds their rows to `cum` as it goes), joined to the newest unstarted batch not yet cut
+if its rows fit, else given a new batch (cut ``wait_s`` later and started then on an idle
+container, or when the batch ahead ends). An arrival that finds no free slot is queued
+where `decide` would queue it (the earliest container's availability plus its batch
+within the budget, room in the queue) and joins, as the engine's drain does at once, the
+first container whose newest batch has not started nor been cut and has room. Batch ends
+between two arrivals are recorded in the heap's order: by time, equal times by push
+order: by when each was last pushed (when an arrival opened it, when it began behind
+another, or at its old end, re-pushed after it grew), at one instant events before
+arrivals (the heap runs first) and arrivals by index.
 It stops at the first arrival that would be neither dispatched nor so queued (budget,
 deadline, backlog, or left in the queue) or would make one container too many busy for the
 buffer (it would start one), at `bound`, or where that order is not known (equal ends both

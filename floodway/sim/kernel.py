@@ -13,8 +13,9 @@ any number of warm containers, with the event loop's float operations:
 - Each arrival gets the dispatch test of `decide` (least backlog among containers with a free
   slot, the first on a tie; an idle one takes it; else alone, and backlog + the batch it
   would ride in, within budget x HEADROOM), then joins the newest unstarted batch there if its
-  rows fit, else opens one (started ``wait_s`` later, at once if full, or when the one before
-  it ends). The batch it would ride in holds its rows plus those arriving while it waits
+  rows fit and it has not been cut (sent: ``wait_s`` after it opened, at once if full), else
+  opens one (started when it is cut on an idle container, or when the one before it ends).
+  The batch it would ride in holds its rows plus those arriving while it waits
   (``min(mbr, rows + ceil(rate * (backlog + batch_wait)))``, `decide`'s `_batch_rows`), at
   the arrival rate of `floodway.core.estimators.ArrivalRate`: the rows admitted at times
   ``t >= now - window``, divided by the window. Every arrival the kernel sees is admitted:
@@ -146,6 +147,7 @@ def run_segment(times, rows, dls, a, b0, mbr, wait, slots, headroom, width, max_
     S = slots
     brows = np.zeros((width, S), np.int64)
     bst = np.empty((width, S))
+    bcut = np.empty((width, S))     # when each batch is cut (sent): no joining after
     ben = np.empty((width, S))
     bes = np.empty((width, S))
     bop = np.empty((width, S), np.int64)
@@ -291,7 +293,7 @@ def run_segment(times, rows, dls, a, b0, mbr, wait, slots, headroom, width, max_
                 tl = head[c] + cnt[c] - 1
                 if tl >= S:
                     tl -= S
-                if bst[c, tl] > t and brows[c, tl] + rr <= mbr:
+                if bst[c, tl] > t and t <= bcut[c, tl] and brows[c, tl] + rr <= mbr:
                     best = c
                     break
             if best < 0:
@@ -316,7 +318,7 @@ def run_segment(times, rows, dls, a, b0, mbr, wait, slots, headroom, width, max_
             tl = head[c] + cnt[c] - 1
             if tl >= S:
                 tl -= S
-            if bst[c, tl] > t and brows[c, tl] + rr <= mbr:
+            if bst[c, tl] > t and t <= bcut[c, tl] and brows[c, tl] + rr <= mbr:
                 brows[c, tl] += rr
                 est = a * brows[c, tl] + b0
                 bes[c, tl] = est
@@ -353,6 +355,7 @@ def run_segment(times, rows, dls, a, b0, mbr, wait, slots, headroom, width, max_
         if tl >= S:
             tl -= S
         brows[c, tl], bst[c, tl], ben[c, tl], bes[c, tl] = rr, st, e, est
+        bcut[c, tl] = t if rr >= mbr else t + wait
         bop[c, tl], bpt[c, tl], bpa[c, tl] = j, pt, pa
         cnt[c] += 1
         backlog[c] = _backlog(bes, c, head[c], cnt[c], S)

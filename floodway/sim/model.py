@@ -20,6 +20,7 @@ Without measurements both default to the priors every runtime starts from
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,11 +69,23 @@ class ServiceModel:
     `samples_s` (then independent of the rows) when given, or, for a batch of a size in
     `by_rows` ((rows, seconds) pairs, measured), that size's seconds (the fit for other
     sizes; used only while the fit has no per-token term, which then explains the spread).
-    Default: the prior, `SERVICE_PRIOR`. Raises ValueError on a negative sample or time."""
+    Default: the prior, `SERVICE_PRIOR`.
+
+    `contention`: factors a batch's time is multiplied by, the k-th for k containers busy
+    when it starts (its own included), the last for more; empty: none (the measured
+    ``contention`` of ``batch_times.json``, `floodway.bench.contention`).
+
+    `follow_batches`: 0, the simulated router plans with `fit` throughout; n > 0, it starts
+    from `fit` and re-fits on the last n simulated batches' times, as the runtime's router
+    does (`floodway.core.estimators.ServiceEstimator`, `SERVICE_SAMPLES`); the batches
+    themselves still run `fit`'s times. Raises ValueError on a negative sample or time, a
+    factor not > 0 or a negative `follow_batches`."""
 
     fit: ServiceTime = SERVICE_PRIOR
     samples_s: tuple[float, ...] = ()
     by_rows: tuple[tuple[int, float], ...] = ()
+    contention: tuple[float, ...] = ()
+    follow_batches: int = 0
 
     def __post_init__(self) -> None:
         s = tuple(float(x) for x in self.samples_s)
@@ -85,12 +98,31 @@ class ServiceModel:
         if any(r < 1 or not x >= 0 for r, x in by):
             raise ValueError(f"batch times by rows need rows >= 1 and seconds >= 0, got {by!r}")
         object.__setattr__(self, "by_rows", by)
+        c = tuple(float(x) for x in self.contention)
+        if any(not 0 < x < math.inf for x in c):
+            raise ValueError(f"contention factors must be > 0, got {c!r}")
+        object.__setattr__(self, "contention", c)
+        if self.follow_batches < 0:
+            raise ValueError(f"follow_batches must be >= 0, got {self.follow_batches}")
         object.__setattr__(self, "_by", dict(by) if self.fit.per_token_s == 0 else {})
 
     @property
     def sized(self) -> bool:
         """Whether some batch sizes run their measured time rather than the fit's."""
         return bool(self._by)  # type: ignore[attr-defined]
+
+    @property
+    def plain(self) -> bool:
+        """Whether every batch runs its fitted (or sampled) time, planned with that fit: no
+        size measured apart, no contention factor and no estimate following the batches
+        (what the simulator's exact fast path assumes)."""
+        return not self.sized and not self.contention and not self.follow_batches
+
+    def factor(self, busy: int) -> float:
+        """The contention factor of a batch starting while `busy` containers are busy
+        (its own included; 1.0 without contention factors)."""
+        c = self.contention
+        return c[min(max(busy, 1), len(c)) - 1] if c else 1.0
 
     def batch_s(self, rows: int, est_s: float) -> float:
         """Seconds a batch of `rows` rows runs whose fitted time is `est_s` (not sampled)."""
@@ -107,7 +139,8 @@ class ServiceModel:
     def from_batch_times(cls, doc: Mapping, where: str = "batch times") -> ServiceModel:
         """The model a ``floodway bench`` run measured (its ``batch_times.json``, format
         `BATCH_TIMES_FORMAT`): the fit (``per_batch_s``, ``per_row_s`` and, where present,
-        ``per_token_s``, seconds) and the mean time of each batch size in ``by_rows``.
+        ``per_token_s``, seconds), the mean time of each batch size in ``by_rows`` and,
+        where present, the ``contention`` factors by busy containers (`contention_of`).
         Raises FloodwayError naming `where` and the field when the document is not one."""
         if not isinstance(doc, Mapping) or doc.get("format") != BATCH_TIMES_FORMAT:
             got = doc.get("format") if isinstance(doc, Mapping) else type(doc).__name__
@@ -123,10 +156,11 @@ class ServiceModel:
             raise FloodwayError(f"{where}: fit / by_rows: not numbers ({e})") from None
         if not all(0 <= x < 3600 for x in terms):
             raise FloodwayError(f"{where}: fit: each term must be in 0..3600 s, got {terms}")
+        con = contention_of(doc.get("contention"), where)
         try:
-            return cls(ServiceTime(*terms), by_rows=by)
+            return cls(ServiceTime(*terms), by_rows=by, contention=con)
         except ValueError as e:
-            raise FloodwayError(f"{where}: by_rows: {e}") from None
+            raise FloodwayError(f"{where}: by_rows / contention: {e}") from None
 
     @classmethod
     def read_batch_times(cls, path: str | Path) -> ServiceModel:
@@ -139,4 +173,29 @@ class ServiceModel:
         return cls.from_batch_times(doc, f"--batch-times {p}")
 
 
-__all__ = ["BATCH_TIMES_FORMAT", "ColdStartModel", "ServiceModel"]
+def contention_of(doc: object, where: str = "batch times") -> tuple[float, ...]:
+    """`ServiceModel.contention` from ``batch_times.json``'s ``contention`` field
+    (`floodway.bench.contention`): the k-th factor for k busy containers, k = 1 .. the
+    largest count measured; a count not measured takes the nearest measured below it (the
+    smallest measured for counts below all). () when the field is absent or null. Raises
+    FloodwayError naming `where` when it is not a list of (busy >= 1, factor > 0)."""
+    if doc is None:
+        return ()
+    try:
+        got = {int(c["busy"]): float(c["factor"]) for c in doc["by_busy"]}  # type: ignore[index]
+    except (TypeError, ValueError, KeyError) as e:
+        raise FloodwayError(f"{where}: contention.by_busy: not a list of busy counts and "
+                            f"factors ({e!r})") from None
+    if not got:
+        return ()
+    if min(got) < 1 or not all(0 < x < math.inf for x in got.values()):
+        raise FloodwayError(f"{where}: contention.by_busy: busy must be >= 1 and factor > 0, "
+                            f"got {got!r}")
+    out, last = [], got[min(got)]
+    for k in range(1, max(got) + 1):
+        last = got.get(k, last)
+        out.append(last)
+    return tuple(out)
+
+
+__all__ = ["BATCH_TIMES_FORMAT", "ColdStartModel", "ServiceModel", "contention_of"]

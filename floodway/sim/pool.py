@@ -8,6 +8,13 @@ which to start and stop, as in the local runtime; the pool carries out the plan 
 at each policy tick, at each idle check whose container's scaledown window has run out, and
 when a container gets busy while fewer are live than the target keeps (Modal's buffer).
 
+The deadline hand-off (`floodway.http.handoff`): where the route spills to async, a request
+still queued `handoff_margin_s` before its deadline is withdrawn from the queue and becomes
+an async job (`handed_off`), as the router's hand-off does; one whose batch ends after that
+instant is answered 202 too (its job adopts the work, which runs on), which
+`floodway.sim.collect` counts. Without an async spill a queued request is dropped at its
+deadline (`expired`).
+
 Events are heap entries ``(time, kind, seq, obj, extra)``: at equal times a container that
 becomes ready or frees a slot does so before a policy tick or idle check (`kind`), and events
 of one kind in the order they were pushed (`seq`).
@@ -15,14 +22,33 @@ of one kind in the order they were pushed (`seq`).
 
 from __future__ import annotations
 
+import functools
 import heapq
 import math
 import time
 from collections import deque
 
+from floodway.config import Route
+from floodway.core.estimators import ServiceEstimator
 from floodway.core.reconcile import EPS_S, Box, Do, reconcile, starts_needed
 from floodway.sim.trace import MINUTE_S
 from floodway.warmers.target import History, WarmTarget
+
+# How long before its deadline the router hands a request off to the async queue: the
+# value of `floodway.http.handoff.HANDOFF_MARGIN_S` (the simulator imports no http;
+# tests/unit/sim/test_handoff.py holds the two equal), at most a tenth of a short budget.
+HANDOFF_MARGIN_S = 0.1
+
+
+def handoff_margin_s(route: Route) -> float:
+    """Seconds before a request's deadline (``route.timeout_s`` after its arrival) at which
+    it is handed off to the async queue: `DeadlineHandoff.after_s`'s margin,
+    min(HANDOFF_MARGIN_S, timeout_s / 10); 0.0 when the route does not spill to async (no
+    hand-off: a queued request waits until its deadline)."""
+    if "async" not in route.spill:
+        return 0.0
+    return min(HANDOFF_MARGIN_S, route.timeout_s / 10)
+
 
 # Event kinds; at equal times the heap orders by kind: a container that becomes ready or
 # frees a slot does so before a policy tick or idle check at the same instant.
@@ -30,16 +56,18 @@ _READY, _DONE, _TICK, _CHECK = 0, 1, 2, 3
 
 
 class _Batch:
-    __slots__ = ("reqs", "rows", "tok", "start_s", "end_s", "dur_s", "est_s")
+    __slots__ = ("reqs", "rows", "tok", "cut_s", "start_s", "end_s", "dur_s", "est_s", "fac")
 
     def __init__(self) -> None:
         self.reqs: list[int] = []
         self.rows = 0
         self.tok = 0                 # its longest row's tokens (0: rows alone)
+        self.cut_s = math.inf        # when the batcher sends it: nothing joins after
         self.start_s = math.inf      # inf: behind another batch, start not known yet
         self.end_s = math.inf
         self.dur_s = -1.0            # a sampled duration (service samples), else -1
         self.est_s = 0.0             # the fitted time added to the container's backlog
+        self.fac = 1.0               # its contention factor, set when it starts
 
 
 class _Box:
@@ -89,6 +117,12 @@ class Pool:
     heap: list[tuple]
     queue: deque[int]
     target: WarmTarget
+    handed_off = 0                 # queued requests withdrawn at their hand-off (a counter)
+
+    @functools.cached_property
+    def handoff_s(self) -> float:
+        """`handoff_margin_s` of the run's route."""
+        return handoff_margin_s(self.cfg.route)
 
     # ------------------------------------------------------------ events and containers
     def push(self, t: float, kind: int, obj: object, extra: object = None) -> None:
@@ -126,13 +160,18 @@ class Pool:
 
     # ------------------------------------------------------------ batches
     def assign(self, box: _Box, idx: int, rows: int, now: float) -> bool:
-        """Give request `idx` to `box`: join its newest unstarted batch, else open a new one
-        if a slot is free. False if neither is possible."""
+        """Give request `idx` to `box`: join its newest batch not yet cut, else open a new
+        one if a slot is free. False if neither is possible.
+
+        As the runtime's batcher does, a batch is cut (sent to the container) ``wait_s``
+        after its oldest request arrived, at once when full: one behind another is cut
+        then too and stops growing, and what arrives later waits for a slot (in the
+        router's queue) rather than riding in it."""
         bs = box.batches
         tok = 0 if self.tok is None else self.tok[idx]
         if bs:
             last = bs[-1]
-            if last.start_s > now and last.rows + rows <= self.mbr and (
+            if last.start_s > now and now <= last.cut_s and last.rows + rows <= self.mbr and (
                     not self.max_tokens or (last.rows + rows) * max(last.tok, tok)
                     <= self.max_tokens):
                 self._grow(box, last, idx, rows, tok)
@@ -142,6 +181,8 @@ class Pool:
         b = _Batch()
         bs.append(b)
         self._grow(box, b, idx, rows, tok)
+        full = b.rows >= self.mbr or 0 < self.max_tokens <= b.rows * b.tok
+        b.cut_s = now if full else max(now, self.times[idx] + self.wait_s)
         if len(bs) == 1:
             self.working += 1
             # Modal's buffer: idle containers on top of the busy ones, started as one gets busy.
@@ -150,8 +191,7 @@ class Pool:
             for _ in range(starts_needed(self.target.keep(self.working, self.cap),
                                          len(self.live))):
                 self.start_box(now)
-            full = b.rows >= self.mbr or 0 < self.max_tokens <= b.rows * b.tok
-            self._begin(box, b, now if full else now + self.wait_s)
+            self._begin(box, b, b.cut_s)
         return True
 
     def _grow(self, box: _Box, b: _Batch, idx: int, rows: int, tok: int = 0) -> None:
@@ -159,11 +199,26 @@ class Pool:
         b.rows += rows
         if tok > b.tok:
             b.tok = tok
-        est = self.fit.seconds(b.rows, b.rows * b.tok)
-        b.est_s = est
+        b.est_s = self.fit.seconds(b.rows, b.rows * b.tok)
         box.backlog_s = self._backlog(box)
         if b.start_s < math.inf and b.dur_s < 0:     # joined before it started: runs longer
-            b.end_s = b.start_s + self.cfg.service.batch_s(b.rows, est)
+            b.end_s = b.start_s + self._run_s(b) * b.fac
+
+    def _run_s(self, b: _Batch) -> float:
+        """Seconds `b` runs before contention: the model's, where the router's estimate
+        (`fit`, `b.est_s`) may have moved away from it (`ServiceModel.follow_batches`)."""
+        svc = self.cfg.service
+        est = b.est_s if self.fit is svc.fit else svc.fit.seconds(b.rows, b.rows * b.tok)
+        return svc.batch_s(b.rows, est)
+
+    def _learn(self, b: _Batch, now: float) -> None:
+        """The router's estimate after `b` ran (the runtime records each batch's seconds)."""
+        est = self.__dict__.get("_estimator")
+        if est is None:
+            svc = self.cfg.service
+            est = self._estimator = ServiceEstimator(svc.fit, svc.follow_batches)
+        est.record(b.rows, now - b.start_s, b.rows * b.tok)
+        self.fit = est.fit
 
     def _backlog(self, box: _Box) -> float:
         """The container's backlog as the snapshot builder sums it (`container_view`; a
@@ -178,11 +233,14 @@ class Pool:
     def _begin(self, box: _Box, b: _Batch, start: float) -> None:
         b.start_s = start
         svc = self.cfg.service
+        # Containers share the machine: the batch runs slower the more are busy as it
+        # starts (`working` counts this container's too).
+        b.fac = svc.factor(self.working) if svc.contention else 1.0
         if svc.samples_s:
-            b.dur_s = svc.samples_s[int(self.rng.integers(len(svc.samples_s)))]
+            b.dur_s = svc.samples_s[int(self.rng.integers(len(svc.samples_s)))] * b.fac
             b.end_s = start + b.dur_s
         else:
-            b.end_s = start + svc.batch_s(b.rows, b.est_s)
+            b.end_s = start + self._run_s(b) * b.fac
         self.push(b.end_s, _DONE, box, b)
 
     def on_done(self, box: _Box, b: _Batch, now: float) -> None:
@@ -190,6 +248,8 @@ class Pool:
             self.push(b.end_s, _DONE, box, b)
             return
         box.batches.popleft()
+        if self.cfg.service.follow_batches:
+            self._learn(b, now)
         box.backlog_s = self._backlog(box) if box.batches else 0.0
         if not box.batches:
             self.working -= 1
@@ -211,14 +271,18 @@ class Pool:
 
     def drain(self, box: _Box, now: float) -> None:
         q, rows, times_dl, tok = self.queue, self.rows, self.deadline, self.tok
+        margin = self.handoff_s
         while q:
             i = q[0]
             r = 1 if rows is None else rows[i]
-            if times_dl[i] <= now:
+            if times_dl[i] - margin <= now:
                 q.popleft()
                 self.queued_rows -= r
                 self.queued_tokens -= 0 if tok is None else r * tok[i]
-                self.expired += 1
+                if margin:
+                    self.handed_off += 1
+                else:
+                    self.expired += 1
                 continue
             if not self.assign(box, i, r, now):
                 return

@@ -22,10 +22,14 @@ class SimResult:
     container (directly, after waiting in the router's queue, after asking for a new one),
     `spill_async` became async jobs (not simulated further), `shed` were rejected, and
     `expired` waited past their deadline and were dropped before reaching a model.
+    `handed_off`: requests the deadline hand-off made async jobs (`floodway.sim.pool`):
+    still queued at their hand-off, or answered after it (their batch ran on); where the
+    route spills to async they take the place of the expired.
     `cold_requests`: served requests that waited for a container to start (it became ready
     after they arrived); `containers_started`: every container start (on demand or ahead of
     time by the warm pool); `cold_start_rate` = cold_requests / requests; `served`: requests
-    answered by a container (the rest were spilled to async, shed or expired).
+    answered by a container (the rest were spilled to async, shed, expired or handed off);
+    `async_jobs` = spill_async + handed_off (answered 202).
     Latency of served requests in seconds (queue + cold-start wait + batch service):
     `p50_s`, `p95_s`, `p99_s` (nan without any). Container time in minutes: `warm_min`
     (ready, idle or busy), `busy_min` (running a batch), `idle_min` = warm - busy,
@@ -62,10 +66,15 @@ class SimResult:
     busy_avg: np.ndarray
     decisions: np.ndarray
     latencies_s: np.ndarray
+    handed_off: int = 0
 
     @property
     def served(self) -> int:
-        return self.dispatched + self.queued + self.spill_cold - self.expired
+        return self.dispatched + self.queued + self.spill_cold - self.expired - self.handed_off
+
+    @property
+    def async_jobs(self) -> int:
+        return self.spill_async + self.handed_off
 
     @property
     def cold_start_rate(self) -> float:
@@ -97,6 +106,8 @@ class SimResult:
                                                  f"{self.spill_cold:,}"),
             ("spill async / shed / expired", f"{self.spill_async:,} / {self.shed:,} / "
                                              f"{self.expired:,}"),
+            ("handed off near the deadline", f"{self.handed_off:,} (async jobs: "
+                                             f"{self.async_jobs:,})"),
             ("served", f"{self.served:,} (async spills are counted above; their jobs are "
                        "not simulated)" if self.spill_async else f"{self.served:,}"),
             ("cold-start requests", f"{self.cold_requests:,} ({self.cold_start_rate:.2%} of "

@@ -5,6 +5,7 @@ are recorded, and a request with no answer is recorded as such."""
 import asyncio
 import heapq
 import itertools
+import math
 
 import httpx
 import pytest
@@ -128,3 +129,12 @@ def test_a_transport_error_is_an_answer_of_status_0():
     assert [r.status for r in results] == [0, 0]
     assert all(r.error.startswith("ConnectError") for r in results)
     assert [r.send_s for r in results] == [0.0, 0.2]
+
+
+def test_router_seconds_are_read_from_server_timing():
+    from floodway.bench.replay import router_seconds
+
+    assert router_seconds("router;dur=12.5") == 0.0125
+    assert router_seconds('cache;desc="hit", router;dur=1500') == 1.5
+    assert math.isnan(router_seconds("")) and math.isnan(router_seconds("db;dur=3"))
+    assert math.isnan(router_seconds("router;dur=x"))

@@ -208,13 +208,14 @@ def test_router_serves_the_http_surface(modal_app, monkeypatch):
     assert asgi.state.api_keys
     with TestClient(asgi) as client:
         assert client.get("/healthz").status_code == 200
+        headers = {"Authorization": "Bearer test-key-0123456789"}
         ready = client.get("/readyz")
-        assert ready.status_code == 200
-        detail = ready.json()
+        assert ready.status_code == 200 and ready.json() == {"ready": True}   # no key: status
+        assert client.get("/metrics").status_code == 401
+        detail = client.get("/readyz", headers=headers).json()
         assert (detail["ready"], detail["backend"]) == (True, "modal")
         assert detail["modal"]["embed"]["runners"] is None        # no stats fetched yet
         assert client.post("/v1/embed", json={"inputs": ["x"]}).status_code == 401
-        headers = {"Authorization": "Bearer test-key-0123456789"}
         assert client.post("/v1/nope", json={"inputs": ["x"]},
                            headers=headers).status_code == 404
     monkeypatch.delenv("FLOODWAY_API_KEYS")
