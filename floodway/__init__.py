@@ -27,6 +27,7 @@ _EXPORTS = {
     "HFModel": "floodway.config",
     "LocalModel": "floodway.config",
     "Lane": "floodway.config",
+    "Recycle": "floodway.config",
     "Route": "floodway.config",
     "WarmPool": "floodway.config",
     "Window": "floodway.config",
@@ -52,7 +53,7 @@ __all__ = [
     "Endpoint",
     "EndpointError", "FloodwayError", "Generation", "HFModel", "Lane", "Loaded", "LocalModel",
     "Problem",
-    "Prompt",
+    "Prompt", "Recycle",
     "RequestError", "Route", "Unauthorized", "Unavailable", "WarmPool", "Window", "__version__",
 ]
 
@@ -67,6 +68,7 @@ if TYPE_CHECKING:
         HFModel,
         Lane,
         LocalModel,
+        Recycle,
         Route,
         TensorSpec,
         TorchModel,

@@ -14,12 +14,12 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+from floodway import cli_help as opts
 from floodway.bench.command import bench
 from floodway.cli_help import BENCH_HELP, BUILD_HELP, CLI_HELP, SERVE_HELP, SIMULATE_HELP
 from floodway.errors import FloodwayError
 
-cli = typer.Typer(help=CLI_HELP,
-                  no_args_is_help=True, add_completion=False)
+cli = typer.Typer(help=CLI_HELP, no_args_is_help=True, add_completion=False)
 console = Console(stderr=True, soft_wrap=True)
 
 AppArg = Annotated[str, typer.Argument(
@@ -153,11 +153,10 @@ def serve(app: AppArg, host: Annotated[str, typer.Option()] = "127.0.0.1",
               "--api-key", metavar="KEY", help="accept this bearer token (repeatable; added to "
                                 "$FLOODWAY_API_KEYS, which is safer: command lines are visible "
                                 "to other users); required for a non-loopback --host")] = None,
-          jobs_db: Annotated[Path | None, typer.Option(
-              help="SQLite file of async jobs (default: $FLOODWAY_JOBS_DB, else "
-                   "<store>/.jobs/<app>/jobs.sqlite3)")] = None,
-          job_ttl_s: Annotated[float, typer.Option(
-              min=1, help="seconds a finished job's result is kept")] = 86400.0,
+          jobs_db: Annotated[Path | None, typer.Option(help=opts.JOBS_HELP["db"])] = None,
+          job_ttl_s: Annotated[float, typer.Option(min=1, help=opts.JOBS_HELP["ttl"])] = 86400.0,
+          job_max_mib: Annotated[int, typer.Option(min=1, help=opts.JOBS_HELP["max"])] = 1024,
+          job_tenant_mib: Annotated[int, typer.Option(min=1, help=opts.JOBS_HELP["tenant"])] = 256,
           ) -> None:
     """Serve endpoints locally (`SERVE_HELP`)."""
     from floodway.routers.admission import ApiKeys
@@ -168,7 +167,8 @@ def serve(app: AppArg, host: Annotated[str, typer.Option()] = "127.0.0.1",
     try:
         run(app, host=host, port=port, store=store, containers=containers,
             show_example=show_example, api_keys=ApiKeys.from_env(extra=api_key or ()),
-            jobs_db=jobs_db, job_ttl_s=job_ttl_s)
+            jobs_db=jobs_db, job_ttl_s=job_ttl_s, job_max_bytes=job_max_mib << 20,
+            job_tenant_max_bytes=job_tenant_mib << 20)
     except FloodwayError as e:
         raise _fail(e) from None
 
@@ -304,8 +304,7 @@ def _simulate_generation(ep, tr, cold, seed: int, out: Path | None) -> None:
 
 @cli.command(help=SIMULATE_HELP)
 def simulate(app: AppArg,
-             trace: Annotated[Path, typer.Option(help="per-request CSV (a timestamp column) or "
-                                                      "per-minute counts CSV (minute_1..N)")],
+             trace: Annotated[Path | None, typer.Option(help=opts.TRACE_OPT)] = None,
              function: Annotated[str | None, typer.Option(
                  help="per-minute CSV: the HashFunction (or a unique prefix) or 0-based row "
                       "index (default: row 0)")] = None,
@@ -322,16 +321,14 @@ def simulate(app: AppArg,
                       "local router's prior, 20 ms + 5 ms per row)")] = None,
              per_row_ms: Annotated[float, typer.Option(
                  min=0, help="with a single --service-ms: ms added per row")] = 0.0,
-             batch_times: Annotated[Path | None, typer.Option(help="a floodway bench run's "
-                 "batch_times.json: its measured service model (not --service-ms)")] = None,
+             batch_times: Annotated[Path | None, typer.Option(help=opts.BATCH_TIMES_OPT)] = None,
              seed: Annotated[int, typer.Option(help="seed of arrivals and samples")] = 0,
              out: Annotated[Path | None, typer.Option(help="write the plot here (PNG)")] = None,
-             generation: Annotated[bool, typer.Option(
-                 help="simulate token generation (a streaming endpoint's sequences) even if "
-                      "the endpoint does not stream; needs ContextTokens and GeneratedTokens "
-                      "columns")] = False,
+             generation: Annotated[bool, typer.Option(help=opts.GENERATION_OPT)] = False,
+             bench_run: Annotated[Path | None, typer.Option(help=opts.BENCH_RUN_OPT)] = None,
              ) -> None:
     """Simulate an endpoint's pool over a trace (`SIMULATE_HELP`)."""
+    from floodway.bench.runfile import BenchRun
     from floodway.functions.discover import load_app
     from floodway.routers.tokens import TokenCost
     from floodway.sim import SimConfig, read_trace
@@ -343,9 +340,12 @@ def simulate(app: AppArg,
         if len(eps) != 1:
             raise FloodwayError(f"{app} has {len(eps)} endpoints ({', '.join(e.name for e in eps)})"
                                 f"; pick one as {app}::ENDPOINT")
-        ep = eps[0]
-        tr = read_trace(trace, function=function, column=column, spread=spread, seed=seed)
-        cold, svc = _sim_models(cold_start_s, service_ms, per_row_ms, batch_times)
+        ep, text = eps[0], TokenCost.of(eps[0])   # a text endpoint's requests may cost tokens
+        bench = BenchRun.of_options(bench_run, trace, batch_times)
+        tr = bench.trace(text and text.max_seq_len) if bench else read_trace(
+            trace, function=function, column=column, spread=spread, seed=seed)
+        cold, svc = _sim_models(cold_start_s, service_ms, per_row_ms,
+                                bench.batch_times if bench else batch_times)
         if spread not in ("uniform", "poisson"):
             raise FloodwayError(f"--spread must be uniform or poisson, got {spread!r}")
         if out is not None:
@@ -366,10 +366,10 @@ def simulate(app: AppArg,
         took = prepare()
     if took > 2:
         console.print(f"compiled the simulator's fast path in {took:.1f} s (cached for next time)")
-    text = TokenCost.of(ep)             # a text endpoint's requests may cost tokens
-    res = run(tr, SimConfig(route=ep.route, warm=ep.warm, batching=ep.batching, cold=cold,
-                            service=svc, usd_per_gpu_s=usd_per_gpu_s, seed=seed,
-                            max_seq_len=text and text.max_seq_len))
+    kw = {"cold": cold, "service": svc, "usd_per_gpu_s": usd_per_gpu_s, "seed": seed}
+    res = run(tr, bench.sim_config(ep, **kw) if bench else SimConfig(
+        route=ep.route, warm=ep.warm, batching=ep.batching, max_seq_len=text and text.max_seq_len,
+        **kw))
     _print_rows(f"floodway simulate {ep.name} on {tr.name} ({tr.requests:,} requests)",
                 res.rows())
     if out is not None:

@@ -28,8 +28,9 @@ BENCH_HELP = (
     "each with X-Deadline-Ms and one item: a text about ContextTokens tokens long when the "
     "trace has that column, else a short text, or --input-json. Prints the outcomes (200 "
     "within the deadline, 200 late, 202, 429, 503, 504, other), the 200s' latency "
-    "percentiles and the goodput; writes requests.csv, bench.png and batch_times.json (the "
-    "batch times the router measured, by rows, for simulate) to --out.")
+    "percentiles and the goodput; writes requests.csv, bench.png, batch_times.json (the "
+    "batch times the router measured and their fit on padded tokens, rows and batches, for "
+    "simulate) and run.json (what was replayed against what: simulate --bench-run) to --out.")
 SIMULATE_HELP = (
     "Simulate an endpoint's warm pool and router over a trace, with its own config, the real "
     "decide() and warm-pool policy: cold starts, latency, shed/spill, container-minutes, cost."
@@ -43,6 +44,34 @@ SIMULATE_HELP = (
     "batch_times.json): decide() plans with its fit, and each batch runs the time measured for "
     "its size where there is one. When that fit has a per-token term, the endpoint takes text "
     "and the trace has a ContextTokens column, requests cost their tokens (padded per batch), "
-    "as the runtime counts them.")
+    "as the runtime counts them."
+    "\n\n"
+    "--bench-run DIR simulates what a `floodway bench` run replayed (its run.json and "
+    "batch_times.json in DIR): the same trace rows at the same time scale, each request "
+    "costing the tokens the router estimated for the text it was sent, the run's deadline "
+    "as the route's timeout, its containers (--containers, else the warm pool capped at the "
+    "most the run had live) and the service model it measured. Requests the router would "
+    "hand to the async queue near their deadline count as async jobs, as the runtime's "
+    "deadline hand-off answers them 202.")
+# Option help texts of `simulate` (kept here: cli.py is at its size limit).
+TRACE_OPT = ("per-request CSV (a timestamp column) or per-minute counts CSV (minute_1..N); "
+             "not with --bench-run")
+BATCH_TIMES_OPT = ("a floodway bench run's batch_times.json: its measured service model (not "
+                   "--service-ms)")
+GENERATION_OPT = ("simulate token generation (a streaming endpoint's sequences) even if the "
+                  "endpoint does not stream; needs ContextTokens and GeneratedTokens columns")
+BENCH_RUN_OPT = ("a floodway bench --out folder: simulate the requests that run replayed, "
+                 "as it served them, with the batch times it measured (not with --trace or "
+                 "--batch-times)")
+# `floodway serve`'s job queue options (the quotas: floodway.jobs.quota).
+JOBS_HELP = {
+    "db": "SQLite file of async jobs (default: $FLOODWAY_JOBS_DB, else "
+          "<store>/.jobs/<app>/jobs.sqlite3)",
+    "ttl": "seconds a finished job's result is kept",
+    "max": "MiB the job store holds at most (inputs of unfinished jobs, results of finished "
+           "ones); a submit past it is answered 503 with Retry-After",
+    "tenant": "MiB of jobs one tenant may hold in the job store (a submit past it: 503)",
+}
 
-__all__ = ["BENCH_HELP", "BUILD_HELP", "CLI_HELP", "SERVE_HELP", "SIMULATE_HELP"]
+__all__ = ["BATCH_TIMES_OPT", "BENCH_HELP", "BENCH_RUN_OPT", "BUILD_HELP", "CLI_HELP",
+           "GENERATION_OPT", "JOBS_HELP", "SERVE_HELP", "SIMULATE_HELP", "TRACE_OPT"]

@@ -4,7 +4,9 @@ Constructing one never raises: `@app.endpoint(...)` collects the problems of eve
 object (and of the combination) and raises one `ConfigError` naming the endpoint, each field,
 its bad value and the allowed range. That way a definition reports all its mistakes at once.
 The model sources (`HFModel`, `LocalModel`, `TorchModel`, `TensorSpec`) are defined in
-`floodway.sources` and re-exported here; the field checks in `floodway.checks`.
+`floodway.sources` and re-exported here, as are `Cache` (`floodway.config_cache`), `Lane`
+(`floodway.config_lanes`) and `Recycle` (`floodway.config_recycle`); the field checks in
+`floodway.checks`.
 
 Ranges that mirror Modal come from Modal's own client checks (modal 1.x): `scaledown_window`
 2..3600 s, `@modal.batched` `max_batch_size` 1..1000 and `wait_ms` 0..600000.
@@ -25,6 +27,7 @@ from floodway.checks import Config as _Config
 from floodway.checks import check_bool, check_int, check_num, is_int, is_num  # noqa: F401
 from floodway.config_cache import Cache
 from floodway.config_lanes import Lane, check_lanes
+from floodway.config_recycle import Recycle
 from floodway.errors import Problem
 from floodway.routers.decide import SPILLS
 from floodway.sources import HFModel, LocalModel, ModelSource, TensorSpec, TorchModel
@@ -369,6 +372,6 @@ class Generation(_Config):
 
 __all__ = [
     "VALIDATED_ENV", "Batching", "Build", "Cache", "Generation", "HFModel", "Lane",
-    "LocalModel", "ModelSource",
+    "LocalModel", "ModelSource", "Recycle",
     "Route", "TensorSpec", "TorchModel", "WarmPool", "Window",
 ]

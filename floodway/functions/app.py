@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Literal
 
-from floodway.config import Batching, Build, Cache, Generation, Route, WarmPool
+from floodway.config import Batching, Build, Cache, Generation, Recycle, Route, WarmPool
 from floodway.errors import ConfigError, Problem
 from floodway.functions.endpoint import Endpoint, make_endpoint
 from floodway.sources import ModelSource
@@ -37,6 +37,7 @@ class App:
                  load: Callable[[Any], Any] | None = None,
                  generation: Generation | None = None,
                  cache: Cache | Literal[False] | None = None,
+                 recycle: Recycle | None = None,
                  ) -> Callable[[Callable[..., Any]], Endpoint]:
         """Define an endpoint from a function `fn(model, inputs: list[T]) -> list[R]`.
 
@@ -58,7 +59,9 @@ class App:
         a streaming endpoint; a ConfigError on another): its sequences per container, the
         cap of a request's new tokens, how long a stream may run. `cache`: the response
         cache (`fw.Cache`; None: the default, on except for streaming endpoints; False: off,
-        for a function whose outputs are not a function of its inputs).
+        for a function whose outputs are not a function of its inputs). `recycle`: drain and
+        replace a container whose worker outgrew a limit (`fw.Recycle`: resident MiB, calls;
+        None: never), for a handler that leaks.
         Raises ConfigError naming the endpoint, each bad field, its value and the allowed range.
         """
 
@@ -67,7 +70,7 @@ class App:
                                warm=warm or WarmPool(), route=route or Route(),
                                batching=batching or Batching(),
                                gpu_memory_snapshot=gpu_memory_snapshot, load=load,
-                               generation=generation, cache=cache)
+                               generation=generation, cache=cache, recycle=recycle)
             if ep.name in self._endpoints:
                 used = Problem("name", ep.name, f"a name not already used in App {self.name!r}")
                 raise ConfigError(ep.name, [used])

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from floodway.config import Batching, Build, Cache, Generation, Route, WarmPool
+from floodway.config import Batching, Build, Cache, Generation, Recycle, Route, WarmPool
 from floodway.errors import ConfigError, Problem
 from floodway.functions.items import (
     ITEM_TYPES,
@@ -48,8 +48,10 @@ class Endpoint:
     `Annotated` metadata kept; `Any` if absent) and is what the router validates each item of
     a request's ``inputs`` against. `gpu_memory_snapshot`: on Modal, the GPU's memory is
     snapshotted too (only with `gpu`; see `floodway.deploy.modal_worker`). `cache`: its
-    response cache (`floodway.cache`), None when off. `lane`: set only on the endpoint one
-    lane of it is served as (`floodway.functions.lanes`), `unit` the key it is served under.
+    response cache (`floodway.cache`), None when off. `recycle`: when a container is drained
+    and replaced (`fw.Recycle`: its worker's resident memory, its calls), None: never. `lane`:
+    set only on the endpoint one lane of it is served as (`floodway.functions.lanes`), `unit`
+    the key it is served under.
     """
 
     name: str
@@ -66,6 +68,7 @@ class Endpoint:
     generation: Generation | None = None
     cache: Cache | None = None
     lane: str | None = None
+    recycle: Recycle | None = None
 
     @property
     def unit(self) -> str:
@@ -298,7 +301,8 @@ def _check_lanes(fn: Callable[..., Any], route: object, warm: object,
 def make_endpoint(fn: Callable[..., Any], *, name: str | None, model: object, build: object,
                   gpu: object, warm: object, route: object, batching: object,
                   gpu_memory_snapshot: object = False, load: object = None,
-                  generation: object = None, cache: object = None) -> Endpoint:
+                  generation: object = None, cache: object = None,
+                  recycle: object = None) -> Endpoint:
     """Validate everything about one definition and return its Endpoint.
 
     Raises ConfigError listing every problem found (not just the first).
@@ -335,6 +339,10 @@ def make_endpoint(fn: Callable[..., Any], *, name: str | None, model: object, bu
         out.extend(build.task_problems(getattr(model, "task", None), gpu,
                                        load is not None or model is None))
     response_cache = _check_cache(cache, fn, out)
+    if not isinstance(recycle, Recycle | None):
+        out.append(Problem("recycle", recycle, "None (never) or fw.Recycle(...)"))
+    elif recycle is not None:
+        out.extend(recycle.problems("recycle"))
     n_problems = len(out)
     input_type = _input_type(fn, out)
     graph = load is None and model is not None
@@ -353,4 +361,4 @@ def make_endpoint(fn: Callable[..., Any], *, name: str | None, model: object, bu
                     route=route, batching=batching, input_type=input_type,
                     gpu_memory_snapshot=gpu_memory_snapshot, load=load,
                     generation=(generation or Generation()) if is_streaming(fn) else None,
-                    cache=response_cache)
+                    cache=response_cache, recycle=recycle)

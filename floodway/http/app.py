@@ -40,6 +40,7 @@ from floodway.http.handoff import DeadlineHandoff
 from floodway.http.metrics import Metrics
 from floodway.http.middleware import UNKNOWN_LABEL, Observe
 from floodway.http.openai import OpenAIRoutes
+from floodway.http.openapi import OpenAPIPage
 from floodway.http.protocols import SYSTEM_CLOCK, Backend, Clock, Jobs
 from floodway.routers.admission import ApiKeys
 
@@ -49,7 +50,8 @@ def make_asgi_app(app: App, backend: Backend, *, lifespan: Any = None,
                   on_arrival: Callable[[str, float], None] | None = None,
                   clock: Clock = SYSTEM_CLOCK,
                   build_key: Callable[[str], str | None] | None = None,
-                  shared_cache: SharedKV | None = None) -> Starlette:
+                  shared_cache: SharedKV | None = None,
+                  private_detail: bool = False) -> Starlette:
     """The router ASGI app for every endpoint of `app`, running work on `backend`.
 
     `lifespan` (a Starlette lifespan context) starts and stops the backend with the server.
@@ -65,7 +67,11 @@ def make_asgi_app(app: App, backend: Backend, *, lifespan: Any = None,
     two builds during a rollout); the response cache (`floodway.cache`) keys outputs by it
     and is off without it. `shared_cache`: the store of the cache's shared tier (a
     `modal.Dict` on Modal), for endpoints with ``fw.Cache(shared=True)``.
-    The keys are kept as ``state.api_keys``, the response cache as ``state.cache``.
+    `private_detail`: ``/metrics`` and the detail of ``/readyz`` (process ids, build ids,
+    queues, job counts) need a valid key (`floodway.http.handlers.Handlers`); ``/healthz``
+    stays open. With no keys configured nothing is refused.
+    The keys are kept as ``state.api_keys``, the response cache as ``state.cache``, the
+    metrics as ``state.metrics``.
     """
     keys = api_keys or ApiKeys()
     cache = ResponseCache(app, build_key or _no_build, monotonic=clock.monotonic,
@@ -75,7 +81,7 @@ def make_asgi_app(app: App, backend: Backend, *, lifespan: Any = None,
     backend.add_batch_listener(metrics.batch)
     admission = Admission(app, keys, metrics=metrics, clock=clock, on_arrival=on_arrival)
     h = Handlers(app, backend, jobs, admission=admission, metrics=metrics,
-                 handoff=DeadlineHandoff(clock), cache=cache)
+                 handoff=DeadlineHandoff(clock), cache=cache, private_detail=private_detail)
     observed = [Middleware(Observe, metrics=metrics, endpoints=frozenset(app.endpoints),
                            clock=clock)]
     # Named by the body's "model", not the path: "(unknown)" until the handler knows it.
@@ -95,9 +101,11 @@ def make_asgi_app(app: App, backend: Backend, *, lifespan: Any = None,
         Route("/healthz", h.healthz, methods=["GET"]),
         Route("/readyz", h.readyz, methods=["GET"]),
         Route("/metrics", h.metrics_page, methods=["GET"]),
+        Route("/openapi.json", OpenAPIPage(h).page, methods=["GET"]),
     ])
     asgi.state.api_keys = keys
     asgi.state.cache = cache
+    asgi.state.metrics = metrics
     return asgi
 
 

@@ -166,8 +166,9 @@ OPENAI_PATHS = frozenset({"/v1/models", "/v1/embeddings", "/v1/completions",
 
 
 def is_openai_path(path: str) -> bool:
-    """Whether `path` is one of the OpenAI-compatible routes (``/v1/models/<id>`` too)."""
-    return path in OPENAI_PATHS or (path.startswith("/v1/models/") and path.count("/") == 3)
+    """Whether `path` is one of the OpenAI-compatible routes (``/v1/models/<id>`` too, and
+    an id with a "/" in it, ``/v1/models/org%2Fname``: no route, but an OpenAI client's)."""
+    return path in OPENAI_PATHS or path.startswith("/v1/models/")
 
 
 async def http_error(request: Request, exc: Exception) -> JSONResponse:

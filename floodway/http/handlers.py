@@ -15,6 +15,9 @@ then `open_stream` waits for its first event (the deadline hand-off applies only
 then) and the answer streams (`floodway.http.streaming`: SSE, NDJSON) or, for a client that
 did not ask for a stream, is the chunks combined per input.
 
+``/healthz`` always answers; with `private_detail`, ``/metrics`` needs a valid key and
+``/readyz`` shows its detail only to one (its status to anyone).
+
 `run_sync` and `open_stream(..., allow_async=False)` are the same paths for routes whose
 clients cannot follow a job (the OpenAI-compatible ones): no async spill, no hand-off, no
 ``Prefer: respond-async``.
@@ -37,7 +40,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from floodway.cache import Lookup, ResponseCache
-from floodway.errors import RequestError
+from floodway.errors import RequestError, Unauthorized
 from floodway.functions.app import App
 from floodway.http.admit import Admission, Admitted
 from floodway.http.cache import directives, noted
@@ -70,10 +73,18 @@ class Handlers:
 
     def __init__(self, app: App, backend: Backend, jobs: Jobs | None, *,
                  admission: Admission, metrics: Metrics, handoff: DeadlineHandoff,
-                 cache: ResponseCache):
+                 cache: ResponseCache, private_detail: bool = False):
         self.app, self.backend, self.jobs = app, backend, jobs
         self.admission, self.metrics, self.handoff = admission, metrics, handoff
-        self.cache = cache
+        self.cache, self.private_detail = cache, private_detail
+
+    def _keyed(self, request: Request) -> bool:
+        """Whether `request` carries a valid key (any request, when no keys are set)."""
+        try:
+            self.admission.tenant(request)
+        except Unauthorized:
+            return False
+        return True
 
     # ------------------------------------------------------------------ routes
     async def predict(self, request: Request) -> Response:
@@ -119,10 +130,19 @@ class Handlers:
         return JSONResponse({"status": "ok"})
 
     async def readyz(self, request: Request) -> Response:
+        """200 once ready, else 503; with the backend's detail, unless `private_detail` and
+        the request carries no valid key (then only ``{"ready"}``: a probe needs no more)."""
         detail = self.backend.readiness()
-        return JSONResponse(detail, status_code=200 if detail.get("ready") else 503)
+        status = 200 if detail.get("ready") else 503
+        if self.private_detail and not self._keyed(request):
+            return JSONResponse({"ready": bool(detail.get("ready"))}, status_code=status)
+        return JSONResponse(detail, status_code=status)
 
     async def metrics_page(self, request: Request) -> Response:
+        """Prometheus text; with `private_detail`, only for a request with a valid key
+        (401 otherwise, as any keyed route)."""
+        if self.private_detail:
+            self.admission.tenant(request)   # raises Unauthorized (401)
         body, content_type = self.metrics.render()
         return Response(body, media_type=content_type)
 

@@ -16,12 +16,24 @@
     floodway_batch_rows{endpoint}                       histogram: rows per batch sent
     floodway_batch_seconds{endpoint}                    histogram: compute seconds per batch
     floodway_batch_padded_tokens{endpoint}              histogram: padded tokens per text batch
+    floodway_connections_open                           gauge: open client connections
+    floodway_connections_closed_total{reason}           counter: header_timeout, over_cap
+                                                        (`floodway serve`)
     floodway_batch_service_seconds{endpoint}            histogram: router-side seconds per batch
     floodway_dropped_total{endpoint, lane, reason}      counter: queued rows dropped before a
-                                                        model (deadline, cancelled)
+                                                        model (deadline, cancelled;
+                                                        cancelled_at_worker,
+                                                        deadline_at_worker: skipped in the
+                                                        worker's pipe)
     floodway_container_events_total{endpoint, lane, event}  counter: start, failed, stuck,
-                                                        scale_down
+                                                        scale_down, rolled, recycled
     floodway_jobs{state}                                gauge: async jobs by state
+    floodway_job_store_bytes                            gauge: bytes the local job store holds
+                                                        (unfinished jobs' inputs, results)
+    floodway_job_store_tenant_bytes{tenant}             gauge: the same per tenant
+    floodway_job_store_quota_bytes{scope}               gauge: its quotas (total, tenant)
+    floodway_job_store_rejections_total{reason}         counter: submits refused (total,
+                                                        tenant: over a quota; disk_full)
   streaming endpoints:
     floodway_time_to_first_chunk_seconds{endpoint}      histogram: request arrival -> an
                                                         input's first chunk
@@ -171,12 +183,55 @@ class _CacheCollector:
 class _JobsCollector:
     def __init__(self, counts: Callable[[], dict[str, int]]):
         self.counts = counts
+        # A job queue that stores its jobs (the local one) also tells its bytes and the
+        # submits it refused (`floodway.jobs.local.LocalJobs.storage`).
+        self.storage = getattr(getattr(counts, "__self__", None), "storage", None)
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         jobs = GaugeMetricFamily("floodway_jobs", "Async jobs by state", labels=["state"])
         for state, n in self.counts().items():
             jobs.add_metric([state], n)
         yield jobs
+        if callable(self.storage):
+            yield from _job_storage(self.storage())
+
+
+def _job_storage(s: dict[str, Any]) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+    yield GaugeMetricFamily("floodway_job_store_bytes", "Bytes the job store holds (inputs "
+                            "of unfinished jobs, results of finished ones)", value=s["bytes"])
+    tenants = GaugeMetricFamily("floodway_job_store_tenant_bytes",
+                                "Bytes the job store holds per tenant", labels=["tenant"])
+    for tenant, n in s["tenants"].items():
+        tenants.add_metric([tenant], n)
+    quota = GaugeMetricFamily("floodway_job_store_quota_bytes",
+                              "The job store's quotas on stored bytes", labels=["scope"])
+    for scope, n in s["quota_bytes"].items():
+        quota.add_metric([scope], n)
+    refused = CounterMetricFamily("floodway_job_store_rejections",
+                                  "Job submits refused: over a quota or the disk full",
+                                  labels=["reason"])
+    for reason, n in s["rejections"].items():
+        refused.add_metric([reason], n)
+    yield from (tenants, quota, refused)
+
+
+class _ConnectionsCollector:
+    """The server's connections (`floodway.runtime.connections.ConnectionStats.snapshot`)."""
+
+    def __init__(self, stats: Callable[[], dict[str, Any]]):
+        self.stats = stats
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        now = self.stats()
+        gauge = GaugeMetricFamily("floodway_connections_open", "Open client connections")
+        gauge.add_metric([], now.get("open", 0))
+        closed = CounterMetricFamily("floodway_connections_closed",
+                                     "Connections the router closed, by reason",
+                                     labels=["reason"])
+        for reason in ("header_timeout", "over_cap"):
+            closed.add_metric([reason], now.get("closed", {}).get(reason, 0))
+        yield gauge
+        yield closed
 
 
 class Metrics:
@@ -247,6 +302,10 @@ class Metrics:
 
     def shed(self, endpoint: str, status: int) -> None:
         self.sheds.labels(endpoint, str(status)).inc()
+
+    def watch_connections(self, stats: Callable[[], dict[str, Any]]) -> None:
+        """Export the server's open connections and closes (`_ConnectionsCollector`)."""
+        self.registry.register(_ConnectionsCollector(stats))
 
     def batch(self, endpoint: str, rows: int, compute_s: float, padded_tokens: int = 0,
               service_s: float = 0.0) -> None:

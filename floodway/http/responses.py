@@ -37,8 +37,9 @@ def outputs(endpoint: str, inputs: list[Any], results: list[Any]) -> list[Any]:
     with the other outputs (`outputs`, None per failed item; `item_errors`): 500, or the
     client error every failed item shares (422 "input_error" when each failed on its input,
     e.g. a prompt too long for the model; its `field` the first one's); Unavailable (503)
-    when every failed item found no capacity. Raises EndpointError when the count of
-    results does not match the inputs."""
+    when every failed item found no capacity; TimeoutError (504) when every input ran past
+    its deadline. Raises EndpointError when the count of results does not match the
+    inputs."""
     if len(results) != len(inputs):
         raise EndpointError(f"endpoint {endpoint!r} returned {len(results)} outputs for "
                             f"{len(inputs)} inputs")
@@ -46,6 +47,10 @@ def outputs(endpoint: str, inputs: list[Any], results: list[Any]) -> list[Any]:
     if not failed:
         return results
     if all(isinstance(r, Unavailable) for _, r in failed):
+        raise failed[0][1]
+    if len(failed) == len(results) and all(isinstance(r, TimeoutError) for _, r in failed):
+        # Every input past its deadline (a stream's first chunk, or max_stream_s): the
+        # request's deadline answer (504), as a one-input request gets, not the endpoint's.
         raise failed[0][1]
     first_i, first = failed[0]
     status, kind = _client_error([r for _, r in failed])

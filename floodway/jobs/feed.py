@@ -22,6 +22,16 @@ Unavailable (the runner's bounded backoff, the jobs back in the store): before, 
 without a slot went back to the store for the whole Retry-After (up to 30 s) and the runner
 paused, so a backlog drained in steps of a Retry-After while containers sat idle.
 
+When work starts: a claimed job costs no attempt until its rows go to a container. The pool
+wakes the job queue as each batch is handed to a container (the batcher's send callback,
+`floodway.runtime.pool_jobs.JobLink.wake`), and `capacity_changed()` then looks at each
+group in the batcher: one whose Pending says `dispatched()` (some of its rows left the
+router's queue for a container, in that same turn of the event loop) has started, and
+`on_start` hears its jobs (`JobRunner.started`: one attempt each). A group is one request to
+the batcher, which tells rows sent from rows queued but not which rows: its jobs all start
+with its first batch (a group is at most the pool's job room: about a batch per idle
+container, sent together).
+
 What goes where: jobs run at low priority, behind every sync request, and a batch of job rows
 goes only to a container with nothing in flight (`floodway.routers.batcher`): a sync request
 waits for at most the job batch already running on a container, never for job rows queued.
@@ -76,23 +86,42 @@ class JobFeed:
     `decide(endpoint, inputs, tenant, first_job)`: the decision for a group;
     `enqueue(endpoint, inputs, tenant)`: its Pending; `start_cold(endpoint)`: ask for a
     container; `grouped(endpoint)`: whether that endpoint's jobs may share a request
-    (False for a streaming endpoint). `clock`: the capacity waits."""
+    (False for a streaming endpoint); `on_start(job_ids)`: these jobs' work reached a
+    container (see the module). `clock`: the capacity waits."""
 
     def __init__(self, *, decide: Decide, enqueue: Enqueue,
                  start_cold: Callable[[str], Any], grouped: Callable[[str], bool],
-                 clock: Clock = SYSTEM_CLOCK):
+                 clock: Clock = SYSTEM_CLOCK,
+                 on_start: Callable[[list[str]], None] | None = None):
         self.decide, self.enqueue, self.start_cold = decide, enqueue, start_cold
-        self.grouped, self.clock = grouped, clock
+        self.grouped, self.clock, self.on_start = grouped, clock, on_start
         self.claimed_rows: Counter[str] = Counter()   # claimed, not yet in the batcher
         self._groups: dict[tuple[str, str], list[tuple[Job, asyncio.Future]]] = {}
+        # Groups in the batcher whose work has not reached a container yet.
+        self._queued: dict[int, tuple[Pending, list[tuple[Job, asyncio.Future]]]] = {}
         self._flush_due = False
         self._capacity: asyncio.Event | None = None
         self._tasks: set[asyncio.Task] = set()
 
     def capacity_changed(self) -> None:
-        """A slot may have freed: groups waiting for capacity are decided again now."""
+        """A batch went to a container, or a slot may have freed: groups in the batcher
+        whose rows reached a container have started (`on_start`); groups waiting for
+        capacity are decided again now."""
+        self.check_started()
         if self._capacity is not None:
             self._capacity.set()
+
+    def check_started(self) -> list[str]:
+        """Tell `on_start` the jobs of each group whose rows left the router's queue for a
+        container (`Pending.dispatched()`) since the last look; their ids."""
+        started: list[str] = []
+        for key, (pending, members) in list(self._queued.items()):
+            if pending.dispatched():
+                del self._queued[key]
+                started += [job.id for job, fut in members if not fut.done()]
+        if started and self.on_start is not None:
+            self.on_start(started)
+        return started
 
     async def run(self, job: Job) -> list[Any]:
         """`job`'s results, one per input (its output or the exception that failed it);
@@ -134,6 +163,7 @@ class JobFeed:
                 raise
             return
         self.claimed_rows[endpoint] -= rows
+        self._queued[id(pending)] = (pending, members)
         try:
             results = await pending
         except Exception as e:  # noqa: BLE001 - every job of the group hears it
@@ -141,6 +171,8 @@ class JobFeed:
                 if not fut.done():
                     fut.set_exception(e)
             return
+        finally:
+            self._queued.pop(id(pending), None)
         at = 0
         for job, fut in members:
             n = len(job.inputs)

@@ -2,11 +2,16 @@
 
     queued -> running -> succeeded -> expired
        ^       |    \\-> failed -------^
-       '-------'   fail(retry=True) or release; an expired lease: running -> running
+       '-------'   fail(retry=True), release, or its lease expired (the owner died)
 
 `TRANSITIONS` is the whole state machine: the store checks every write against it
 (`check_transition`) and raises IllegalTransition for anything else. Succeeded and failed
 are final but for expiry; expired is terminal.
+
+Attempts count work that started, not claims: a running job is first only claimed (its
+owner holds it, nothing runs yet), then started (its rows went to a container: one
+attempt). A job handed back before it started (its lease expired, or it was released)
+costs no attempt; see `floodway.jobs.store`.
 
 Idempotency keys and body hashes (`check_key`, `body_sha256`) are shared by every job queue
 (local SQLite and Modal), so that the same key means the same thing on both.
@@ -40,7 +45,7 @@ class JobState(enum.StrEnum):
 
 
 TRANSITIONS: dict[JobState, frozenset[JobState]] = {
-    # queued -> failed: claimed with its attempts already used up (max_attempts lowered).
+    # queued -> failed: claimed with its attempts already used up (`floodway.jobs.leases`).
     # queued -> succeeded: a stale owner delivers after its job was re-queued (first wins).
     JobState.QUEUED: frozenset({JobState.RUNNING, JobState.FAILED, JobState.SUCCEEDED}),
     # running -> running: re-claimed by another owner after its lease expired.
@@ -74,7 +79,11 @@ class Job:
     """One job as stored. Times are epoch seconds; `finished_s`/`expires_s` are None until
     the job succeeded or failed. `error` holds the last error while a job is retried.
     `outputs`: the outputs once succeeded; for a job failed on some items only, its partial
-    result ``{"outputs", "item_errors"}``."""
+    result ``{"outputs", "item_errors"}``. `inputs` are kept until the job finishes ([]
+    after). `attempts`: attempts whose work started (or that failed); `started_s`: when the
+    attempt under way started (None while only claimed); `claims`: times handed out;
+    `lost`: attempts lost with their router (its lease expired after the work started);
+    `completions`: results delivered (the first one kept)."""
 
     id: str
     endpoint: str
@@ -89,6 +98,10 @@ class Job:
     updated_s: float
     finished_s: float | None
     expires_s: float | None
+    started_s: float | None = None
+    claims: int = 0
+    lost: int = 0
+    completions: int = 0
 
     @property
     def done(self) -> bool:

@@ -15,6 +15,12 @@ slot frees, and the unfinished jobs' rows count as demand for the warm pool (`ba
 Without it, at most `concurrency` jobs run at once. Under a sustained overload jobs wait for
 the burst to pass, which is what spilling to async is for; then they drain at the pool's
 capacity.
+
+A job's attempt is counted when its rows go to a container (the pool's send wake-up,
+`JobFeed.check_started`), not when it is claimed: a router killed over and over leaves the
+jobs it had only claimed uncharged. The store's bytes are bounded (`max_bytes`, per tenant
+`max_tenant_bytes`; `floodway.jobs.quota`): a submit over a quota is a 503 with
+Retry-After; `storage()` gives the bytes and the refusals to the metrics.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from floodway.functions.app import App
 from floodway.http.protocols import SYSTEM_CLOCK, Backend, Clock
 from floodway.jobs.feed import JobCapacity, JobFeed
 from floodway.jobs.job import Job, JobState
+from floodway.jobs.quota import MAX_BYTES, MAX_TENANT_BYTES, REASONS
 from floodway.jobs.runner import JobRunner
 from floodway.jobs.store import JobStore
 from floodway.routers.admission import Priority
@@ -62,19 +69,23 @@ def default_jobs_path(store_root: str | Path, app_name: str) -> Path:
 class LocalJobs:
     """The `floodway.http.protocols.Jobs` of the local runtime: jobs in the SQLite file at
     `path`, run on `backend`. `capacity`: the pool's job capacity (see the module; None:
-    at most `concurrency` jobs at once, whatever the pool can take). `clock`: the store's
-    times (`wall`) and the runner's waits."""
+    at most `concurrency` jobs at once, whatever the pool can take). `max_bytes`,
+    `max_tenant_bytes`: the store's quotas on stored bytes. `clock`: the store's times
+    (`wall`) and the runner's waits."""
 
     def __init__(self, app: App, backend: Backend, path: str | Path, *,
                  ttl_s: float = 86400.0, concurrency: int | None = None,
                  lease_s: float = 10.0, clock: Clock = SYSTEM_CLOCK,
-                 capacity: JobCapacity | None = None):
+                 capacity: JobCapacity | None = None, max_bytes: int = MAX_BYTES,
+                 max_tenant_bytes: int = MAX_TENANT_BYTES):
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         self.app, self.backend, self.capacity, self.clock = app, backend, capacity, clock
-        self.store = JobStore(path, ttl_s=ttl_s, clock=clock.wall)
+        self.store = JobStore(path, ttl_s=ttl_s, clock=clock.wall, max_bytes=max_bytes,
+                              max_tenant_bytes=max_tenant_bytes)
         self.feed = JobFeed(decide=self._decide_group, enqueue=self._enqueue,
                             start_cold=lambda ep: self.backend.start_cold(ep),
-                            grouped=self._grouped, clock=clock)
+                            grouped=self._grouped, clock=clock,
+                            on_start=lambda ids: self.runner.started(ids))
         self.runner = JobRunner(self.store, self._run, owner=f"router-{os.getpid()}-"
                                 f"{uuid.uuid4().hex[:8]}", lease_s=lease_s,
                                 concurrency=concurrency or (MAX_INFLIGHT_JOBS if capacity
@@ -88,7 +99,8 @@ class LocalJobs:
                      priority: Priority, idempotency_key: str | None
                      ) -> tuple[dict[str, Any], bool]:
         """Store the job durably (before the caller answers 202) -> (wire form, created).
-        Raises RequestError (409 reused Idempotency-Key, 400 malformed key).
+        Raises RequestError (409 reused Idempotency-Key, 400 malformed key, 413 larger
+        than a quota), Unavailable (503: the store is over a quota or its disk is full).
 
         The commit waits for an fsync (milliseconds): it runs on a thread so that a burst
         spilled to async does not stall the event loop and every other request with it."""
@@ -117,6 +129,16 @@ class LocalJobs:
 
     def counts(self) -> dict[str, int]:
         return self.store.counts()
+
+    def storage(self) -> dict[str, Any]:
+        """For the metrics: ``{"bytes": all jobs' stored bytes, "tenants": {tenant:
+        bytes}, "quota_bytes": {"total", "tenant"}, "rejections": {reason: submits
+        refused}}`` (reasons: total, tenant, disk_full)."""
+        total, tenants = self.store.stored_bytes()
+        quota = self.store.quota
+        return {"bytes": total, "tenants": tenants,
+                "quota_bytes": {"total": quota.max_bytes, "tenant": quota.max_tenant_bytes},
+                "rejections": {r: quota.rejections[r] for r in REASONS}}
 
     def room(self) -> dict[str, int]:
         """Jobs the runner may claim now per endpoint: the pool's `job_room` less the rows

@@ -2,7 +2,9 @@
 
 Outcomes map onto the store as:
 - `run` returns a list          -> complete (the first completion wins, see JobStore);
-- Unavailable                   -> release (not an attempt) and back off: that job and this
+- Unavailable                   -> release (an attempt only if its work had started: a
+                                   job whose containers die under it uses its attempts up)
+                                   and back off: that job and this
                                    runner's claims wait `retry_after_s`, at most a backoff
                                    that doubles from `MIN_BACKOFF_S` per Unavailable in a row
                                    up to `MAX_BACKOFF_S` (a container died twice, or no
@@ -12,17 +14,23 @@ Outcomes map onto the store as:
                                    freed) ends the runner's pause at once;
 - RequestError / EndpointError  -> fail(retry=False) with the message (a re-run cannot help);
 - any other exception           -> fail(retry=True) (may be transient);
-- the runner dies or is killed  -> nothing: the lease expires and any runner re-claims it.
+- the runner dies or is killed  -> nothing: the lease expires and the job goes back to the
+                                   queue, uncharged unless its work had started.
+
+Attempts: `run` (the job feed) calls `started(jobs)` when the jobs' work reaches a model;
+that is what counts an attempt (`floodway.jobs.leases`), not the claim.
 
 While `run` is in flight the lease is renewed every `lease_s / 3` seconds, so only a dead
 runner (or a stalled event loop) lets it expire.
 
 How much it claims: at most `concurrency` jobs in flight, and, given `room` (the local pool's
-job capacity, `floodway.jobs.feed`), per endpoint no more jobs than `room()` says the
-endpoint can take now (rows of job work: each job has at least one row), so that claims
-follow the pool's free capacity instead of a fixed count. An endpoint whose claim came back
-short has nothing claimable: it is not asked again until a submit's `wake()` or `poll_s`
-later, so capacity wake-ups under sync traffic cost no store transaction.
+job capacity, `floodway.jobs.feed`), per endpoint whole jobs while fewer rows than `room()`
+says the endpoint can take now (rows of job work), so that claims follow what the pool can
+start soon instead of a fixed count: a claimed job waits for a slot in the router, not in
+the store, and a router killed meanwhile leaves it in the store uncharged. An endpoint
+whose claim came back short has nothing claimable: it is not asked again until a submit's
+`wake()` or `poll_s` later, so capacity wake-ups under sync traffic cost no store
+transaction.
 
 The store calls run inline on the event loop: each is one short SQLite transaction (a few
 milliseconds at most, an fsync for writes) and the loop thread already does the same for
@@ -113,8 +121,8 @@ class JobRunner:
             task.cancel()
         await asyncio.gather(*left, return_exceptions=True)
         if release:
-            for job_id in left.values():
-                self.store.release(job_id, self.owner)
+            for job_id in left.values():   # our stop, not the job's doing: uncharged
+                self.store.release(job_id, self.owner, uncharge=True)
 
     # ------------------------------------------------------------------ internals
     async def _claim_loop(self) -> None:
@@ -128,9 +136,10 @@ class JobRunner:
                 await within(self.clock, self._wake.wait(), self.poll_s)
 
     def _wants(self) -> list[tuple[list[str] | None, int]]:
-        """(endpoints, limit) of each claim to make now: one for all endpoints without
-        `room`, else one per endpoint with room whose last claim did not come back short
-        within `poll_s` (delayed jobs and expired leases come due without a wake)."""
+        """(endpoints, rows) of each claim to make now: one for all endpoints without
+        `room` (a job each, up to `concurrency`), else one per endpoint with room whose
+        last claim did not come back short within `poll_s` (delayed jobs and expired leases
+        come due without a wake)."""
         if self.room is None:
             return [(self.endpoints, self.concurrency - len(self._inflight))]
         now = self.clock.monotonic()
@@ -146,19 +155,34 @@ class JobRunner:
             limit = min(want, self.concurrency - len(self._inflight))
             if limit <= 0:
                 break
+            max_rows = want if self.room is not None else None
             try:
                 jobs = self.store.claim(self.owner, lease_s=self.lease_s, endpoints=eps,
-                                        limit=limit)
+                                        limit=limit, max_rows=max_rows)
             except Exception:   # a locked or broken store must not end the loop
                 log.exception("claiming jobs failed; retrying in %.1fs", self.poll_s)
                 return False
             for job in jobs:
                 task = asyncio.get_running_loop().create_task(self._run_one(job))
                 self._inflight[task] = job.id
-            if len(jobs) < limit and eps is not None and self.room is not None:
+            # Short: fewer jobs than asked and fewer rows (the store stops at max_rows).
+            short = len(jobs) < limit and (max_rows is None or
+                                           sum(max(1, len(j.inputs)) for j in jobs) < max_rows)
+            if short and eps is not None and self.room is not None:
                 self._drained.update(dict.fromkeys(eps, self.clock.monotonic()))
-            full = full or (bool(jobs) and len(jobs) == limit)
+            full = full or (bool(jobs) and not short)
         return full
+
+    def started(self, job_ids: Iterable[str]) -> None:
+        """The work of these jobs reached a model: count their attempts (`JobStore.start`).
+        A store that cannot be written now is logged: the jobs run on, uncharged. Nothing
+        once stopping: what is in flight then is handed back uncharged (`stop`)."""
+        if self._stopping:
+            return
+        try:
+            self.store.start(job_ids, self.owner)
+        except Exception:
+            log.exception("recording that jobs started failed; their attempts not counted")
 
     async def _renew(self, job_id: str) -> None:
         while True:
@@ -195,8 +219,9 @@ class JobRunner:
             backoff_s = min(MIN_BACKOFF_S * 2 ** (self._failures - 1), MAX_BACKOFF_S)
             delay_s = min(max(e.retry_after_s, 0.0), backoff_s)
             self._paused_until = self.clock.monotonic() + delay_s
-            # No capacity is not a failed attempt: back to the queue, attempts unchanged.
-            if not self.store.release(job.id, self.owner, delay_s=delay_s):
+            # No capacity is not a failed attempt: back to the queue, attempts unchanged
+            # (work that started and was lost with its container counted at its start).
+            if not self.store.release(job.id, self.owner, delay_s=delay_s, error=str(e)):
                 log.info("job %s: no longer ours; not released: %s", job.id, e)
         except EndpointError as e:
             partial = None if e.outputs is None else {"outputs": e.outputs,

@@ -8,13 +8,12 @@ last ones (https://www.sqlite.org/pragma.html#pragma_synchronous). `sync="FULL"`
 commit and survives those too, at milliseconds per job, serialized: a burst of hundreds
 of jobs spilled at once waits seconds for its 202s (this project's burst probe).
 
-Delivery is lease-based and at-least-once, like SQS visibility timeouts or Celery's
-``acks_late``: `claim` hands a job out with a lease (``lease_s``); the owner `renew`s it while
-it runs and `complete`s or `fail`s it. A job whose lease ran out (its worker or router died)
-is claimable again by anyone; every claim counts an attempt, and a job whose attempts reached
-``max_attempts`` is failed instead of being handed out again. The first `complete` wins, even
-from an owner whose lease had expired (its result is as good as a re-run's); later ones change
-nothing.
+Delivery is lease-based and at-least-once, and attempts count work, not claims
+(`floodway.jobs.leases`: claim, start, renew, complete, fail, release).
+
+Storage is bounded (`floodway.jobs.quota`): a submit past the total or the tenant's quota
+of stored bytes, or on a full disk, is refused with Unavailable (503) and stores nothing; a
+job's inputs are dropped when it finishes.
 
 Idempotency keys work as in Stripe's API and the IETF Idempotency-Key draft: the same
 (tenant, endpoint, key) returns the job already created, whatever its state; the same key with
@@ -42,13 +41,13 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
 from floodway.codec import dumps, loads
-from floodway.errors import FloodwayError, RequestError
+from floodway.errors import FloodwayError, RequestError, Unavailable
 from floodway.jobs.job import (
     ID_RE,
     PRIORITIES,
@@ -58,7 +57,9 @@ from floodway.jobs.job import (
     check_key,
     check_transition,
 )
-from floodway.jobs.schema import SCHEMA, SCHEMA_VERSION
+from floodway.jobs.leases import MAX_LOST_ATTEMPTS, Leases
+from floodway.jobs.quota import MAX_BYTES, MAX_TENANT_BYTES, Quota, is_disk_full, stored_bytes
+from floodway.jobs.schema import SCHEMA_VERSION, migrate
 
 BUSY_TIMEOUT_MS = 5000
 # How long an expired job answers as expired (410) before its row is deleted (then 404).
@@ -69,22 +70,30 @@ def _scope(tenant: str | None, endpoint: str, key: str | None) -> str | None:
     return None if key is None else json.dumps([tenant, endpoint, key])
 
 
-class JobStore:
+class JobStore(Leases):
     """Durable jobs in the SQLite file at `path` (created with its schema if missing).
 
     `ttl_s`: how long a finished job (and its idempotency key) is kept. `tombstone_s`: how
-    long after that an expired job still answers as expired. `max_attempts`: how many times a
-    job is handed out before it fails for good. `clock`: epoch seconds.
+    long after that an expired job still answers as expired. `max_attempts`: how many
+    attempts a job gets before it fails for good, `max_lost_attempts`: how many it may lose
+    with their router (`floodway.jobs.leases`). `max_bytes`,
+    `max_tenant_bytes`: the quotas on stored bytes (`floodway.jobs.quota`). `clock`: epoch
+    seconds. Raises ValueError for a bad setting, FloodwayError for a file of a newer schema.
     """
 
     def __init__(self, path: str | os.PathLike[str], *, ttl_s: float = 86400.0,
                  max_attempts: int = 3, clock: Callable[[], float] = time.time,
-                 sync: str = "NORMAL", tombstone_s: float = TOMBSTONE_S):
-        if ttl_s <= 0 or max_attempts < 1 or sync not in ("NORMAL", "FULL") or tombstone_s < 0:
-            raise ValueError("ttl_s must be > 0, max_attempts >= 1, sync NORMAL or FULL, "
-                             "tombstone_s >= 0")
+                 sync: str = "NORMAL", tombstone_s: float = TOMBSTONE_S,
+                 max_bytes: int = MAX_BYTES, max_tenant_bytes: int = MAX_TENANT_BYTES,
+                 max_lost_attempts: int = MAX_LOST_ATTEMPTS):
+        if ttl_s <= 0 or max_attempts < 1 or sync not in ("NORMAL", "FULL") or \
+                tombstone_s < 0 or max_lost_attempts < 1:
+            raise ValueError("ttl_s must be > 0, max_attempts >= 1, max_lost_attempts >= 1, "
+                             "sync NORMAL or FULL, tombstone_s >= 0")
+        self.max_lost_attempts = max_lost_attempts
         self.path, self.ttl_s, self.max_attempts, self.clock = path, ttl_s, max_attempts, clock
         self.tombstone_s = tombstone_s
+        self.quota = Quota(max_bytes, max_tenant_bytes)
         self._purge_every_s = min(ttl_s, 60.0)
         self._next_purge_s = 0.0
         self._lock = threading.Lock()
@@ -96,13 +105,17 @@ class JobStore:
             self._db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
             self._db.execute("PRAGMA journal_mode = WAL")
             self._db.execute(f"PRAGMA synchronous = {sync}")
-            version = self._db.execute("PRAGMA user_version").fetchone()[0]
-            if version > SCHEMA_VERSION:
-                self._db.close()
-                raise FloodwayError(f"job store {os.fspath(path)!r} has schema version "
-                                    f"{version}; this floodway knows up to {SCHEMA_VERSION}")
-            self._db.executescript(f"BEGIN IMMEDIATE; {SCHEMA} "
-                                   f"PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;")
+        try:
+            with self._write() as db:   # one migration at a time, however many processes
+                version = db.execute("PRAGMA user_version").fetchone()[0]
+                if version > SCHEMA_VERSION:
+                    raise FloodwayError(f"job store {os.fspath(path)!r} has schema version "
+                                        f"{version}; this floodway knows up to "
+                                        f"{SCHEMA_VERSION}")
+                migrate(db, version)
+        except BaseException:
+            self._db.close()
+            raise
 
     # ------------------------------------------------------------------ plumbing
     @contextmanager
@@ -111,11 +124,12 @@ class JobStore:
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 yield self._db
+                # A failed COMMIT (a full disk) is rolled back too: never left open.
+                self._db.execute("COMMIT")
             except BaseException:
                 if self._db.in_transaction:
                     self._db.execute("ROLLBACK")
                 raise
-            self._db.execute("COMMIT")
 
     def _job(self, row: sqlite3.Row) -> Job:
         return Job(id=row["id"], endpoint=row["endpoint"], tenant=row["tenant"],
@@ -124,7 +138,8 @@ class JobStore:
                    outputs=None if row["outputs"] is None else loads(row["outputs"]),
                    error=row["error"], attempts=row["attempts"], created_s=row["created_s"],
                    updated_s=row["updated_s"], finished_s=row["finished_s"],
-                   expires_s=row["expires_s"])
+                   expires_s=row["expires_s"], started_s=row["started_s"],
+                   claims=row["claims"], lost=row["lost"], completions=row["completions"])
 
     def _update(self, db: sqlite3.Connection, row: sqlite3.Row, new: JobState,
                 **cols: Any) -> None:
@@ -134,8 +149,9 @@ class JobStore:
         db.execute(f"UPDATE jobs SET {sets} WHERE id = ?", [*cols.values(), row["id"]])
 
     def _finish(self, now: float) -> dict[str, Any]:
+        # A finished job's inputs are dropped: only its result is kept (bounded storage).
         return {"owner": None, "lease_until_s": None, "updated_s": now, "finished_s": now,
-                "expires_s": now + self.ttl_s}
+                "expires_s": now + self.ttl_s, "inputs": "[]"}
 
     def _maybe_purge(self, db: sqlite3.Connection, now: float) -> None:
         if now >= self._next_purge_s:
@@ -160,7 +176,9 @@ class JobStore:
         state. With an `owner`, the new job starts running, leased to it for `lease_s` s
         (its first attempt: work under way, adopted as a job). Raises RequestError: 409 when
         the key was used for another request (endpoint or inputs), 400 for a malformed key,
-        422 for an unknown priority or inputs JSON cannot store (a lone surrogate)."""
+        422 for an unknown priority or inputs JSON cannot store (a lone surrogate), 413 for
+        inputs larger than a quota; Unavailable (503) past a quota or on a full disk
+        (`floodway.jobs.quota`), nothing stored."""
         if priority not in PRIORITIES:
             raise RequestError(f"priority must be one of {sorted(PRIORITIES)}, got {priority!r}",
                                status=422, field="priority")
@@ -172,8 +190,20 @@ class JobStore:
             why = str(e).encode("utf-8", "backslashreplace").decode()[:200]
             raise RequestError(f"inputs cannot be stored as JSON: {why}", status=422,
                                field="inputs") from None
+        try:
+            return self._insert(endpoint, inputs, inputs_json, tenant, priority,
+                                idempotency_key, owner, lease_s)
+        except sqlite3.OperationalError as e:
+            if not is_disk_full(e):
+                raise
+            raise self.quota.disk_full(os.fspath(self.path)) from None
+
+    def _insert(self, endpoint: str, inputs: list[Any], inputs_json: str, tenant: str | None,
+                priority: str, idempotency_key: str | None, owner: str | None,
+                lease_s: float) -> tuple[Job, bool]:
         body_sha = body_sha256(endpoint, inputs)
         scope = _scope(tenant, endpoint, idempotency_key)
+        refused: Unavailable | None = None
         with self._write() as db:
             now = self.clock()
             self._maybe_purge(db, now)
@@ -181,18 +211,29 @@ class JobStore:
                 row = self._keyed(db, scope, body_sha, idempotency_key, now)
                 if row is not None:
                     return self._job(row), False
-            running = owner is not None
-            job = Job(id=uuid.uuid4().hex, endpoint=endpoint, tenant=tenant, priority=priority,
-                      state=JobState.RUNNING if running else JobState.QUEUED, inputs=inputs,
-                      outputs=None, error=None, attempts=int(running), created_s=now,
-                      updated_s=now, finished_s=None, expires_s=None)
-            db.execute(
-                "INSERT INTO jobs (id, endpoint, tenant, priority, rank, state, inputs, "
-                "attempts, owner, lease_until_s, not_before_s, created_s, updated_s, "
-                "idem_scope, body_sha256) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (job.id, endpoint, tenant, priority, PRIORITIES[priority], str(job.state),
-                 inputs_json, job.attempts, owner, now + lease_s if running else None, now,
-                 now, now, scope, body_sha))
+            size = len(inputs_json.encode())
+            if self.quota.check(db, tenant, size) is not None:
+                self._purge(db, now)   # expired results free their bytes first
+                if (over := self.quota.check(db, tenant, size)) is not None:
+                    refused = self.quota.refuse(db, over, tenant, now)
+            if refused is None:
+                running = owner is not None
+                job = Job(id=uuid.uuid4().hex, endpoint=endpoint, tenant=tenant,
+                          priority=priority,
+                          state=JobState.RUNNING if running else JobState.QUEUED,
+                          inputs=inputs, outputs=None, error=None, attempts=int(running),
+                          created_s=now, updated_s=now, finished_s=None, expires_s=None,
+                          started_s=now if running else None, claims=int(running))
+                db.execute(
+                    "INSERT INTO jobs (id, endpoint, tenant, priority, rank, state, inputs, "
+                    "attempts, owner, lease_until_s, not_before_s, created_s, updated_s, "
+                    "idem_scope, body_sha256, started_s, claims) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (job.id, endpoint, tenant, priority, PRIORITIES[priority], str(job.state),
+                     inputs_json, job.attempts, owner, now + lease_s if running else None,
+                     now, now, now, scope, body_sha, job.started_s, job.claims))
+        if refused is not None:   # raised after the commit: the purge above is kept
+            raise refused
         return job, True
 
     def find(self, endpoint: str, inputs: list[Any], *, tenant: str | None,
@@ -220,114 +261,6 @@ class JobStore:
                                "request (other inputs); use a new key for a new request",
                                status=409, field="Idempotency-Key")
         return row
-
-    def claim(self, owner: str, *, lease_s: float, endpoints: Iterable[str] | None = None,
-              limit: int = 1) -> list[Job]:
-        """Atomically take up to `limit` jobs for `owner` with a lease of `lease_s` seconds:
-        queued ones (high priority first, then oldest) and running ones whose lease expired.
-        Each claim counts an attempt; a job that already had `max_attempts` is failed
-        ("gave up after N attempts: ...") instead of being returned."""
-        eps = None if endpoints is None else list(endpoints)
-        where = ("((state = 'queued' AND not_before_s <= :now) "
-                 "OR (state = 'running' AND lease_until_s <= :now))")
-        if eps is not None:
-            where += f" AND endpoint IN ({', '.join(f':e{i}' for i in range(len(eps)))})"
-        taken: list[Job] = []
-        with self._write() as db:
-            now = self.clock()
-            self._maybe_purge(db, now)
-            params: dict[str, Any] = {"now": now, **{f"e{i}": e for i, e in enumerate(eps or [])}}
-            while len(taken) < limit:
-                rows = db.execute(f"SELECT * FROM jobs WHERE {where} "
-                                  "ORDER BY rank, created_s, rowid LIMIT :n",
-                                  {**params, "n": limit - len(taken)}).fetchall()
-                if not rows:
-                    break
-                for row in rows:
-                    expired_lease = row["state"] == JobState.RUNNING
-                    last = (f"lease of {row['owner']} expired" if expired_lease
-                            else row["error"] or "no error recorded")
-                    if row["attempts"] >= self.max_attempts:
-                        self._update(db, row, JobState.FAILED, **self._finish(now),
-                                     error=f"gave up after {row['attempts']} attempts: {last}")
-                        continue
-                    self._update(db, row, JobState.RUNNING, owner=owner,
-                                 lease_until_s=now + lease_s, attempts=row["attempts"] + 1,
-                                 updated_s=now, error=last if expired_lease else row["error"])
-                    taken.append(replace(self._job(row), state=JobState.RUNNING,
-                                         attempts=row["attempts"] + 1, updated_s=now,
-                                         error=last if expired_lease else row["error"]))
-        return taken
-
-    def renew(self, job_id: str, owner: str, lease_s: float) -> bool:
-        """Extend `owner`'s lease to now + `lease_s`; False if it no longer holds the job."""
-        with self._write() as db:
-            now = self.clock()
-            cur = db.execute("UPDATE jobs SET lease_until_s = ?, updated_s = ? "
-                             "WHERE id = ? AND state = 'running' AND owner = ?",
-                             (now + lease_s, now, job_id, owner))
-            return cur.rowcount == 1
-
-    def complete(self, job_id: str, owner: str, outputs: list[Any]) -> bool:
-        """Record the result, once: True if this call finished the job, False if it was
-        already finished (or never handed out). Any owner that ran the job may deliver, even
-        after its lease expired. Raises TypeError/ValueError if `outputs` is not JSON."""
-        outputs_json = dumps(outputs).decode()
-        with self._write() as db:
-            row = db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
-            if row is None or row["attempts"] == 0 or row["state"] not in (
-                    JobState.RUNNING, JobState.QUEUED):
-                return False
-            now = self.clock()
-            # The owner is kept on a finished job: it says who delivered the result.
-            self._update(db, row, JobState.SUCCEEDED,
-                         **{**self._finish(now), "owner": owner}, outputs=outputs_json,
-                         error=None)
-            return True
-
-    @staticmethod
-    def _held(db: sqlite3.Connection, job_id: str, owner: str) -> sqlite3.Row | None:
-        """The job's row if `owner` holds it now (running under its lease)."""
-        return db.execute("SELECT * FROM jobs WHERE id = ? AND state = 'running' "
-                          "AND owner = ?", (job_id, owner)).fetchone()
-
-    def fail(self, job_id: str, owner: str, error: str, *, retry: bool,
-             delay_s: float = 0.0, partial: dict[str, Any] | None = None) -> bool:
-        """Report that `owner`'s attempt failed with `error`. `retry`: put the job back in the
-        queue (claimable after `delay_s` seconds) unless its attempts are used up, in which
-        case it fails ("gave up after N attempts: <error>"). `partial`: what the failed
-        job's answer carries beside its error (``{"outputs", "item_errors"}`` when only some
-        items failed). False if `owner` no longer holds the job (its lease was taken over,
-        or the job already finished)."""
-        partial_json = None if partial is None else dumps(partial).decode()
-        with self._write() as db:
-            row = self._held(db, job_id, owner)
-            if row is None:
-                return False
-            now = self.clock()
-            if retry and row["attempts"] < self.max_attempts:
-                self._update(db, row, JobState.QUEUED, owner=None, lease_until_s=None,
-                             updated_s=now, not_before_s=now + max(0.0, delay_s), error=error)
-            else:
-                if retry:
-                    error = f"gave up after {row['attempts']} attempts: {error}"
-                self._update(db, row, JobState.FAILED, **self._finish(now), error=error,
-                             outputs=partial_json)
-            return True
-
-    def release(self, job_id: str, owner: str, *, delay_s: float = 0.0) -> bool:
-        """Hand a job back to the queue without counting the attempt (a graceful stop, or no
-        capacity yet: not a failure), claimable again after `delay_s` seconds. False if
-        `owner` no longer holds it."""
-        with self._write() as db:
-            row = self._held(db, job_id, owner)
-            if row is None:
-                return False
-            now = self.clock()
-            self._update(db, row, JobState.QUEUED, owner=None, lease_until_s=None,
-                         updated_s=now, not_before_s=now + max(0.0, delay_s),
-                         attempts=max(0, row["attempts"] - 1))
-            return True
 
     def get(self, job_id: str) -> Job | None:
         """The job, or None for an unknown, malformed or purged id. An expired job not yet
@@ -360,6 +293,12 @@ class JobStore:
         out = {str(s): 0 for s in JobState}
         out.update({s: n for s, n in rows})
         return out
+
+    def stored_bytes(self) -> tuple[int, dict[str, int]]:
+        """(bytes all jobs store, bytes per tenant with any; "" for jobs of no tenant):
+        inputs of unfinished jobs, results and errors of finished ones, as UTF-8 JSON."""
+        with self._lock:
+            return stored_bytes(self._db)
 
     def backlog_rows(self) -> dict[str, int]:
         """Rows (inputs) of the jobs not finished, queued or running, per endpoint with

@@ -16,6 +16,10 @@ from floodway.errors import EndpointError
 # The wire types of the item events that end an item (floodway.runtime.protocol's TYPE),
 # and of a streamed chunk, which does not.
 ITEM_RESULT, ITEM_ERROR, ITEM_CHUNK = "item", "item_error", "chunk"
+# The ItemError messages of an item the worker skipped, never ran (floodway.runtime.
+# protocol's DROPPED_CANCELLED and DROPPED_DEADLINE) -> why: a drop, not a failure.
+DROPS = {"Dropped: cancelled (its caller left before it started)": "cancelled",
+         "Dropped: deadline (it passed before the item started)": "deadline"}
 
 
 def why(e: BaseException) -> str:
@@ -39,16 +43,21 @@ class Slot(Protocol):
     id: Any
 
     def submit(self, items: list[tuple[str, Any]],
-               on_item: Callable[[Any], None] | None = None) -> asyncio.Future:
-        """Send a batch; the future resolves to its BatchResultLike. `on_item` hears each
-        item's event as it arrives: an object with `item_id` and its wire `TYPE`
-        (`ITEM_RESULT` with `output`, `ITEM_ERROR` with `message`, `ITEM_CHUNK` with `data`:
-        a streamed chunk, which does not end the item)."""
+               on_item: Callable[[Any], None] | None = None, *,
+               left_s: list[float] | None = None) -> asyncio.Future:
+        """Send a batch; the future resolves to its BatchResultLike (`rows`: those that
+        ran). `on_item` hears each item's event as it arrives: an object with `item_id` and
+        its wire `TYPE` (`ITEM_RESULT` with `output`, `ITEM_ERROR` with `message`,
+        `ITEM_CHUNK` with `data`: a streamed chunk, which does not end the item). `left_s`
+        (not for a streaming endpoint): each item's seconds to its deadline, as of now; an
+        item not started by then is skipped (its ItemError one of `DROPS`)."""
         ...
 
     def cancel_item(self, item_id: str) -> bool:
-        """Stop item `item_id` in flight (a streamed sequence); its batch still ends with
-        the worker's answer. False when it is not in flight here."""
+        """Item `item_id` in flight is no longer wanted: a streamed sequence stops, a batch
+        item not started yet is skipped (`DROPS`); its batch still ends with the worker's
+        answer. False when it is not in flight here. (Optional for a batch endpoint's
+        container.)"""
         ...
 
 
@@ -190,6 +199,8 @@ def early(items: dict[str, Item], endpoint: str, sequences: Any,
         it = items.get(event.item_id)
         if it is None or it.future.done():
             return   # a chunk of a cancelled sequence reaches no one
+        if event.TYPE == ITEM_ERROR and event.message in DROPS:
+            return   # skipped by the worker: settled when its batch ends
         if event.TYPE == ITEM_CHUNK and sequences is not None:
             sequences.chunk(it, event.data, now())
         hear(it, event, endpoint)
@@ -231,7 +242,8 @@ def joins(rows: int, longest: int, shortest: int, length: int,
 
 def group(head: Item, queue: Iterable[Item], now: float, *, max_rows: int,
           max_tokens: int | None, batch_s: Callable[[int, int], float], near_s: float,
-          prio: Callable[[Item], int]) -> tuple[list[Item], list[Item]]:
+          prio: Callable[[Item], int], max_low_s: float | None = None
+          ) -> tuple[list[Item], list[Item]]:
     """The batch `head` (the queue's first item, taken) starts, and the items found past
     their deadline: (batch, expired). `queue`: the other queued items in priority order.
 
@@ -242,7 +254,9 @@ def group(head: Item, queue: Iterable[Item], now: float, *, max_rows: int,
     an item is taken when it fits, else the batch ends there (it heads the next one), so
     no item near its deadline is ever passed over. Nothing is taken below the priority of
     an item passed over, and a batch headed by sync work takes no low-priority item (the
-    batcher's top-up rule)."""
+    batcher's top-up rule). A batch headed by low-priority work (jobs) also stays within
+    `max_low_s` seconds by `batch_s` (None: no bound; its head always goes): a sync request
+    that arrives while it runs waits for no more than that."""
     batch, expired = [head], []
     longest = shortest = head.length
     passed: int | None = None   # the highest priority passed over
@@ -257,7 +271,9 @@ def group(head: Item, queue: Iterable[Item], now: float, *, max_rows: int,
             expired.append(it)
             continue
         hi = max(longest, it.length)
-        fits = max_tokens is None or (len(batch) + 1) * hi <= max_tokens
+        fits = (max_tokens is None or (len(batch) + 1) * hi <= max_tokens) and \
+            (max_low_s is None or p > 0 or batch_s(len(batch) + 1, (len(batch) + 1) * hi)
+             <= max_low_s)
         urgent = it.deadline_s - now <= near_s
         if fits and (urgent or joins(len(batch), longest, shortest, it.length, batch_s)):
             batch.append(it)

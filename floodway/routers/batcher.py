@@ -13,7 +13,9 @@ size `decide()` bounds. Each batch's padded tokens go with its result to `on_bat
 
 Low-priority work (async jobs run at low priority) fills idle capacity below sync work: a
 batch of low-priority items only goes to a container with nothing in flight, so a sync request
-waits for no job rows not yet running (at most for the one job batch a container runs). Top-up
+waits for no job rows not yet running (at most for the one job batch a container runs, which
+`max_low_batch_s` keeps short: a job batch of 32 long texts took 4-8 s on 2 cores, and every
+sync request behind it spilled to async, measured with benchmarks/goodput.py). Top-up
 rule: a batch that starts with higher-priority items is never filled up with low-priority
 ones, since `decide()` plans a sync request's service from the sync rows of its batch (its
 own, the part-filled batch ahead, the sync arrival rate: low arrivals are not counted) and any
@@ -21,10 +23,12 @@ job row would make it slower than planned; job batches already fill every idle c
 (Not for a streaming endpoint: see below.)
 
 Items whose deadline passed or whose caller went away (the future was cancelled) are dropped
-before they reach a model. Results come back keyed by item id and are mapped to the waiting
-futures by id, never by position. A bad item fails alone (the worker re-runs a failing batch
-item by item; an input the worker pipe cannot carry fails before it is sent). A batch lost
-to a dying container is retried once elsewhere; a second loss fails it with Unavailable.
+before they reach a model: from the queue, and on a container until their batch starts (the
+worker skips them: `floodway.routers.batch_send`). Results come back keyed by item id and are
+mapped to the waiting futures by id, never by position. A bad item fails alone (the worker
+re-runs a failing batch item by item; an input the worker pipe cannot carry fails before it
+is sent). A batch lost to a dying container is retried once elsewhere; a second loss fails it
+with Unavailable.
 
 A streaming endpoint's batcher (`streaming`) sends each item (one sequence) on its own, at
 once, and hands each streamed chunk to the item's `on_chunk` listener. Cancelling an item's
@@ -54,7 +58,7 @@ from typing import Any
 
 from floodway.core.estimators import ArrivalRate
 from floodway.core.priors import TEXT_SERVICE_PRIOR
-from floodway.errors import EndpointError, Unavailable
+from floodway.errors import Unavailable
 from floodway.routers.batch_item import (
     ITEM_CHUNK,
     ITEM_ERROR,
@@ -63,15 +67,10 @@ from floodway.routers.batch_item import (
     Item,
     SentBatch,
     Slot,
-    answer,
-    early,
     group,
-    padded,
-    retried,
-    unsendable,
-    why,
 )
 from floodway.routers.batch_queue import QueueCounts, prio
+from floodway.routers.batch_send import Sending
 from floodway.routers.sequences import SequenceBook
 
 log = logging.getLogger("floodway.batcher")
@@ -87,21 +86,24 @@ NEAR_BATCHES = 2
 LOOKAHEAD_BATCHES = 8
 
 
-class Batcher(QueueCounts):
+class Batcher(QueueCounts, Sending):
     """The queue and batch former of one endpoint.
 
     `pick(idle_only)` returns a container with a free slot (with nothing in flight when
     `idle_only`) or None; call `notify()` whenever a slot frees or a container becomes ready.
     `on_send(container)` sees every batch as it is handed to a container (the pool's buffer
-    containers start then); `on_batch(result, container)` sees every completed batch
-    (service-time fit, metrics); `on_free()` hears every batch end, however it ended (a
-    slot freed: the job queue's wake-up). `clock()` gives seconds (default `loop.time()`); deadlines
-    passed to `submit` are on it. `streaming`: items are sequences (see the module);
-    `sequences`: their bookkeeping (then `pick` also takes the head sequence's KV need).
+    containers start then); `on_batch(result, container)` sees every completed batch that
+    ran rows, counting only those (service-time fit, metrics); `on_free()` hears every
+    batch end, however it ended (a slot freed: the job queue's wake-up). `clock()` gives
+    seconds (default `loop.time()`); deadlines passed to `submit` are on it. `streaming`:
+    items are sequences (see the module); `sequences`: their bookkeeping (then `pick` also
+    takes the head sequence's KV need).
     `cost(value)`: an input's estimated tokens (None: 1 each, and no token cut);
     `max_batch_tokens`: the padded-token budget of a batch (None: none); `batch_s(rows,
     padded_tokens)`: a batch's seconds (the endpoint's fit; default the text prior), which
-    tells whether a length joins a batch and when a deadline is near (`group`)."""
+    tells whether a length joins a batch and when a deadline is near (`group`);
+    `max_low_batch_s`: the most seconds (by `batch_s`) a batch of low-priority work may take
+    (None: no bound; see the module)."""
 
     def __init__(self, endpoint: str, *, max_batch_rows: int, wait_ms: float,
                  pick: Callable[..., Slot | None],
@@ -111,11 +113,13 @@ class Batcher(QueueCounts):
                  sequences: SequenceBook | None = None,
                  on_free: Callable[[], None] | None = None,
                  cost: Callable[[Any], int] | None = None, max_batch_tokens: int | None = None,
-                 batch_s: Callable[[int, int], float] | None = None):
+                 batch_s: Callable[[int, int], float] | None = None,
+                 max_low_batch_s: float | None = None):
         super().__init__(counts_tokens=cost is not None)   # the live queue counts
         self.endpoint, self.streaming, self.sequences = endpoint, streaming, sequences
         self.cost, self.max_batch_tokens = cost, max_batch_tokens
         self.batch_s = batch_s or TEXT_SERVICE_PRIOR.seconds
+        self.max_low_batch_s = max_low_batch_s
         self._clock, self._heap = clock, []
         self.max_batch_rows, self.wait_s = max_batch_rows, wait_ms / 1000.0
         self.pick, self.on_batch, self.on_send, self.on_free = pick, on_batch, on_send, on_free
@@ -127,6 +131,7 @@ class Batcher(QueueCounts):
         self._inflight: set[asyncio.Task] = set()
         self.arrivals = ArrivalRate()
         self.dropped = Counter[str]()   # reason -> items dropped before a model
+        self._flying: dict[str, Item] = {}
 
     # ------------------------------------------------------------------ accounting
     def now(self) -> float:
@@ -134,9 +139,10 @@ class Batcher(QueueCounts):
         return self._clock() if self._clock else asyncio.get_running_loop().time()
 
     def extend(self, request_id: str, deadline_s: float) -> int:
-        """Give the request's inputs still queued a later deadline (work a job has adopted:
-        the client's deadline no longer applies to it). Returns how many were extended."""
-        late = [it for it in self._heap if it.request == request_id
+        """Give the request's inputs not answered yet a later deadline (work a job has
+        adopted: the client's deadline no longer applies to it); one its worker skips at
+        the old deadline is queued again (`batch_send`). Returns how many were extended."""
+        late = [it for it in (*self._heap, *self._flying.values()) if it.request == request_id
                 and not it.future.done() and it.deadline_s < deadline_s]
         for it in late:
             it.deadline_s = deadline_s
@@ -154,13 +160,15 @@ class Batcher(QueueCounts):
             self.sequences.unqueued(item, self._prio(item))
 
     def _withdrawn(self, item: Item, fut: asyncio.Future) -> None:
-        """`item` ended or withdrawn: uncounted; a cancelled sequence stopped where it runs."""
+        """`item` ended or withdrawn: uncounted; a cancelled item on a container named to
+        it (a sequence stops, an item not started is skipped: `batch_send`)."""
         self._unqueue(item)
         if self.sequences is not None:
             self.sequences.ended(item, not fut.cancelled() and fut.exception() is None)
-        if fut.cancelled() and self.streaming and item.slot is not None:
+        cancel = getattr(item.slot, "cancel_item", None)   # optional for a batch endpoint
+        if fut.cancelled() and cancel is not None:
             try:
-                item.slot.cancel_item(item.id)
+                cancel(item.id)
             except Exception:  # noqa: BLE001 - a done callback must not raise
                 log.exception("cancelling %s on container %s", item.id, item.slot.id)
 
@@ -303,7 +311,8 @@ class Batcher(QueueCounts):
         near_s = NEAR_BATCHES * self.batch_s(rows, budget or rows)
         ahead = heapq.nsmallest(LOOKAHEAD_BATCHES * rows, self._heap)
         batch, expired = group(head, ahead, now, max_rows=rows, max_tokens=budget,
-                               batch_s=self.batch_s, near_s=near_s, prio=self._prio)
+                               batch_s=self.batch_s, near_s=near_s, prio=self._prio,
+                               max_low_s=self.max_low_batch_s)
         for it in expired:
             self.dropped["deadline"] += 1
             it.future.set_exception(TimeoutError("deadline passed while queued"))
@@ -314,79 +323,6 @@ class Batcher(QueueCounts):
         for it in batch[1:]:
             self._unqueue(it)
         return batch
-
-    def _send(self, batch: list[Item]) -> None:
-        if not batch:
-            return
-        try:
-            slot = self._pick(self._idle_only(all(self._prio(it) == 0 for it in batch)),
-                              batch[0])
-        except BaseException:
-            self._requeue(batch)   # taken from the queue: back before the loop restarts
-            raise
-        if slot is None:   # the slot went away while the batch filled: back to the queue
-            self._requeue(batch)
-            return
-        try:
-            fut = slot.submit([(it.id, it.value) for it in batch],
-                              on_item=early({it.id: it for it in batch}, self.endpoint,
-                                            self.sequences, self.now))
-        except Unavailable:
-            self._requeue(batch)
-            return
-        except Exception as e:  # noqa: BLE001 - the batch never went; the loop goes on
-            # The items the pipe cannot carry fail alone, the others are queued again.
-            self._requeue(unsendable(batch, e, self.endpoint, log))
-            return
-        self._crashes = 0
-        tokens = padded(batch) if self.cost is not None else 0
-        self._sent(slot.id, tokens)
-        for it in batch:
-            it.slot = slot   # where a cancelled sequence is stopped
-            if self.sequences is not None:
-                self.sequences.sent(it, slot, self.now())
-        task = asyncio.create_task(self._deliver(batch, slot, fut, tokens))
-        self._inflight.add(task)
-        task.add_done_callback(self._inflight.discard)
-        if self.on_free:   # the batch ended, however: its slot is free
-            task.add_done_callback(lambda _t: self.on_free and self.on_free())
-        if self.on_send:
-            self.on_send(slot)
-
-    def _requeue(self, batch: list[Item]) -> None:
-        for item in batch:
-            if item.future.done():
-                continue
-            if self.sequences is not None:
-                self.sequences.ended(item, False)   # running no more: queued again
-                self.sequences.queued(item, self._prio(item))
-            item.slot = None
-            self._recounted(item)
-            heapq.heappush(self._heap, item)
-        self.notify()
-
-    async def _deliver(self, batch: list[Item], slot: Slot, fut: asyncio.Future,
-                       tokens: int = 0) -> None:
-        try:
-            result = await fut
-        except Exception as e:  # noqa: BLE001 - no item may be left waiting forever
-            self._landed(slot.id, tokens)
-            if isinstance(e, Unavailable):   # its container died: retried once (`retried`)
-                log.warning("batch of %d rows lost on container %s (%s); retrying once",
-                            len(batch), slot.id, e)
-                self._requeue(retried(batch, e))
-                return
-            for it in batch:
-                if not it.future.done():
-                    it.future.set_exception(EndpointError(
-                        f"endpoint {self.endpoint!r}: its batch failed ({why(e)})"))
-            self.notify()
-            return
-        self._landed(slot.id, tokens)
-        answer(batch, result, self.endpoint)
-        if self.on_batch:
-            self.on_batch(SentBatch(result, tokens), slot)
-        self.notify()
 
 
 __all__ = ["ITEM_CHUNK", "ITEM_ERROR", "ITEM_RESULT", "MAX_RESTART_DELAY_S", "RECHECK_S",

@@ -12,8 +12,10 @@ The worker speaks `floodway.runtime.protocol`: a batch's items are answered one 
 (heard through `submit(..., on_item=)` as they arrive), then BatchDone resolves the batch's
 future to a BatchResult. A line that is not a valid message kills the process (`failed`).
 
+`cancel_item` tells the worker an item's caller left (Cancel): a batch worker skips it if
+its batch has not started (as an item whose deadline, sent with the batch, passed).
 A container of a streaming endpoint (`streaming`) runs its batches (one sequence each) at
-once: `cancel_item` stops one (Cancel; its slot frees when the worker answers), and the
+once: `cancel_item` stops one (its slot frees when the worker answers), and the
 worker's Load messages keep `active_sequences` and the KV cache in use (`describe()`).
 
 Progress (`last_progress_s`, what stuck detection reads: `floodway.runtime.health`): a
@@ -33,7 +35,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from floodway.errors import ProtocolError, Unavailable
@@ -270,8 +272,9 @@ class Container:
         if not self.inflight:
             self.idle_since_s = now
         if fut is not None and not fut.done():
-            fut.set_result(BatchResult(batch.outputs, batch.errors, rows, msg.compute_s,
-                                       service))
+            # The rows the worker ran (it skips items whose caller left), for the fit.
+            fut.set_result(BatchResult(batch.outputs, batch.errors, min(rows, msg.rows),
+                                       msg.compute_s, service))
         self._settle()
         if self.on_change:
             self.on_change()
@@ -289,11 +292,14 @@ class Container:
 
     # ------------------------------------------------------------------ work
     def submit(self, items: list[tuple[str, Any]],
-               on_item: Callable[[ItemEvent], None] | None = None) -> asyncio.Future:
+               on_item: Callable[[ItemEvent], None] | None = None, *,
+               left_s: Sequence[float] | None = None) -> asyncio.Future:
         """Send one batch of (item_id, input) pairs; the future resolves to a BatchResult
         keyed by item id once the whole batch is answered, or raises Unavailable when the
         container dies first. `on_item`, if given, hears each ItemResult / ItemError (and
-        Chunk) as it arrives, before the batch ends. Raises Unavailable without a free
+        Chunk) as it arrives, before the batch ends. `left_s`: each item's seconds to its
+        deadline, as of now: the worker skips an item not started by then (it goes as an
+        absolute `time.monotonic()` time, the worker's clock). Raises Unavailable without a free
         slot (caller checks free_slots), TypeError / ValueError when an input cannot be
         encoded for the pipe (`floodway.codec.dumps`: e.g. a lone surrogate in a string);
         either way nothing was sent and no slot is taken."""
@@ -301,7 +307,9 @@ class Container:
             raise Unavailable(f"container {self.id} has no free slot")
         batch_id = next(self._ids_batch)
         # Encoded before the batch is in flight: one that cannot be sent holds no slot.
-        line = encode(Batch(batch_id, tuple(items)))
+        now_s = time.monotonic()   # the worker's clock, not `clock`: see the protocol
+        deadlines = None if left_s is None else tuple(now_s + s for s in left_s)
+        line = encode(Batch(batch_id, tuple(items), deadlines))
         fut = asyncio.get_running_loop().create_future()
         # A caller that timed out no longer awaits this future: mark its error as seen.
         fut.add_done_callback(lambda f: f.cancelled() or f.exception())
@@ -316,9 +324,10 @@ class Container:
         return fut
 
     def cancel(self, batch_id: int, item_id: str) -> bool:
-        """Ask the worker to stop item `item_id` of batch `batch_id` (a streamed sequence):
-        it ends the item with an ItemError and, once its batch ended, BatchDone frees the
-        slot. False when the batch is not in flight or the pipe is closed."""
+        """Tell the worker item `item_id` of batch `batch_id` is no longer wanted: a
+        streamed sequence stops, a batch item not started yet is skipped (a running one
+        runs on); either ends with an ItemError and, once its batch ended, BatchDone frees
+        the slot. False when the batch is not in flight or the pipe is closed."""
         if batch_id not in self._pending or not self.proc or not self.proc.stdin \
                 or self.proc.stdin.is_closing():
             return False

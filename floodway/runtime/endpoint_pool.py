@@ -46,7 +46,7 @@ from floodway.routers.decide import WARM, Snapshot
 from floodway.routers.decide_stream import StreamSnapshot
 from floodway.routers.sequences import SequenceBook
 from floodway.routers.tokens import TokenCost
-from floodway.runtime import health, rollout
+from floodway.runtime import health, recycle, rollout
 from floodway.runtime.pending import Pending, StreamPending, wait_results
 from floodway.runtime.traffic import Traffic
 from floodway.warmers.history import TrafficHistory
@@ -54,6 +54,12 @@ from floodway.warmers.predictive import PredictiveParams
 from floodway.warmers.target import Measured, PolicyState, WarmTarget, desired
 
 log = logging.getLogger("floodway.pool")
+# A batch of job rows takes at most this share of the route's sync deadline (by the service
+# fit): a sync request that finds every container on a job batch still meets its deadline
+# (decide() plans within 85% of it). Long job batches made the router spill every sync
+# request behind them (benchmarks/goodput.py); short ones cost the drain a little
+# batching efficiency.
+JOB_BATCH_SHARE = 0.25
 
 if TYPE_CHECKING:
     from floodway.functions.endpoint import Endpoint
@@ -71,7 +77,8 @@ class EndpointPool:
     live containers the pool keeps now (`WarmTarget.keep`). `failures`: failed starts in a
     row; `replacing`: replacements waiting out their backoff. `latest`: the newest
     published build's key (None: unknown). `events`: totals since start (start, failed,
-    stuck, scale_down, rolled).
+    stuck, scale_down, rolled, recycled). `recycling`: the recycle in progress
+    (`floodway.runtime.recycle`; None: none).
     """
 
     def __init__(self, endpoint: Endpoint, *, clock: Clock = SYSTEM_CLOCK,
@@ -91,6 +98,7 @@ class EndpointPool:
         self.last_error: str | None = None     # why the last container that failed did
         self.replacing = 0
         self.latest: str | None = None
+        self.recycling: recycle.Retiring | None = None
         self.events: Counter[str] = Counter()
         # A streaming endpoint's container runs its sequences at once: one slot each.
         gen = endpoint.generation
@@ -111,7 +119,8 @@ class EndpointPool:
                                on_batch=on_batch, on_send=on_send,
                                clock=self.clock.monotonic, streaming=streams, sequences=book,
                                on_free=on_free, cost=self.tokens, max_batch_tokens=budget,
-                               batch_s=lambda r, t: self.service.fit.seconds(r, t))
+                               batch_s=lambda r, t: self.service.fit.seconds(r, t),
+                               max_low_batch_s=JOB_BATCH_SHARE * self.endpoint.route.timeout_s)
         return self.batcher
 
     # ------------------------------------------------------------------ containers
@@ -245,13 +254,18 @@ class EndpointPool:
 
     # ------------------------------------------------------------------ pure views
     def boxes(self) -> tuple[Box, ...]:
+        """The containers as reconcile sees them, less one being recycled (it is leaving)."""
+        gone = self.recycling.id if self.recycling is not None else None
         return tuple(Box(str(c.id), str(c.state), bool(c.inflight), c.idle_since_s)
-                     for c in self.containers)
+                     for c in self.containers if str(c.id) != gone)
 
     def reconcile(self, now_s: float, keep: int | None = None) -> Plan:
-        """What moves the containers towards `keep` live ones (default the floor)."""
-        return reconcile(self.floor if keep is None else keep, self.boxes(), now_s,
-                         self.target.scaledown_window_s, may_start=self.may_start)
+        """What moves the containers towards `keep` live ones (default the floor, and the
+        replacement a recycle in progress needs: `recycle.Retiring.keep`)."""
+        n = self.floor if keep is None else keep
+        n = max(n, self.recycling.keep) if self.recycling is not None else n
+        return reconcile(n, self.boxes(), now_s, self.target.scaledown_window_s,
+                         may_start=self.may_start)
 
     def health_checks(self, now_s: float) -> tuple[health.Check, ...]:
         facts = (health.Liveness(str(c.id), str(c.state), len(c.inflight),
@@ -379,22 +393,4 @@ class EndpointPool:
         }
 
 
-def readiness(endpoints: dict[str, EndpointPool]) -> dict[str, Any]:
-    """The pool's readiness: ``{"ready", "endpoints", "queues", "warm_targets",
-    "container_events", "failures", "sequences"}``; ready once every endpoint has a warm
-    container (or is scaled to zero by its policy); `failures`: failed starts in a row and
-    the last container error, per endpoint (why nothing becomes ready); `sequences`: each
-    streaming endpoint's running sequences and KV cache (`EndpointPool.sequences`)."""
-    detail = {name: ep.describe() for name, ep in endpoints.items()}
-    return {"ready": all(ep.ready() for ep in endpoints.values()),
-            "endpoints": {name: d["containers"] for name, d in detail.items()},
-            "queues": {name: d["queue"] for name, d in detail.items()
-                       if endpoints[name].batcher is not None},
-            "warm_targets": {name: d["target"] for name, d in detail.items()},
-            "container_events": {name: d["events"] for name, d in detail.items()},
-            "failures": {name: d["failures"] for name, d in detail.items()},
-            "sequences": {name: d["sequences"] for name, d in detail.items()
-                          if "sequences" in d}}
-
-
-__all__ = ["EndpointPool", "readiness"]
+__all__ = ["EndpointPool"]

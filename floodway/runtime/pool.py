@@ -19,6 +19,9 @@ warm target, failure counters); the pool only carries out what the pure function
   lost with a container are retried once elsewhere (`floodway.routers.batcher`).
 - `floodway.runtime.rollout`: a newly published build gets new containers first; the old
   ones drain once as many new ones are ready.
+- `floodway.runtime.recycle`: a container past its `fw.Recycle` limits (its worker's resident
+  memory, its calls) is drained, after its replacement is ready if the floor needs it.
+  Both are carried out by `floodway.runtime.pool_replace`.
 
 Only user batches reset a container's idle timer. `snapshot()` describes an endpoint for
 `decide()` (`floodway.core.snapshot.build_snapshot`), `stream_snapshot()` a streaming one
@@ -54,10 +57,12 @@ from floodway.routers.decide_stream import StreamSnapshot
 from floodway.routers.lanes import split_unit
 from floodway.runtime import health
 from floodway.runtime.container import BatchResult, Container, State
-from floodway.runtime.endpoint_pool import EndpointPool, readiness
+from floodway.runtime.endpoint_pool import EndpointPool
 from floodway.runtime.pending import Pending, StreamPending
 from floodway.runtime.pool_jobs import JobLink
 from floodway.runtime.pool_lanes import lane_readiness, lanes_of, resolve
+from floodway.runtime.pool_readiness import readiness
+from floodway.runtime.pool_replace import Recycler, roll
 from floodway.warmers.history import TrafficHistory
 from floodway.warmers.predictive import PredictiveParams
 
@@ -110,6 +115,7 @@ class Pool:
         self._ticker: asyncio.Task | None = None
         self._listeners: list[BatchListener] = []
         self.jobs = JobLink()
+        self.recycler = Recycler(self._drain)   # its `rss_of` measures a container's worker
         for ep in self.endpoints.values():
             self._retarget(ep, clock.wall())
 
@@ -121,7 +127,7 @@ class Pool:
     @property
     def event_counts(self) -> dict[str, Counter[str]]:
         """Container events per endpoint since start: start, failed, stuck, scale_down,
-        rolled."""
+        rolled, recycled."""
         return {name: ep.events for name, ep in self.endpoints.items()}
 
     # ------------------------------------------------------------------ containers
@@ -159,9 +165,12 @@ class Pool:
         return c
 
     def _changed(self, ep: EndpointPool) -> None:
-        """A container of `ep` changed state: its batcher looks again, and so do jobs."""
+        """A container of `ep` changed state: its batcher looks again, and so do jobs; a
+        container being recycled drains once its replacement is ready."""
         if ep.batcher is not None:
             ep.batcher.notify()
+        if ep.recycling is not None and not self._closing:
+            self.recycler.tick(ep, measure=False)
         self.jobs.wake()
 
     def _task(self, coro: Coroutine[Any, Any, None]) -> None:
@@ -300,8 +309,8 @@ class Pool:
 
     def tick(self, now: float) -> None:
         """Follow the warm target at monotonic time `now`: roll onto a newly published
-        build; else kill stuck and silent containers, then start containers up to the
-        floor or drain idle ones past it (`reconcile`)."""
+        build; else kill stuck and silent containers, recycle one past its limits, then
+        start containers up to the floor or drain idle ones past it (`reconcile`)."""
         wall = self.clock.wall()
         if now - self._builds_checked_s >= BUILD_CHECK_S:
             self._builds_checked_s = now
@@ -310,26 +319,11 @@ class Pool:
         self.jobs.refresh()
         for ep in self.endpoints.values():
             self._retarget(ep, wall)
-            if self._roll(ep):
+            if roll(ep, self._spawn, self._drain):
                 continue
             ep.check_health(now)
+            self.recycler.tick(ep)
             self._carry_out(ep, ep.reconcile(now))
-
-    def _roll(self, ep: EndpointPool) -> bool:
-        """Carry out the rollout step; True while a rollout is in progress (no other
-        scaling then)."""
-        plan = ep.rollout_plan()
-        if plan is None:
-            return False
-        if plan.starts:
-            log.info("build %s of %s published: warming %d new containers",
-                     plan.latest[:12], ep.name, plan.starts)
-        for _ in range(plan.starts):
-            self._spawn(ep)
-        for cid in plan.drain:   # stop routing to them; in-flight work finishes
-            if (victim := ep.by_id(cid)) is not None:
-                self._drain(ep, victim, "rolled")
-        return True
 
     # ------------------------------------------------------------------ Backend protocol
     def add_batch_listener(self, listener: BatchListener) -> None:
@@ -369,7 +363,7 @@ class Pool:
         any left the queue for a container (`Pending.dispatched()`), a `StreamPending` for a
         streaming endpoint. Raises Unavailable when the endpoint is not started. An
         endpoint with lanes named plainly: the lane its inputs take."""
-        ep = resolve(self.endpoints, endpoint, inputs)
+        ep = resolve(self.endpoints, endpoint, inputs, defined=self.app.endpoints.get(endpoint))
         if ep is None or ep.batcher is None:
             raise Unavailable(f"endpoint {endpoint!r} is not started", retry_after_s=1.0)
         return ep.enqueue(f"r{next(self._request_ids)}", inputs, timeout_s=timeout_s,
@@ -377,7 +371,7 @@ class Pool:
 
     def readiness(self) -> dict[str, Any]:
         """``{"ready", "endpoints", "queues", "warm_targets", "container_events",
-        "failures", "sequences", "lanes"}`` (`floodway.runtime.endpoint_pool.readiness`,
+        "failures", "sequences", "lanes"}`` (`floodway.runtime.pool_readiness.readiness`,
         keyed by unit; `lanes`: `floodway.runtime.pool_lanes.lane_readiness`)."""
         return {**readiness(self.endpoints),
                 "lanes": lane_readiness(self.endpoints, self.app.endpoints)}

@@ -3,7 +3,9 @@ when job room may have grown, and the job backlog the warm-pool policy counts as
 
 The pool calls `wake()` whenever a batch is sent or ends and whenever a container changes
 state (ready, gone): the job queue then claims jobs for the room freed and decides its
-waiting jobs again at once, not after a poll or a Retry-After. `refresh()` reads the backlog
+waiting jobs again at once, not after a poll or a Retry-After. The call as a batch is handed
+to a container (the batcher's `on_send`) is also when a job's attempt counts: its rows have
+reached a container (`floodway.jobs.feed.JobFeed.check_started`). `refresh()` reads the backlog
 (rows of unfinished jobs per endpoint) at each tick; a failed read keeps the last one.
 """
 

@@ -6,9 +6,10 @@ message is a frozen dataclass; `encode`/`encode_all` and `decode`/`decode_all` a
 way to or from bytes.
 
     router -> worker
-      Batch       {"type": "batch", "id": 3, "items": [["r1:0", "text"], ...]}
+      Batch       {"type": "batch", "id": 3, "items": [["r1:0", "text"], ...],
+                   "deadlines": [81234.5, ...]}               ("deadlines" optional)
       Ping        {"type": "ping"}
-      Cancel      {"type": "cancel", "batch_id": 3, "item_id": "r1:0"}   (streaming)
+      Cancel      {"type": "cancel", "batch_id": 3, "item_id": "r1:0"}
     worker -> router
       Phase       {"type": "phase", "phase": "warming"}
       Ready       {"type": "ready", "timings_s": {"imports": 0.4, ...},
@@ -27,7 +28,10 @@ it streams; chunks of an item carry seq 0, 1, 2, ...), and the batch's BatchDone
 Results travel with their item ids, so the router maps them back by id, never by position.
 A streaming worker runs its items concurrently: Cancel ends one item early (its ItemError
 ``"Cancelled: ..."``; an unknown or finished one is ignored), and Load reports its running
-sequences whenever their count (or the KV cache in use) changes.
+sequences whenever their count (or the KV cache in use) changes. A batch worker runs one
+batch at a time: it skips (never runs) an item of a batch not started yet that a Cancel
+named or whose deadline passed (`Batch.deadlines`), answering its ItemError `DROPPED_CANCELLED`
+or `DROPPED_DEADLINE`; its BatchDone counts the rows that ran (0: none did).
 
 Cost: a batch that runs whole goes out as one line (its item events and BatchDone). For 32
 items of 384 floats that is 0.6% more bytes than one untyped result message per batch, and
@@ -58,11 +62,15 @@ _OUTPUT = object   # any JSON value
 
 @dataclass(frozen=True, slots=True)
 class Batch:
-    """Run `items` ((item_id, input) pairs) as one batch; `id` is unique per container."""
+    """Run `items` ((item_id, input) pairs) as one batch; `id` is unique per container and
+    grows. `deadlines` (optional): each item's deadline in `time.monotonic()` seconds, which
+    on Linux is CLOCK_MONOTONIC, one clock for every process of the machine (the router and
+    its workers share it); an item not started by then is skipped."""
 
     TYPE: ClassVar[str] = "batch"
     id: int
     items: tuple[tuple[ItemId, Any], ...]
+    deadlines: tuple[float, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +82,8 @@ class Ping:
 
 @dataclass(frozen=True, slots=True)
 class Cancel:
-    """Stop item `item_id` of batch `batch_id` (a streamed sequence whose client left)."""
+    """Item `item_id` of batch `batch_id` is no longer wanted (its client left): a streamed
+    sequence stops; a batch item not started yet is skipped."""
 
     TYPE: ClassVar[str] = "cancel"
     batch_id: int
@@ -166,6 +175,11 @@ class Load:
     kv_cache_capacity: int
 
 
+# The ItemError of an item a batch worker skipped (see the module): the router counts it as
+# dropped, not failed. Whole messages, so that no function's error reads as one.
+DROPPED_CANCELLED = "Dropped: cancelled (its caller left before it started)"
+DROPPED_DEADLINE = "Dropped: deadline (it passed before the item started)"
+
 ToWorker = Batch | Ping | Cancel
 FromWorker = Phase | Ready | Failed | Pong | ItemResult | ItemError | Chunk | BatchDone | Load
 ItemEvent = ItemResult | ItemError | Chunk
@@ -177,7 +191,7 @@ FROM_WORKER: tuple[type, ...] = (Phase, Ready, Failed, Pong, ItemResult, ItemErr
 
 # Per message type: each field with the JSON types it may hold (bool is no int here).
 _SCHEMA: dict[type, tuple[tuple[str, type | tuple[type, ...]], ...]] = {
-    Batch: (("id", int), ("items", list)),
+    Batch: (("id", int), ("items", list), ("deadlines", list)),
     Ping: (),
     Cancel: (("batch_id", int), ("item_id", (str, int))),
     Phase: (("phase", str),),
@@ -194,6 +208,8 @@ _BY_TAG: dict[str, type] = {cls.TYPE: cls for cls in _SCHEMA}
 _NAMES: dict[type, tuple[str, ...]] = {cls: tuple(n for n, _ in f) for cls, f in _SCHEMA.items()}
 # What decode checks, per class: the exact key set (with "type") and the typed fields.
 _KEYS: dict[type, frozenset[str]] = {cls: frozenset(("type", *n)) for cls, n in _NAMES.items()}
+# Fields that may be absent (None when they are, and left out by `encode` when None).
+_OPTIONAL: dict[type, frozenset[str]] = {Batch: frozenset({"deadlines"})}
 _TYPED: dict[type, tuple[tuple[str, type | tuple[type, ...]], ...]] = {
     cls: tuple((n, k) for n, k in f if k is not _OUTPUT) for cls, f in _SCHEMA.items()}
 
@@ -204,7 +220,9 @@ def _as_object(msg: Message) -> dict[str, Any]:
         raise TypeError(f"not a protocol message: {type(msg).__name__}")
     obj = {"type": msg.TYPE}
     for name in names:
-        obj[name] = getattr(msg, name)
+        value = getattr(msg, name)
+        if value is not None or name not in _OPTIONAL.get(type(msg), ()):
+            obj[name] = value
     return obj
 
 
@@ -321,11 +339,14 @@ def _message(obj: dict[str, Any], expect: tuple[type, ...], line: bytes | str) -
                             f"{_clip(line)}")
     if cls not in expect:
         raise ProtocolError(f"a {tag!r} message is not expected here")
-    if obj.keys() != _KEYS[cls]:
-        missing = sorted(_KEYS[cls] - obj.keys())
+    optional = _OPTIONAL.get(cls, frozenset())
+    if obj.keys() != _KEYS[cls] and not (_KEYS[cls] - optional <= obj.keys() <= _KEYS[cls]):
+        missing = sorted(_KEYS[cls] - optional - obj.keys())
         extra = sorted(obj.keys() - _KEYS[cls])
         raise ProtocolError(f"{tag!r} message: missing fields {missing}, unexpected {extra}")
     for name, kinds in _TYPED[cls]:
+        if name not in obj:
+            continue
         value = obj[name]
         if not isinstance(value, kinds) or (value.__class__ is bool and kinds is not bool):
             raise ProtocolError(f"{tag!r} message: field {name!r} = {_clip(repr(value))} is "
@@ -336,6 +357,8 @@ def _message(obj: dict[str, Any], expect: tuple[type, ...], line: bytes | str) -
         raise ProtocolError(f"'load' message: a negative count: {_clip(line)}")
     if cls is Batch:
         obj["items"] = _items(obj["items"])
+        if "deadlines" in obj:
+            obj["deadlines"] = _deadlines(obj["deadlines"], len(obj["items"]))
     elif cls is BatchDone:
         obj["compute_s"] = float(obj["compute_s"])
     return cls(**obj)
@@ -350,6 +373,14 @@ def _items(raw: list) -> tuple[tuple[ItemId, Any], ...]:
     return tuple((i, x) for i, x in raw)
 
 
+def _deadlines(raw: list, rows: int) -> tuple[float, ...]:
+    if len(raw) != rows or not all(isinstance(t, _NUMBER) and t.__class__ is not bool
+                                   for t in raw):
+        raise ProtocolError(f"'batch' message: deadlines must be {rows} numbers, one per "
+                            f"item: {_clip(repr(raw))}")
+    return tuple(float(t) for t in raw)
+
+
 def _kind_names(kinds: type | tuple[type, ...]) -> str:
     kinds = kinds if isinstance(kinds, tuple) else (kinds,)
     return " or ".join(k.__name__ for k in kinds)
@@ -361,7 +392,8 @@ def _clip(text: bytes | str, limit: int = 200) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
-__all__ = ["FROM_WORKER", "TO_WORKER", "Batch", "BatchDone", "Cancel", "Chunk", "Failed",
-           "FromWorker", "ItemError", "ItemEvent", "ItemId", "ItemResult", "Load", "Message",
-           "Phase", "Ping", "Pong", "Ready", "ToWorker", "decode", "decode_all", "encode",
-           "encode_all", "encode_lines", "MAX_LINE_BYTES", "MAX_OUTPUT_BYTES"]
+__all__ = ["DROPPED_CANCELLED", "DROPPED_DEADLINE", "FROM_WORKER", "TO_WORKER", "Batch",
+           "BatchDone", "Cancel", "Chunk", "Failed", "FromWorker", "ItemError", "ItemEvent",
+           "ItemId", "ItemResult", "Load", "Message", "Phase", "Ping", "Pong", "Ready",
+           "ToWorker", "decode", "decode_all", "encode", "encode_all", "encode_lines",
+           "MAX_LINE_BYTES", "MAX_OUTPUT_BYTES"]

@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
+import os
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -19,7 +20,16 @@ from floodway.errors import FloodwayError
 from floodway.functions.discover import load_app
 from floodway.http.app import make_asgi_app
 from floodway.jobs.local import LocalJobs, default_jobs_path
+from floodway.jobs.quota import MAX_BYTES, MAX_TENANT_BYTES
 from floodway.routers.admission import API_KEYS_ENV, ApiKeys
+from floodway.routers.lanes import split_unit
+from floodway.runtime.connections import (
+    ConnectionLimits,
+    ConnectionStats,
+    limits_from_env,
+    raise_fd_limit,
+    uvicorn_options,
+)
 from floodway.runtime.example import show_example
 from floodway.runtime.pool import Pool
 from floodway.runtime.pool_lanes import lanes_of
@@ -27,6 +37,7 @@ from floodway.runtime.rollout import serving
 from floodway.warmers.history import TrafficHistory
 
 log = logging.getLogger("floodway.serve")
+PRIVATE_DETAIL_ENV = "FLOODWAY_PRIVATE_DETAIL"
 
 
 def is_loopback(host: str) -> bool:
@@ -40,16 +51,21 @@ def is_loopback(host: str) -> bool:
 
 def build_server(app_spec: str, *, store: str | Path | None = None,
                  containers: int | None = None, api_keys: ApiKeys | None = None,
-                 jobs_db: str | Path | None = None, job_ttl_s: float = 86400.0):
+                 jobs_db: str | Path | None = None, job_ttl_s: float = 86400.0,
+                 job_max_bytes: int = MAX_BYTES, job_tenant_max_bytes: int = MAX_TENANT_BYTES,
+                 private_detail: bool | None = None):
     """The ASGI app and its Pool for `app_spec` (containers and the job runner start with
     the app's lifespan).
 
     `api_keys` (None: no authentication) are required as bearer tokens. Async jobs live in
     the SQLite file `jobs_db` (None: FLOODWAY_JOBS_DB, else beside the artifact store) and
-    their results are kept `job_ttl_s` seconds after they finish.
+    their results are kept `job_ttl_s` seconds after they finish; the file holds at most
+    `job_max_bytes` of jobs, `job_tenant_max_bytes` per tenant (`floodway.jobs.quota`).
     `app_spec` ``FILE_OR_MODULE[:VAR][::ENDPOINT]``: with ``::ENDPOINT`` only that endpoint
     is served (its containers started, its routes answered); the app's other endpoints are
     not started and their routes answer 404 as unknown ones do.
+    `private_detail` (None: ``FLOODWAY_PRIVATE_DETAIL`` set to 1): /metrics and the detail
+    of /readyz need a key (`floodway.http.app.make_asgi_app`).
     Raises ArtifactError early when a served endpoint has no build.
     """
     app, eps = load_app(app_spec)
@@ -63,7 +79,8 @@ def build_server(app_spec: str, *, store: str | Path | None = None,
     # Per-minute user arrivals, beside the jobs: the warm-pool policy learns from them.
     history = TrafficHistory(jobs_path.with_name("history.sqlite3"))
     pool = Pool(app, target, str(st.root), containers=containers, history=history)
-    jobs = LocalJobs(app, pool, jobs_path, ttl_s=job_ttl_s, capacity=pool)
+    jobs = LocalJobs(app, pool, jobs_path, ttl_s=job_ttl_s, capacity=pool,
+                     max_bytes=job_max_bytes, max_tenant_bytes=job_tenant_max_bytes)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app) -> AsyncIterator[None]:
@@ -77,7 +94,9 @@ def build_server(app_spec: str, *, store: str | Path | None = None,
             history.close()
 
     return make_asgi_app(app, pool, lifespan=lifespan, api_keys=api_keys, jobs=jobs,
-                         on_arrival=pool.record_arrival, build_key=build_keys(pool)), pool
+                         on_arrival=pool.record_arrival, build_key=build_keys(pool),
+                         private_detail=os.environ.get(PRIVATE_DETAIL_ENV) == "1"
+                         if private_detail is None else private_detail), pool
 
 
 def build_keys(pool: Pool) -> Callable[[str], str | None]:
@@ -101,20 +120,26 @@ async def _show_example(base: str, endpoint: str, pool: Pool, server: uvicorn.Se
         return
     while not server.started:   # uvicorn binds after the pool is up: no request before
         await asyncio.sleep(0.05)
-    await show_example(base, pool.app[endpoint])
+    await show_example(base, pool.app[split_unit(endpoint)[0]])
 
 
 def serve(app_spec: str, *, host: str = "127.0.0.1", port: int = 8000,
           store: str | Path | None = None, containers: int | None = None,
           show_example: bool = False, log_level: str = "info",
           api_keys: ApiKeys | None = None, jobs_db: str | Path | None = None,
-          job_ttl_s: float = 86400.0) -> None:
+          job_ttl_s: float = 86400.0, job_max_bytes: int = MAX_BYTES,
+          job_tenant_max_bytes: int = MAX_TENANT_BYTES,
+          limits: ConnectionLimits | None = None) -> None:
     """Run the router and containers until interrupted (Ctrl-C).
 
     `api_keys` None reads them from FLOODWAY_API_KEYS. Raises FloodwayError, before loading
-    anything, for a non-loopback `host` without API keys.
+    anything, for a non-loopback `host` without API keys. The job options: `build_server`.
+    `limits`: the header timeout, keep-alive and connection cap (None: the defaults, each
+    overridden by its FLOODWAY_* variable: `floodway.runtime.connections.limits_from_env`);
+    the open-files limit is raised to fit the cap.
     """
     keys = ApiKeys.from_env() if api_keys is None else api_keys
+    limits = limits_from_env() if limits is None else limits
     if not is_loopback(host) and not keys:
         # Anyone who can reach the port could otherwise run (and exhaust) the endpoints.
         raise FloodwayError(f"--host {host} is not a loopback address; serving beyond this "
@@ -123,8 +148,13 @@ def serve(app_spec: str, *, host: str = "127.0.0.1", port: int = 8000,
     if keys:
         log.info("bearer-token auth on: %d API key(s)", len(keys))
     asgi, pool = build_server(app_spec, store=store, containers=containers, api_keys=keys,
-                              jobs_db=jobs_db, job_ttl_s=job_ttl_s)
-    config = uvicorn.Config(asgi, host=host, port=port, log_level=log_level)
+                              jobs_db=jobs_db, job_ttl_s=job_ttl_s, job_max_bytes=job_max_bytes,
+                              job_tenant_max_bytes=job_tenant_max_bytes)
+    stats = ConnectionStats()
+    asgi.state.metrics.watch_connections(stats.snapshot)
+    raise_fd_limit(limits.max_connections)
+    config = uvicorn.Config(asgi, host=host, port=port, log_level=log_level,
+                            **uvicorn_options(limits, stats))
     server = uvicorn.Server(config)
 
     async def main() -> None:

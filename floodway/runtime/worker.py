@@ -1,7 +1,7 @@
 """A container's process: import the user's module, load artifacts, warm up, answer batches.
 
 Run as ``python -m floodway.runtime.worker APP ENDPOINT STORE``. It speaks the typed messages
-of `floodway.runtime.protocol` with its parent, as JSON lines: Batch and Ping on stdin;
+of `floodway.runtime.protocol` with its parent, as JSON lines: Batch, Ping, Cancel on stdin;
 Phase, Ready (or Failed, then exit 1), Pong, and per batch one ItemResult or ItemError per
 item followed by BatchDone on the process's original stdout (fd 1 is then pointed at stderr,
 so a stray print in user code cannot corrupt the protocol).
@@ -12,6 +12,8 @@ by item and each item's event goes out as it is known, so that a bad item fails 
 the good ones are not held back by the re-runs. Large outputs go on several lines, none over
 the router's read limit; one output too large for a line fails its item alone. Whatever the
 function raises (SystemExit too) or returns fails at most its own batch, never the worker.
+A batch's items whose caller left (Cancel) or whose deadline passed before it started are
+skipped, never run (stdin is read ahead: `floodway.runtime.inbox`); none is interrupted.
 
 A streaming endpoint (a generator function, one item per call) is served by
 `floodway.runtime.stream_worker` instead, its sequences concurrently on one asyncio loop.
@@ -316,34 +318,39 @@ def boot(app_spec: str, ep_name: str, store_root: str, send: Send) -> tuple[Any,
     return ep.fn, model
 
 
-def serve(fn, model, lines: Iterable[bytes], send: Send) -> int:
-    """Answer each line of `lines` (Batch or Ping) until they end -> the exit code: 0, or 1
-    after sending Failed for a line that is not a valid message."""
+def serve(fn, model, lines: Iterable[bytes] | Any, send: Send, *,
+          clock: Callable[[], float] = time.monotonic) -> int:
+    """Answer the router's messages until they end -> the exit code: 0, or 1 after sending
+    Failed for a line that is not a valid message. `lines`: a `floodway.runtime.inbox.Inbox`
+    (the pipe, read ahead on a thread), or an iterable of lines read whole at once. A
+    batch's items that a Cancel named or whose deadline passed (`clock()`: the clock of
+    `Batch.deadlines`) are skipped (`Inbox.start`); its BatchDone counts the rows run."""
     from floodway.errors import ProtocolError
-    from floodway.runtime.protocol import TO_WORKER, Batch, BatchDone, Failed, Ping, Pong, decode
+    from floodway.runtime.inbox import Inbox
+    from floodway.runtime.protocol import BatchDone, Failed, Ping, Pong
 
-    for line in lines:
-        try:
-            req = decode(line, TO_WORKER)
-        except ProtocolError as e:
-            send([Failed(f"protocol error: {e}")])
+    inbox = lines if isinstance(lines, Inbox) else Inbox(lines)
+    while (req := inbox.next()) is not None:
+        if isinstance(req, ProtocolError):
+            send([Failed(f"protocol error: {req}")])
             return 1
         if isinstance(req, Ping):   # liveness: answered between batches, at once
             send([Pong()])
             continue
-        if not isinstance(req, Batch):   # Cancel: a batch here runs whole, and is done
-            continue
-        rows, ended, done = len(req.items), 0, False
+        inbox.catch_up()   # the Cancels that came after this batch, while another ran
+        items, skipped = inbox.start(req, clock())
+        rows, ended, done = len(items), 0, False
         compute_s, t = 0.0, time.perf_counter()
-        for events in item_events(fn, model, req.id, list(req.items)):
+        for events in item_events(fn, model, req.id, items) if items else ():
             compute_s += time.perf_counter() - t
             ended += len(events)   # one event per item
             if ended >= rows:   # the last items: BatchDone rides on their line
                 events, done = [*events, BatchDone(req.id, compute_s, rows)], True
-            send(events)
-            t = time.perf_counter()
-        if not done:
-            send([BatchDone(req.id, compute_s + time.perf_counter() - t, rows)])
+            send([*skipped, *events])   # the items skipped go out with the first ones
+            skipped, t = [], time.perf_counter()
+        if not done:   # none ran, or the function's last events were not all of them
+            took = compute_s + time.perf_counter() - t if items else 0.0
+            send([*skipped, BatchDone(req.id, took, rows)])
     return 0
 
 
@@ -382,7 +389,11 @@ def main(argv: list[str]) -> int:
         from floodway.runtime.stream_worker import run
 
         return run(fn, model, sys.stdin.buffer, proto)
-    return serve(fn, model, sys.stdin.buffer, send)
+    from floodway.runtime.inbox import Inbox
+
+    # Read ahead on a thread: a Cancel for the batch waiting behind the running one is
+    # known before that batch starts.
+    return serve(fn, model, Inbox(sys.stdin.buffer, threaded=True), send)
 
 
 if __name__ == "__main__":

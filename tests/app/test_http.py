@@ -192,8 +192,8 @@ def test_metrics_count_outcomes_and_report_containers(clock):
     assert 'floodway_request_seconds_count{endpoint="upper",outcome="ok"} 2.0' in text
     assert 'floodway_containers{endpoint="upper",lane="",state="ready"} 1.0' in text
     assert 'floodway_containers{endpoint="upper",lane="",state="starting"} 1.0' in text
-    assert ('floodway_cold_start_seconds{container="1",endpoint="upper",lane="",phase="imports"} 0.25'
-            in text)
+    assert ('floodway_cold_start_seconds{container="1",endpoint="upper",lane="",'
+            'phase="imports"} 0.25' in text)
     assert 'floodway_batch_rows_count{endpoint="upper"} 1.0' in text
     assert 'floodway_batch_seconds_sum{endpoint="upper"} 0.02' in text
 

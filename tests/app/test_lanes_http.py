@@ -18,7 +18,8 @@ LANES = (fw.Lane("short", max_tokens=16, min_containers=1, max_containers=1),
          fw.Lane("long", min_containers=1, max_containers=1))
 
 
-def laned_app(route: fw.Route = fw.Route(lanes=LANES)) -> fw.App:
+def laned_app(route: fw.Route | None = None) -> fw.App:
+    route = route or fw.Route(lanes=LANES)
     app = fw.App("lanes")
 
     @app.endpoint(route=route, batching=fw.Batching(max_batch_rows=8, wait_ms=0))
@@ -116,3 +117,23 @@ def test_each_lane_sheds_on_its_own_queue_share(tmp_path):
     assert shed and set(shed) == {503}
     assert short.status_code == 200 and short.headers["x-floodway-lane"] == "short"
     assert 503 in statuses and 200 in statuses
+
+
+def test_work_named_by_its_endpoint_runs_in_the_lane_its_inputs_take(tmp_path):
+    """The job queue names the endpoint, not the lane: the pool picks the lane by inputs."""
+    async def go():
+        pool, _ = await started(laned_app(), tmp_path)
+        (short_c,), (long_c,) = pool.containers["embed:short"], pool.containers["embed:long"]
+        short = pool.enqueue("embed", ["hi"], timeout_s=5, priority=0)
+        long = pool.enqueue("embed", ["word " * 40], timeout_s=5, priority=0)
+        await until(lambda: short_c.inflight and long_c.inflight)
+        where = (list(short_c.items), list(long_c.items))
+        answer_all(short_c)
+        answer_all(long_c)
+        out = (await short, await long)
+        await pool.stop()
+        return where, out
+
+    (on_short, on_long), (short, long) = asyncio.run(asyncio.wait_for(go(), 20))
+    assert [v for _, v in on_short] == ["hi"] and [v for _, v in on_long] == ["word " * 40]
+    assert short == ["HI"] and long == [("word " * 40).upper()]

@@ -125,7 +125,7 @@ def test_work_of_a_client_that_left_never_reaches_a_model(serve):
             httpx.post(f"{srv.base}/v1/embed", json={"inputs": ["sleep:1500"] * 4},
                        timeout=0.3)
         assert all(f.result().status_code == 200 for f in futs)
-        wait_until(lambda: srv.metric('floodway_dropped_total{endpoint="embed",'
+        wait_until(lambda: srv.metric('floodway_dropped_total{endpoint="embed",lane="",'
                                       'reason="cancelled"}') >= 4, 10, "dropped rows")
         assert srv.metric('floodway_batch_rows_sum{endpoint="embed"}') <= 2
 

@@ -3,6 +3,8 @@ artifacts (so containers really cold-start) but its function is scripted by its 
 
     "sleep:<ms>"  sleeps that long, then answers     "bad"   raises for that item only
     "hang"        never answers (a stuck container)   other  answers at once
+    "log:<tag>:<ms>"  appends "<tag> <time.monotonic()>" to the file named by $TIMED_RUN_LOG
+                  as it starts (which items ran, and when), then sleeps <ms>
 
 Each output is [len(text), pid of the container], so tests see which container answered.
 """
@@ -13,6 +15,7 @@ import time
 import floodway as fw
 
 app = fw.App("timed")
+RUN_LOG_ENV = "TIMED_RUN_LOG"
 
 
 @app.endpoint(
@@ -33,5 +36,10 @@ def embed(model, texts: list[str]) -> list[list[int]]:
             time.sleep(3600)
         if t.startswith("sleep:"):
             time.sleep(int(t.split(":", 1)[1]) / 1000)
+        if t.startswith("log:"):
+            _, tag, ms = t.split(":")
+            with open(os.environ[RUN_LOG_ENV], "a") as log:
+                log.write(f"{tag} {time.monotonic()}\n")
+            time.sleep(int(ms) / 1000)
         out.append([len(t), os.getpid()])
     return out

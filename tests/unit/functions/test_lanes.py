@@ -6,7 +6,8 @@ import floodway as fw
 from floodway.functions.lanes import lane_endpoints, served_units
 
 
-def app_of(route: fw.Route, warm: fw.WarmPool = fw.WarmPool(min_containers=1)) -> fw.App:
+def app_of(route: fw.Route, warm: fw.WarmPool | None = None) -> fw.App:
+    warm = warm or fw.WarmPool(min_containers=1)
     app = fw.App("t")
     app.endpoint(name="embed", route=route, warm=warm)(lambda model, texts: texts)
     app.endpoint(name="plain")(lambda model, texts: texts)

@@ -79,3 +79,13 @@ def test_outputs_is_a_client_error_only_when_every_failure_was_the_inputs():
     assert (e.status, e.kind, e.field) == (422, "input_error", "inputs[1].prompt")
     assert e.outputs == ["a", None, "c"]
     assert (mixed.value.status, mixed.value.kind, mixed.value.field) == (500, None, None)
+
+
+def test_every_input_past_its_deadline_is_the_requests_timeout_not_an_endpoint_error():
+    late = [TimeoutError(f"endpoint 'g': no first chunk within 0.002 s ({i})") for i in (0, 1)]
+    with pytest.raises(TimeoutError) as e:
+        outputs("g", ["a", "b"], late)
+    assert e.value is late[0]
+    with pytest.raises(EndpointError) as partial:   # one answered: its output is kept
+        outputs("g", ["a", "b"], ["A", late[1]])
+    assert partial.value.outputs == ["A", None]

@@ -43,7 +43,7 @@ def test_check_transition_raises_exactly_for_pairs_off_the_table(old, new):
 
 
 OWNERS = st.sampled_from(["a", "b"])
-LEASE_S, TTL_S, MAX_ATTEMPTS = 3.0, 10.0, 2
+LEASE_S, TTL_S, MAX_ATTEMPTS, MAX_LOST = 3.0, 10.0, 2, 2
 
 
 class JobLifecycle(RuleBasedStateMachine):
@@ -58,7 +58,7 @@ class JobLifecycle(RuleBasedStateMachine):
         self.dir = Path(tempfile.mkdtemp(prefix="jobs-"))
         self.clock = ManualClock()
         self.store = JobStore(self.dir / "jobs.db", ttl_s=TTL_S, max_attempts=MAX_ATTEMPTS,
-                              clock=self.clock.wall)
+                              max_lost_attempts=MAX_LOST, clock=self.clock.wall)
         self.seen: dict[str, JobState | None] = {}   # None: purged
         self.results: dict[str, list[int]] = {}      # what the winning completion recorded
         self.tokens = 0
@@ -79,7 +79,16 @@ class JobLifecycle(RuleBasedStateMachine):
     @rule(owner=OWNERS, limit=st.integers(1, 3))
     def claim(self, owner, limit):
         for job in self.store.claim(owner, lease_s=LEASE_S, limit=limit):
-            assert job.state == JobState.RUNNING and 1 <= job.attempts <= MAX_ATTEMPTS
+            # A claim is no attempt: only work started (or failed) counts.
+            assert job.state == JobState.RUNNING and job.started_s is None
+            assert 0 <= job.attempts - job.lost < MAX_ATTEMPTS and job.lost < MAX_LOST
+
+    @rule(job_id=jobs, owner=OWNERS)
+    def start(self, job_id, owner):
+        before = self.store.get(job_id)
+        if self.store.start([job_id], owner):
+            assert before.state == JobState.RUNNING and before.started_s is None
+            assert self.store.get(job_id).attempts == before.attempts + 1
 
     @rule(job_id=jobs, owner=OWNERS)
     def complete(self, job_id, owner):
@@ -139,9 +148,20 @@ class JobLifecycle(RuleBasedStateMachine):
                 assert now in (before, JobState.EXPIRED, None)   # finished stays finished
             if now == JobState.SUCCEEDED:
                 assert job.outputs == self.results[job_id]
-            if now == JobState.RUNNING:
-                assert 1 <= job.attempts <= MAX_ATTEMPTS
+            if now == JobState.RUNNING:   # the one under way may be counted already
+                assert 0 <= job.attempts - job.lost <= MAX_ATTEMPTS and job.lost < MAX_LOST
+            if now in FINAL:
+                assert job.inputs == []   # dropped when it finished
             self.seen[job_id] = now
+
+    @invariant()
+    def stored_bytes_match_the_rows(self):
+        # The triggers' per-tenant sums equal the bytes the rows hold, whatever the writes.
+        with self.store._write() as db:
+            real = db.execute("SELECT coalesce(SUM(length(CAST(inputs AS BLOB)) + coalesce("
+                              "length(CAST(outputs AS BLOB)), 0) + coalesce(length(CAST("
+                              "error AS BLOB)), 0)), 0) FROM jobs").fetchone()[0]
+        assert self.store.stored_bytes()[0] == real
 
 
 JobLifecycle.TestCase.settings = settings(max_examples=60, stateful_step_count=30,

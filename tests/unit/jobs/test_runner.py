@@ -115,7 +115,9 @@ def test_runner_dying_mid_job_lease_expires_second_runner_completes(store: JobSt
         await until(lambda: store.get(job.id).state == JobState.SUCCEEDED)
         await r2.stop()
         done = store.get(job.id)
-        assert done.outputs == ["done by r2"] and done.attempts == 2
+        # r1's run never said its work started: its claim and lost lease cost nothing;
+        # r2's result counts the attempt it made.
+        assert done.outputs == ["done by r2"] and done.attempts == 1 and done.claims == 2
 
     asyncio.run(go())
 
@@ -176,6 +178,39 @@ def test_an_unavailable_backs_off_boundedly_and_freed_capacity_resumes_at_once(
     paused, seen_after, early, due = asyncio.run(go())
     assert paused == ["first"] and seen_after == ["first", "second"]
     # The job that met the Unavailable went back delayed by the backoff (0.5 s, not 30 s)
-    # with its attempt not counted.
+    # with no attempt counted (its work never started), its error kept.
     assert early == []
-    assert [(j.inputs, j.attempts) for j in due] == [(["first"], 1)]
+    assert [(j.inputs, j.attempts, j.error) for j in due] == [
+        (["first"], 0, "its container died twice")]
+
+
+def test_the_runner_claims_what_the_room_can_start_and_charges_only_started_jobs(
+        store: JobStore, clock: ManualClock):
+    # Room for 3 rows: whole 2-row jobs while fewer than 3 rows are claimed (two jobs), and
+    # nothing more while they wait. Only the job whose work started costs an attempt.
+    gate = asyncio.Event()
+    seen: list[Job] = []
+
+    async def run(job: Job) -> list:
+        seen.append(job)
+        await gate.wait()
+        return ["ok", "ok"]
+
+    async def go():
+        runner = JobRunner(store, run, owner="r1", poll_s=10, clock=clock,
+                           room=lambda: {"embed": 3 - sum(len(j.inputs) for j in seen)})
+        ids = [store.submit("embed", [i, i])[0].id for i in range(5)]
+        runner.start()
+        await until(lambda: len(seen) == 2)
+        runner.wake()
+        await settle()
+        claimed = [(j.id, j.attempts) for j in seen]
+        runner.started([ids[0]])
+        attempts = [store.get(i).attempts for i in ids]
+        await runner.stop(grace_s=0, release=False)   # killed
+        return ids, claimed, attempts
+
+    ids, claimed, attempts = asyncio.run(go())
+    assert claimed == [(ids[0], 0), (ids[1], 0)]
+    assert attempts == [1, 0, 0, 0, 0]
+    assert store.counts()["queued"] == 3

@@ -58,7 +58,7 @@ def test_reopen_same_file_and_wal(tmp_path: Path, clock: ManualClock):
     s2.close()
     with sqlite3.connect(path) as db:
         assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-        assert db.execute("PRAGMA user_version").fetchone()[0] == 1
+        assert db.execute("PRAGMA user_version").fetchone()[0] == 2
 
 
 def test_submitted_job_survives_kill_9(tmp_path: Path):
@@ -137,7 +137,9 @@ def test_claim_order_priority_then_age(store: JobStore, clock: ManualClock):
     first = store.claim("w", lease_s=10, limit=2)
     rest = store.claim("w", lease_s=10, limit=10)
     assert [ids[j.id] for j in first + rest] == ["h1", "h2", "n1", "n2", "l1"]
-    assert all(j.state == JobState.RUNNING and j.attempts == 1 for j in first + rest)
+    # A claim is no attempt (the work has not started): see tests/unit/jobs/test_attempts.py.
+    assert all(j.state == JobState.RUNNING and j.attempts == 0 and j.claims == 1
+               for j in first + rest)
     assert store.claim("w", lease_s=10) == []
 
 
@@ -151,6 +153,7 @@ def test_claim_filters_endpoints(store: JobStore):
 def test_lease_expiry_reclaim_and_complete_once(store: JobStore, clock: ManualClock):
     job, _ = store.submit("embed", ["x"])
     [a] = store.claim("w1", lease_s=10)
+    assert store.start([job.id], "w1") == [job.id]     # its work reached a container
     assert store.claim("w2", lease_s=10) == []          # leased
     clock.advance(5)
     assert store.renew(job.id, "w1", 10)                # lease now ends at +15
@@ -158,7 +161,8 @@ def test_lease_expiry_reclaim_and_complete_once(store: JobStore, clock: ManualCl
     assert store.claim("w2", lease_s=10) == []
     clock.advance(2)                                    # w1 went silent: lease expired
     [b] = store.claim("w2", lease_s=10)
-    assert b.id == job.id and b.attempts == 2 and "lease of w1 expired" in b.error
+    assert b.id == job.id and b.attempts == 1 and b.claims == 2
+    assert b.error == "lease of w1 expired after its work started"
     assert not store.renew(job.id, "w1", 10)            # w1 no longer holds it
     assert not store.fail(job.id, "w1", "late", retry=True)
     assert store.complete(job.id, "w2", ["second"])
@@ -188,14 +192,17 @@ def test_complete_needs_a_claim(store: JobStore):
 
 
 def test_max_attempts_gives_up(store: JobStore, clock: ManualClock):
+    # Each attempt's router dies mid-work: those count against their own, larger bound
+    # (a crash-looping router is no sign against its jobs; see test_attempts.py).
     job, _ = store.submit("embed", ["x"])
-    for _ in range(3):
+    for _ in range(store.max_lost_attempts):
         [j] = store.claim("w", lease_s=10)
-        clock.advance(11)                               # each worker dies
+        store.start([j.id], "w")
+        clock.advance(11)
     assert store.claim("w", lease_s=10) == []
     failed = store.get(job.id)
-    assert failed.state == JobState.FAILED and failed.attempts == 3
-    assert failed.error == "gave up after 3 attempts: lease of w expired"
+    assert failed.state == JobState.FAILED and failed.attempts == failed.lost == 10
+    assert failed.error == "gave up after 10 attempts: lease of w expired after its work started"
     assert failed.to_wire()["error"] == failed.error and "outputs" not in failed.to_wire()
 
 
@@ -226,6 +233,17 @@ def test_release_does_not_count_an_attempt(store: JobStore):
     assert not store.release(job.id, "someone else")
     assert store.release(job.id, "w")
     assert store.get(job.id).state == JobState.QUEUED and store.get(job.id).attempts == 0
+    # Work that started and was lost with its container keeps its attempt; a graceful
+    # stop (`uncharge`) hands it back uncharged.
+    store.claim("w", lease_s=10)
+    store.start([job.id], "w")
+    assert store.release(job.id, "w", error="its container died twice")
+    back = store.get(job.id)
+    assert (back.attempts, back.error, back.started_s) == (1, "its container died twice", None)
+    store.claim("w", lease_s=10)
+    store.start([job.id], "w")
+    assert store.release(job.id, "w", uncharge=True)
+    assert store.get(job.id).attempts == 1
 
 
 # ---------------------------------------------------------------------- expiry
@@ -289,10 +307,13 @@ def test_a_job_submitted_with_an_owner_starts_running_under_its_lease(store: Job
                                                                        clock: ManualClock):
     job, created = store.submit("embed", ["x"], tenant="t", owner="router-a", lease_s=10)
     assert created and job.state == JobState.RUNNING and job.attempts == 1
+    assert job.started_s == clock.wall() and job.claims == 1   # adopted work: started
     assert store.claim("router-b", lease_s=10) == []        # leased: nobody else takes it
     clock.advance(11)                                            # the owner died: lease expired
     (again,) = store.claim("router-b", lease_s=10)
-    assert again.id == job.id and again.attempts == 2
+    assert again.id == job.id and again.attempts == 1 and again.started_s is None
+    assert store.start([job.id], "router-b") == [job.id]
+    assert store.get(job.id).attempts == 2
     assert store.complete(job.id, "router-a", ["late but first"])   # first result wins
     assert store.get(job.id).outputs == ["late but first"]
 

@@ -30,6 +30,8 @@ class FakeSlot:
     def __init__(self, cid: str, slots: int = 1, auto: bool = True):
         self.id, self.slots, self.auto = cid, slots, auto
         self.batches: list[list[tuple[str, str]]] = []
+        self.left_s: list[list[float] | None] = []   # each batch's seconds left per item
+        self.cancelled: list[str] = []               # items named by cancel_item
         self.pending: list[asyncio.Future] = []
         self.dead = False
 
@@ -37,10 +39,11 @@ class FakeSlot:
     def free(self) -> int:
         return 0 if self.dead else self.slots - sum(1 for f in self.pending if not f.done())
 
-    def submit(self, items, on_item=None):
+    def submit(self, items, on_item=None, left_s=None):
         if self.free <= 0:
             raise Unavailable("no slot")
         self.batches.append(list(items))
+        self.left_s.append(None if left_s is None else list(left_s))
         self.on_item = on_item
         fut = asyncio.get_running_loop().create_future()
         self.pending.append(fut)
@@ -49,6 +52,10 @@ class FakeSlot:
             errs = {i: "ValueError: bad" for i, v in items if v == "bad"}
             fut.set_result(Result(outs, errs, len(items)))
         return fut
+
+    def cancel_item(self, item_id: str) -> bool:
+        self.cancelled.append(item_id)
+        return True
 
 
 class FakeClock:
@@ -409,13 +416,13 @@ class EncodingSlot(FakeSlot):
 
     broken: Exception | None = None
 
-    def submit(self, items, on_item=None):
+    def submit(self, items, on_item=None, left_s=None):
         from floodway.codec import dumps
 
         if self.broken is not None:
             raise self.broken
         dumps([list(i) for i in items])
-        return super().submit(items, on_item)
+        return super().submit(items, on_item, left_s)
 
 
 def test_an_input_the_pipe_cannot_carry_fails_alone_and_the_batcher_goes_on():

@@ -3,6 +3,7 @@ each input's cost here is its length in characters (the test's own `cost`)."""
 
 from __future__ import annotations
 
+from floodway.routers.batch_item import Item, group
 from floodway.routers.batcher import Batcher
 from floodway.routers.service import ServiceTime
 from tests.unit.routers.test_batcher import T0, FakeClock, FakeSlot, Result, run, settle
@@ -150,3 +151,31 @@ def test_without_a_cost_the_queue_reports_no_tokens():
         b.submit("r", ["abc"], deadline_s=T0 + 5)
         return b.load()
     assert run(go()).tokens_by_priority is None
+
+
+def test_a_job_batch_stays_within_its_time_bound_and_a_sync_batch_is_not_bound():
+    """Low-priority (job) rows: taken while the batch's fitted seconds stay within
+    max_low_s; the same rows at normal priority fill the batch by rows alone."""
+    def seconds(rows: int, padded: int) -> float:
+        return 0.01 * padded          # 10 ms per padded token
+
+    def item(i: int, priority: int) -> Item:
+        return Item((-priority, i), f"r{i}:0", "x" * 32, f"r{i}", "t", deadline_s=100.0,
+                    enqueued_s=0.0, future=DoneLater(), length=10)
+
+    def batch_of(priority: int) -> list:
+        head = item(0, priority)
+        rest = [item(i, priority) for i in range(1, 8)]
+        batch, _ = group(head, rest, 0.0, max_rows=8, max_tokens=None, batch_s=seconds,
+                         near_s=0.0, prio=lambda it: -it.sort_key[0], max_low_s=0.35)
+        return batch
+
+    assert len(batch_of(0)) == 3      # 3 x 10 tokens = 0.30 s; a 4th would make 0.40 s
+    assert len(batch_of(1)) == 8
+
+
+class DoneLater:
+    """A future that is never done (the group only asks)."""
+
+    def done(self) -> bool:
+        return False

@@ -54,6 +54,11 @@ class FakeContainer:
         self.on_change = None
         self.pings = 0
         self.silent = False     # True: pings go unanswered (a hung process)
+        self.left_s: list[float] | None = None   # the last batch's seconds left per item
+        self.batch_items: dict[int, list[tuple[str, Any]]] = {}
+        self.cancelled: list[str] = []           # items the batcher named (cancel_item)
+        self.rss_mib: float | None = None   # its worker's resident MiB, as the test sets it
+        self.batches_done = 0   # batches answered (calls of the endpoint function)
         self._batch_ids = itertools.count(1)
         self._ready = asyncio.Event()
         self._exited = asyncio.Event()
@@ -82,10 +87,25 @@ class FakeContainer:
         `service_s` seconds for it (the router's service-time fit reads it)."""
         fut = self.inflight.pop(batch_id)
         rows = self.inflight_rows.pop(batch_id)
+        self.batches_done += 1
         self.last_progress_s = self.clock.monotonic()
         if not self.inflight:
             self.idle_since_s = self.clock.monotonic()
         fut.set_result(BatchResult(outputs, {}, rows, service_s / 2, service_s))
+        if self.on_change:
+            self.on_change()
+
+    def answer_skipping(self, batch_id: int, outputs: dict[str, Any], skipped: dict[str, str],
+                        service_s: float = 0.02) -> None:
+        """Answer batch `batch_id` as a worker that skipped the items of `skipped` (item id
+        -> its ItemError message) and ran the rest (`outputs`): its rows are those run."""
+        fut = self.inflight.pop(batch_id)
+        self.inflight_rows.pop(batch_id)
+        self.last_progress_s = self.clock.monotonic()
+        if not self.inflight:
+            self.idle_since_s = self.clock.monotonic()
+        fut.set_result(BatchResult(outputs, dict(skipped), len(outputs), service_s / 2,
+                                   service_s))
         if self.on_change:
             self.on_change()
 
@@ -106,7 +126,8 @@ class FakeContainer:
     async def wait_exit(self) -> None:
         await self._exited.wait()
 
-    def submit(self, items: list[tuple[str, Any]], on_item: Any = None) -> asyncio.Future:
+    def submit(self, items: list[tuple[str, Any]], on_item: Any = None,
+               left_s: list[float] | None = None) -> asyncio.Future:
         batch_id = next(self._batch_ids)
         fut = asyncio.get_running_loop().create_future()
         if not self.inflight:
@@ -114,7 +135,15 @@ class FakeContainer:
         self.inflight[batch_id] = fut
         self.inflight_rows[batch_id] = len(items)
         self.items = list(items)
+        self.left_s = None if left_s is None else list(left_s)
+        self.batch_items[batch_id] = list(items)
         return fut
+
+    def cancel_item(self, item_id: str) -> bool:
+        """The batcher named an item whose caller left (a worker skips it if its batch has
+        not started): recorded in `cancelled`; True while its batch is in flight."""
+        self.cancelled.append(item_id)
+        return any(item_id == i for b in self.inflight for i, _ in self.batch_items[b])
 
     def ping(self) -> bool:
         self.pings += 1

@@ -248,3 +248,27 @@ def test_an_output_json_cannot_encode_travels_as_that_items_error():
     assert isinstance(got[1], ItemError) and got[1].item_id == "b"
     assert got[1].message.startswith("ContractError: output cannot be encoded as JSON (")
     assert "\\ud800" in got[1].message   # escaped, never the raw character
+
+
+def test_a_batchs_deadlines_are_optional_on_the_wire():
+    with_them = Batch(3, (("a", "x"), ("b", "y")), deadlines=(12.5, 13.0))
+    assert json.loads(encode(with_them))["deadlines"] == [12.5, 13.0]
+    assert decode(encode(with_them)) == with_them
+    without = Batch(3, (("a", "x"),))
+    assert "deadlines" not in json.loads(encode(without))   # as before deadlines existed
+    assert decode(b'{"type":"batch","id":3,"items":[["a","x"]]}') == without
+    assert decode(b'{"type":"batch","id":3,"items":[["a","x"]],"deadlines":[7]}').deadlines \
+        == (7.0,)
+
+
+@pytest.mark.parametrize("line, says", [
+    (b'{"type":"batch","id":3,"items":[["a","x"]],"deadlines":[1,2]}', "must be 1 numbers"),
+    (b'{"type":"batch","id":3,"items":[["a","x"]],"deadlines":[true]}', "must be 1 numbers"),
+    (b'{"type":"batch","id":3,"items":[["a","x"]],"deadlines":["1"]}', "must be 1 numbers"),
+    (b'{"type":"batch","id":3,"items":[],"deadlines":{}}', "field 'deadlines'"),
+    (b'{"type":"batch","items":[],"deadlines":[]}', r"missing fields \['id'\]"),
+    (b'{"type":"batch","id":3,"items":[],"late":[]}', r"unexpected \['late'\]"),
+])
+def test_a_batchs_deadlines_are_checked(line, says):
+    with pytest.raises(ProtocolError, match=says):
+        decode(line)

@@ -427,3 +427,85 @@ def test_a_request_error_fails_its_item_as_an_input_error():
     done, errors = worker.run_batch(picky, None, [[0, "a"], [1, "long"]])
     assert done == [[0, "a"]]
     assert errors == [[1, "InputError: prompt: 900 tokens is too long"]]
+
+
+# ---------------------------------------------------------------------- skipped before a start
+def test_a_cancel_that_arrives_while_a_batch_runs_skips_its_item_in_the_batch_behind():
+    from floodway.runtime.inbox import Inbox
+    from floodway.runtime.protocol import DROPPED_CANCELLED, Cancel
+
+    inbox, wire, ran = Inbox(), Wire(), []
+
+    def fn(model, texts):
+        ran.append(list(texts))
+        if texts == ["a"]:   # the first batch runs: its caller and r2:0's leave meanwhile
+            inbox.feed(encode(Cancel(1, "r1:0")))
+            inbox.feed(encode(Cancel(2, "r2:0")))
+            inbox.close()
+        return [t.upper() for t in texts]
+
+    inbox.feed(encode(Batch(1, (("r1:0", "a"),))))
+    inbox.feed(encode(Batch(2, (("r2:0", "b"), ("r3:0", "c")))))
+    assert worker.serve(fn, None, inbox, wire) == 0
+    assert ran == [["a"], ["c"]]   # the running item is not interrupted
+    assert wire.sends[0] == [ItemResult(1, "r1:0", "A"), BatchDone(1, wire.sends[0][1].compute_s,
+                                                                    1)]
+    skipped, result, done = wire.sends[1]
+    assert skipped == ItemError(2, "r2:0", DROPPED_CANCELLED)
+    assert result == ItemResult(2, "r3:0", "C") and (done.batch_id, done.rows) == (2, 1)
+    assert inbox.cancelled == set()   # forgotten once their batches started
+
+
+def test_items_past_their_deadline_are_skipped_and_the_rest_run():
+    from floodway.runtime.protocol import DROPPED_DEADLINE
+
+    wire, ran = Wire(), []
+
+    def fn(model, texts):
+        ran.append(list(texts))
+        return [t.upper() for t in texts]
+
+    batch = Batch(1, (("a", "x"), ("b", "y"), ("c", "z")), deadlines=(9.5, 10.0, 10.5))
+    worker.serve(fn, None, lines(batch), wire, clock=lambda: 10.0)
+    assert ran == [["z"]]
+    assert wire.messages[:3] == [ItemError(1, "a", DROPPED_DEADLINE),
+                                 ItemError(1, "b", DROPPED_DEADLINE), ItemResult(1, "c", "Z")]
+    assert wire.messages[3].rows == 1
+
+
+def test_a_batch_whose_items_were_all_skipped_runs_nothing():
+    from floodway.runtime.protocol import DROPPED_CANCELLED, DROPPED_DEADLINE, Cancel
+
+    def fn(model, texts):
+        raise AssertionError("nothing should run")
+
+    wire = Wire()
+    batch = Batch(7, (("a", "x"), ("b", "y")), deadlines=(5.0, 50.0))
+    # A plain list of lines has arrived whole: the Cancel is known before the batch starts.
+    worker.serve(fn, None, lines(batch, Cancel(7, "b"), Ping()), wire, clock=lambda: 10.0)
+    assert wire.sends == [[ItemError(7, "a", DROPPED_DEADLINE),
+                           ItemError(7, "b", DROPPED_CANCELLED), BatchDone(7, 0.0, 0)], [Pong()]]
+
+
+def test_a_batch_without_deadlines_runs_whole_whatever_the_clock():
+    wire = Wire()
+    worker.serve(shout, None, lines(Batch(1, (("a", "x"),))), wire, clock=lambda: 1e12)
+    assert wire.messages[0] == ItemResult(1, "a", "X")
+
+
+def test_the_inbox_reads_a_pipe_ahead_on_a_thread_in_order():
+    import os
+
+    from floodway.runtime.inbox import Inbox
+    from floodway.runtime.protocol import Cancel
+
+    r, w = os.pipe()
+    with os.fdopen(w, "wb") as out:
+        out.write(b"".join(lines(Batch(1, (("a", "x"),)), Cancel(2, "b"), Ping(), b"junk\n")))
+    with os.fdopen(r, "rb") as pipe:
+        inbox = Inbox(pipe, threaded=True)
+        got = [inbox.next(), inbox.next()]
+        bad, end = inbox.next(), inbox.next()
+    assert got == [Batch(1, (("a", "x"),)), Ping()]
+    assert inbox.cancelled == {(2, "b")}
+    assert "not a JSON line" in str(bad) and end is None
