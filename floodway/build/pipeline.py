@@ -29,7 +29,7 @@ from typing import Any
 from floodway.build.fetch import fetch
 from floodway.build.hardware import HardwareInfo, detect
 from floodway.build.manifest_view import ManifestView
-from floodway.build.precision import engine_precision, reduced
+from floodway.build.precision import engine_precision, recipe_key, reduced
 from floodway.build.prefetch import ONNX_FILE, OPT_FILE, sha256_path
 from floodway.build.stages import StageCache, link_into, stage_key
 from floodway.build.store import ArtifactStore
@@ -173,7 +173,8 @@ class _Build:
         # The gate's verdict depends on where it ran: the CUDA provider or the CPU one.
         prec = stage_key("precision", exp, opt, comp, b.precision, b.precision_min_cosine,
                          b.precision_min_top1, b.precision_max_rel_err, b.max_batch_rows,
-                         b.max_seq_len, t["onnxruntime"], t["onnx"], self.hw.has_cuda)
+                         b.max_seq_len, t["onnxruntime"], t["onnx"], self.hw.has_cuda,
+                         *recipe_key(b))
         return {"snapshot": snap, "export": exp, "optimize": opt, "compile": comp,
                 "verify": ver, "precision": prec}
 

@@ -2,11 +2,12 @@
 hold it to the accuracy gate, or fail the build.
 
 The reference is the float32 ONNX graph on ONNX Runtime's CPU provider (itself checked
-against PyTorch by the verify stage), run on the task's parity cases (`floodway.tasks`);
-the reduced artifact runs on the same cases and is measured with the task's metric
-(`floodway.tasks.metrics`, `floodway.tasks.PRECISION_METRICS`) against the tolerances of
-`floodway.build.precision`. A gate not met raises BuildError('precision') naming the
-artifact, the measurement, the value, the case and the tolerance. Each artifact's record
+against PyTorch by the verify stage), run on the task's parity cases (`floodway.tasks`,
+also the int8 quantizer's calibration inputs); the reduced artifact runs on the same cases
+and is measured with the task's metric (`floodway.tasks.metrics`,
+`floodway.tasks.PRECISION_METRICS`) against the tolerances of `floodway.build.precision`.
+A gate not met raises BuildError('precision') naming the artifact, the measurement, the
+value, the case and the tolerance. Each artifact's record
 (`floodway.build.manifest.PrecisionEntry`) lands in ``precision.json`` for the manifest.
 
 Where each runs here: int8 on the CPU provider (where it serves); the float16 graph on the
@@ -95,7 +96,10 @@ def produce(b: Any, d: Path, exp: Path, opt: Path, io: dict[str, Any],
     records, skipped, methods = [], {}, {}
     asked = P.reduced(build)
     if P.INT8 in asked:
-        methods[P.INT8] = quantize.quantize_int8(exp, ONNX_FILE, ONNX_DATA, d / P.INT8_FILE)
+        # calibrated on the parity cases: the smoothing ranges are per-channel maxima, a
+        # property of the model (see floodway.build.quantize for held-out figures)
+        methods[P.INT8] = quantize.quantize_int8(exp, ONNX_FILE, ONNX_DATA, d / P.INT8_FILE,
+                                                 calibration=[c.feeds for c in cases])
         records.append(gate(P.INT8, P.INT8_FILE, session_run(d / P.INT8_FILE, outputs),
                             gated_on="CPUExecutionProvider", **common))
     if P.FP16 in asked:

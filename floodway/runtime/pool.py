@@ -115,7 +115,7 @@ class Pool:
         self._ticker: asyncio.Task | None = None
         self._listeners: list[BatchListener] = []
         self.jobs = JobLink()
-        self.recycler = Recycler(self._drain)   # its `rss_of` measures a container's worker
+        self.recycler = Recycler(self._drain, clock=clock.monotonic)   # rss_of: a worker's RSS
         for ep in self.endpoints.values():
             self._retarget(ep, clock.wall())
 

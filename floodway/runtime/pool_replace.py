@@ -4,7 +4,8 @@
 each tick, the containers of an endpoint with `fw.Recycle` limits are measured and one past
 them is drained, after its replacement is ready when the warm floor needs one.
 
-Measured per container, every pool tick (0.5 s): its worker process's resident memory,
+Measured per container, every pool tick (0.5 s): its worker process's resident memory
+(and its growth rate, projected over a cold start: `Growth`),
 from Linux's ``/proc/<pid>/statm`` (the second field, resident pages, times the page size:
 the kernel's VmRSS; one read of a short file per warm container, no process listing), and
 its calls (`Container.batches_done`: batches answered). On a system without ``/proc`` the
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +34,11 @@ if TYPE_CHECKING:
     from floodway.runtime.endpoint_pool import EndpointPool
 
 log = logging.getLogger("floodway.pool")
+# The growth projection (`Growth`): rates over at least a pool tick, the newest weighing
+# half; the lead adds one tick (a recycle is only noticed at the next one) to the cold start.
+GROWTH_SPAN_S = 0.5
+GROWTH_WEIGHT = 0.5
+LEAD_TICK_S = 0.5
 MIB = float(1 << 20)
 try:
     PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
@@ -74,6 +81,27 @@ def container_rss_mib(c: Any) -> float | None:
     return rss_mib(getattr(c, "pid", None))
 
 
+class Growth:
+    """A container's memory growth in MiB/s: the rate between samples at least
+    `GROWTH_SPAN_S` apart, smoothed (EWMA, weight `GROWTH_WEIGHT`), never below 0 (freed
+    memory is no reason to wait)."""
+
+    def __init__(self) -> None:
+        self.t_s: float | None = None
+        self.mib = 0.0
+        self.per_s = 0.0
+
+    def add(self, t_s: float, mib: float) -> float:
+        if self.t_s is None:
+            self.t_s, self.mib = t_s, mib
+        elif t_s - self.t_s >= GROWTH_SPAN_S:
+            rate = max(0.0, (mib - self.mib) / (t_s - self.t_s))
+            self.per_s = rate if self.per_s == 0.0 else \
+                GROWTH_WEIGHT * rate + (1 - GROWTH_WEIGHT) * self.per_s
+            self.t_s, self.mib = t_s, mib
+        return self.per_s
+
+
 class Recycler:
     """Recycling for every endpoint of a pool. `drain(ep, container, event)`: the pool's
     drain (stop routing to it, stop it once its in-flight work finished, count `event`).
@@ -81,19 +109,36 @@ class Recycler:
     give fake numbers)."""
 
     def __init__(self, drain: Callable[[EndpointPool, Any, str], None],
-                 rss_of: Callable[[Any], float | None] = container_rss_mib):
-        self.drain, self.rss_of = drain, rss_of
+                 rss_of: Callable[[Any], float | None] = container_rss_mib,
+                 clock: Callable[[], float] = time.monotonic):
+        self.drain, self.rss_of, self.clock = drain, rss_of, clock
         self._warned: set[str] = set()   # units told their limit is below a fresh worker
+        self._growth: dict[Any, Growth] = {}
+
+    def _ahead(self, ep: EndpointPool, c: Any, rss: float | None) -> float | None:
+        """`c`'s memory projected to when a replacement started now would be ready: its
+        measured growth rate over the endpoint's cold start and one more tick."""
+        if rss is None:
+            return None
+        g = self._growth.setdefault(c.id, Growth())
+        per_s = g.add(self.clock(), rss)
+        return rss + per_s * (ep.cold.estimate_s() + LEAD_TICK_S)
 
     def usages(self, ep: EndpointPool, measure: bool = True) -> tuple[Usage, ...]:
         """What `step` reads of `ep`'s containers (memory measured for warm ones only, and
         only when `measure` and the endpoint limits it)."""
         limits = ep.endpoint.recycle
         measure = measure and limits is not None and limits.max_rss_mib is not None
-        return tuple(Usage(str(c.id), str(c.state),
-                           self.rss_of(c) if measure and c.state in WARM else None,
-                           getattr(c, "batches_done", 0), bool(c.inflight), c.history[0][0])
-                     for c in ep.containers)
+        live = {c.id for c in ep.containers}
+        for cid in [k for k in self._growth if k not in live]:
+            del self._growth[cid]     # exited containers
+        out = []
+        for c in ep.containers:
+            rss = self.rss_of(c) if measure and c.state in WARM else None
+            out.append(Usage(str(c.id), str(c.state), rss, getattr(c, "batches_done", 0),
+                             bool(c.inflight), c.history[0][0],
+                             self._ahead(ep, c, rss) if measure else None))
+        return tuple(out)
 
     def tick(self, ep: EndpointPool, measure: bool = True) -> None:
         """One step for `ep` (nothing without `Endpoint.recycle`): mark, or drain. The pool

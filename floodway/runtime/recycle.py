@@ -38,7 +38,11 @@ from floodway.routers.decide import LIVE, WARM
 class Usage:
     """One container as recycling sees it. `rss_mib`: its worker's resident memory (MiB;
     None: not measured); `calls`: calls of the endpoint function it answered (batches);
-    `busy`: work in flight; `started_s`: when it was started (any clock; older first)."""
+    `busy`: work in flight; `started_s`: when it was started (any clock; older first);
+    `rss_ahead_mib`: its memory projected from its growth to when a replacement started
+    now would be ready (None: not projected). A container is past `max_rss_mib` once
+    either is, so a steady leak is caught a cold start early and the memory stays under the
+    limit while the replacement warms (new before old)."""
 
     id: str
     state: str
@@ -46,6 +50,7 @@ class Usage:
     calls: int = 0
     busy: bool = False
     started_s: float = 0.0
+    rss_ahead_mib: float | None = None   # its memory once a replacement could be ready
 
 
 @dataclass(frozen=True)
@@ -81,10 +86,13 @@ class Step:
 def over_limit(u: Usage, limits: Recycle) -> Over | None:
     """How far `u` is past the limits (the larger ratio of the two), None within both."""
     found: list[tuple[float, str]] = []
-    if limits.max_rss_mib is not None and u.rss_mib is not None \
-            and u.rss_mib > limits.max_rss_mib:
-        found.append((u.rss_mib / limits.max_rss_mib,
-                      f"resident {u.rss_mib:.1f} MiB > max_rss_mib {limits.max_rss_mib:g}"))
+    cap = limits.max_rss_mib
+    if cap is not None and u.rss_mib is not None and u.rss_mib > cap:
+        found.append((u.rss_mib / cap, f"resident {u.rss_mib:.1f} MiB > max_rss_mib {cap:g}"))
+    elif cap is not None and u.rss_ahead_mib is not None and u.rss_ahead_mib > cap:
+        found.append((u.rss_ahead_mib / cap,
+                      f"resident {u.rss_mib or 0:.1f} MiB, growing: {u.rss_ahead_mib:.1f} MiB "
+                      f"> max_rss_mib {cap:g} before a replacement could be ready"))
     if limits.max_requests is not None and u.calls >= limits.max_requests:
         found.append((u.calls / limits.max_requests,
                       f"{u.calls} calls >= max_requests {limits.max_requests}"))

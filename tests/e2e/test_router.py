@@ -79,7 +79,8 @@ def test_burst_spills_to_a_cold_container_then_scales_down(serve):
         assert srv.metric('floodway_spills_total{endpoint="embed",to="cold"}') >= 1
         # A second container was started for the burst (it serves whatever is still queued
         # when it is warm; on a fast machine the first may have drained the queue by then).
-        assert srv.metric('floodway_container_events_total{endpoint="embed",event="start"}') \
+        assert srv.metric('floodway_container_events_total{endpoint="embed",event="start",'
+                          'lane=""}') \
             == 2
         for r in burst:
             if r.status_code == 503:
@@ -88,7 +89,7 @@ def test_burst_spills_to_a_cold_container_then_scales_down(serve):
         wait_until(lambda: len(srv.containers()) == 1 and srv.containers()[0]["state"]
                    == "ready", 30, "scale-down to the floor")
         assert srv.metric('floodway_container_events_total{endpoint="embed",'
-                          'event="scale_down"}') == 1
+                          'event="scale_down",lane=""}') == 1
 
 
 def test_async_jobs_idempotency_and_prefer_respond_async(serve):
@@ -222,4 +223,4 @@ def test_a_new_build_rolls_out_without_dropping_below_the_floor(built_store, tmp
         assert min(warm_counts) >= 1     # the floor held throughout
         assert srv.client.post("/v1/embed", json={"inputs": ["x"]}).status_code == 200
         assert srv.metric('floodway_container_events_total{endpoint="embed",'
-                          'event="rolled"}') == 1
+                          'event="rolled",lane=""}') == 1

@@ -60,11 +60,12 @@ def test_int8_passes_its_gate_and_the_manifest_records_it(int8_build):
     int8 = by["int8"]
     assert int8.passed and int8.device == "cpu" and int8.metric == "cosine"
     assert int8.artifact == "model.int8.onnx" and "model.int8.onnx" in m.artifacts
-    assert int8.tolerance == {"cosine": 0.98}
+    assert int8.tolerance == {"cosine": 0.99}
     cosines = [c["cosine"] for c in int8.cases.values()]
     assert set(int8.cases) == {"one", "padded", "long"}
-    assert int8.measured["cosine"] == min(cosines) >= 0.98
-    assert max(cosines) >= 0.99                     # long texts: well within the target
+    assert int8.measured["cosine"] == min(cosines) >= 0.99      # the one-word text too
+    assert int8.cases["long"]["cosine"] >= 0.995
+    assert "smoothed into the weights" in int8.method
     assert int8.measured["cosine"] < 0.99999        # really quantized, not a float32 copy
     fp16 = by["fp16"]
     assert fp16.passed and fp16.device == "gpu" and fp16.measured["cosine"] >= 0.999
@@ -92,7 +93,7 @@ def test_int8_embeddings_agree_with_float32(int8_build, built_store):
     texts = ["quantized embeddings", "a second and rather longer sentence about warm pools"]
     a = np.asarray(modal_app.endpoints["embed"].fn(int8, texts))
     b = np.asarray(modal_app.endpoints["embed"].fn(fp32, texts))
-    assert (a * b).sum(axis=1).min() >= 0.98 and not np.allclose(a, b, atol=1e-6)
+    assert (a * b).sum(axis=1).min() >= 0.99 and not np.allclose(a, b, atol=1e-6)
 
 
 def test_plan_takes_fp16_on_a_gpu_and_int8_only_on_a_cpu(int8_build):
@@ -122,8 +123,10 @@ def test_a_failed_gate_is_never_planned(int8_build, tmp_path):
         "onnxruntime-cpu[model.opt.onnx")
 
 
-def test_an_impossible_tolerance_fails_the_build_naming_the_metric(built_store, tmp_path):
+def test_an_impossible_tolerance_fails_the_build_naming_the_metric(built_store, int8_build,
+                                                                   tmp_path):
     import modal_app
+    from floodway.build.manifest import Manifest
     from floodway.build.pipeline import build_endpoint
 
     build = dataclasses.replace(modal_app.endpoints["embed"].build, tensorrt=False,
@@ -134,5 +137,8 @@ def test_an_impossible_tolerance_fails_the_build_naming_the_metric(built_store, 
     msg = str(e.value)
     assert e.value.stage == "precision"
     assert "int8 model.int8.onnx: cosine 0.9" in msg and ">= 0.999999" in msg
-    assert "case 'one'" in msg and "precision_min_cosine" in msg
+    cases = next(p for p in Manifest.read(int8_build.path).precisions
+                 if p.precision == "int8").cases
+    worst = min(cases, key=lambda k: cases[k]["cosine"])      # same graph, same recipe
+    assert f"case {worst!r}" in msg and "precision_min_cosine" in msg
     assert not list(tmp_path.glob("embed/*/manifest.json"))      # nothing published

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import floodway as fw
 from floodway.runtime.recycle import Retiring, Usage, over_limit, pick, step
 
@@ -88,3 +90,18 @@ def test_requests_alone_count_calls():
     assert step(None, [u("1", rss=9999, calls=99)], limits, 1).marked is None
     out = step(None, [u("1", rss=None, calls=100), u("2", calls=3)], limits, 1)
     assert out.drain == "1" and out.marked.reason == "100 calls >= max_requests 100"
+
+
+def test_a_container_growing_toward_its_limit_is_recycled_a_cold_start_early():
+    from floodway.runtime.pool_replace import Growth
+    limits = fw.Recycle(max_rss_mib=100)
+    g = Growth()
+    for t, mib in ((0.0, 60.0), (0.5, 65.0), (1.0, 70.0)):   # 10 MiB/s
+        per_s = g.add(t, mib)
+    assert per_s == pytest.approx(10.0)
+    steady = Usage("1", "ready", rss_mib=70.0, calls=3, rss_ahead_mib=70.0 + per_s * 2.0)
+    fast = Usage("1", "ready", rss_mib=70.0, calls=3, rss_ahead_mib=70.0 + per_s * 4.0)
+    assert over_limit(steady, limits) is None            # 90 MiB when a replacement is ready
+    over = over_limit(fast, limits)                      # 110 MiB by then: go now
+    assert over is not None and "before a replacement could be ready" in over.reason
+    assert g.add(1.6, 50.0) >= 0.0                       # freed memory: no negative rate
