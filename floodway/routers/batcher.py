@@ -79,9 +79,6 @@ RECHECK_S = 0.05
 # A loop that raised is restarted at once, then after a back-off doubling from RECHECK_S up
 # to this (event-loop seconds) while it keeps raising: logged, never a busy spin.
 MAX_RESTART_DELAY_S = 1.0
-# An item is near its deadline (never passed over for length) within this many full
-# batches' seconds of it: the batch being cut, then its own.
-NEAR_BATCHES = 2
 # Items looked at per batch cut, in batches' rows: bounds the cut's cost in a long queue.
 LOOKAHEAD_BATCHES = 8
 
@@ -308,7 +305,7 @@ class Batcher(QueueCounts, Sending):
         if self.max_batch_rows <= 1:
             return [head]
         rows, budget = self.max_batch_rows, self.max_batch_tokens
-        near_s = NEAR_BATCHES * self.batch_s(rows, budget or rows)
+        near_s = self.wait_s   # and the batches' own seconds (`group`)
         ahead = heapq.nsmallest(LOOKAHEAD_BATCHES * rows, self._heap)
         batch, expired = group(head, ahead, now, max_rows=rows, max_tokens=budget,
                                batch_s=self.batch_s, near_s=near_s, prio=self._prio,
