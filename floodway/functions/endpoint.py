@@ -290,6 +290,8 @@ def _check_lanes(fn: Callable[..., Any], route: object, warm: object,
     if not isinstance(warm, WarmPool):
         return
     for i, lane in enumerate(lanes):
+        if lane.min_containers is not None and lane.max_containers is not None:
+            continue   # the lane's own check names it
         lo = lane.min_containers if lane.min_containers is not None else warm.min_containers
         hi = lane.max_containers if lane.max_containers is not None else warm.max_containers
         if isinstance(lo, int) and isinstance(hi, int) and lo > hi:
