@@ -97,9 +97,23 @@ def check_lanes(out: list[Problem], p: str, lanes: object) -> None:
         elif not last and not lane.bounded:
             out.append(Problem(f"{p}[{i}]", lane, "a bound (max_tokens or max_rows): only "
                                                   "the last lane takes every request"))
+    for i, lane in enumerate(lanes[:-1]):
+        earlier = next((e for e in lanes[:i] if _covers(e, lane)), None)
+        if earlier is not None:
+            out.append(Problem(f"{p}[{i}]", lane, f"a lane some request can take: every "
+                                                  f"request it would take fits lane "
+                                                  f"{earlier.name!r} first (order lanes "
+                                                  "from the tightest bounds to the widest)"))
     shares = [lane.queue_share for lane in lanes if isinstance(lane.queue_share, int | float)]
     if sum(shares) > 1 + 1e-9:
         out.append(Problem(f"{p}.queue_share", shares, "shares that sum to at most 1"))
+
+
+def _covers(first: Lane, later: Lane) -> bool:
+    """Whether every request `later` would take fits `first` (so `later` is never chosen)."""
+    def wider(a: int | None, b: int | None) -> bool:
+        return a is None or (isinstance(a, int) and isinstance(b, int) and b <= a)
+    return wider(first.max_tokens, later.max_tokens) and wider(first.max_rows, later.max_rows)
 
 
 def queue_shares(lanes: tuple[Lane, ...]) -> tuple[float, ...]:

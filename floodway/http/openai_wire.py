@@ -40,6 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from floodway.errors import RequestError
 from floodway.functions.items import BAD_ITEM
 from floodway.functions.prompts import MAX_SEED, chat_role
+from floodway.routers.schema import finite_float
 
 # OpenAI's own limit on n (the API reference: "n ... between 1 and 128").
 MAX_N = 128
@@ -184,7 +185,7 @@ def _not_json(literal: str) -> Any:
 def load_object(body: bytes) -> dict[str, Any]:
     """The body as a JSON object; RequestError(400) for anything else."""
     try:
-        data = json.loads(body, parse_constant=_not_json)
+        data = json.loads(body, parse_constant=_not_json, parse_float=finite_float)
     except (ValueError, UnicodeDecodeError) as e:
         raise RequestError(f"the request body is not valid JSON: {e}", status=400) from None
     except RecursionError:

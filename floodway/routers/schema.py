@@ -67,6 +67,17 @@ def _not_json(literal: str) -> Any:
     raise ValueError(f"{literal} is not a JSON number (JSON has no NaN or infinities)")
 
 
+def finite_float(literal: str) -> float:
+    """A JSON number with a fraction or exponent as a float; ValueError for one past a
+    64-bit float's range (``1e999``): Python would read it as infinity, which JSON cannot
+    carry back (the worker pipe would make it null)."""
+    value = float(literal)
+    if value - value != 0.0:   # inf - inf is nan
+        shown = literal if len(literal) <= 40 else literal[:40] + "..."
+        raise ValueError(f"{shown} is past a 64-bit float's range (at most about 1.8e308)")
+    return value
+
+
 def _bad_unicode(item: Any) -> tuple[str, bool, UnicodeEncodeError] | None:
     """The first string (or object key) in `item` that is not valid Unicode (a lone
     surrogate) -> (where, relative to the item, e.g. ``".messages[0].content"``; whether it
@@ -153,7 +164,7 @@ def parse_predict(body: bytes, item_type: Any = Any, *,
     item: ``inputs[3]: ...``.
     """
     try:
-        data = json.loads(body, parse_constant=_not_json)
+        data = json.loads(body, parse_constant=_not_json, parse_float=finite_float)
     except (ValueError, UnicodeDecodeError) as e:
         why = str(e)
         if "int_max_str_digits" in why:   # Python's own advice means nothing to a client

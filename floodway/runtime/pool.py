@@ -60,7 +60,7 @@ from floodway.runtime.container import BatchResult, Container, State
 from floodway.runtime.endpoint_pool import EndpointPool
 from floodway.runtime.pending import Pending, StreamPending
 from floodway.runtime.pool_jobs import JobLink
-from floodway.runtime.pool_lanes import lane_readiness, lanes_of, resolve
+from floodway.runtime.pool_lanes import job_backlog, lane_readiness, lanes_of, resolve
 from floodway.runtime.pool_readiness import readiness
 from floodway.runtime.pool_replace import Recycler, roll
 from floodway.warmers.history import TrafficHistory
@@ -272,7 +272,7 @@ class Pool:
 
     def _retarget(self, ep: EndpointPool, wall_s: float) -> None:
         ep.retarget(wall_s, self.cap(ep.name), pinned=self.pinned, params=POLICY_PARAMS,
-                    backlog_rows=self.jobs.rows.get(ep.endpoint.name, 0))
+                    backlog_rows=job_backlog(self.endpoints, ep, self.jobs.rows))
 
     def _sent(self, ep: EndpointPool) -> None:
         """A batch went to a container: the buffer, and room for jobs in the queue."""

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from floodway.functions.lanes import lanes_section
-from floodway.routers.lanes import lane_keys, resolve_unit
+from floodway.routers.lanes import lane_keys, resolve_unit, split_unit
 
 if TYPE_CHECKING:
     from floodway.functions.endpoint import Endpoint
@@ -36,6 +36,21 @@ def resolve(endpoints: dict[str, EndpointPool], name: str,
     return None if key is None else endpoints[key]
 
 
+def job_backlog(endpoints: dict[str, EndpointPool], ep: EndpointPool,
+                rows: dict[str, int]) -> int:
+    """The job backlog rows (`rows`: per endpoint, from the job store) that count as
+    demand on `ep`'s warm pool: its endpoint's, for a plain endpoint; for a lane, the job
+    rows queued in its own batcher, and the store's backlog only for the last lane (which
+    queued job takes which lane is known only from its inputs, read when it is claimed;
+    the last lane takes every request, and claims follow the lanes' room)."""
+    name, lane = split_unit(ep.name)
+    if lane is None:
+        return rows.get(name, 0)
+    own = ep.batcher.rows_by_priority[0] if ep.batcher is not None else 0
+    last = lanes_of(endpoints, name)[-1] is ep
+    return own + (rows.get(name, 0) if last else 0)
+
+
 def lane_readiness(endpoints: dict[str, EndpointPool],
                    defined: dict[str, Endpoint]) -> dict[str, dict[str, Any]]:
     """Per endpoint with lanes (`defined`: the app's endpoints, by name), per lane: its unit
@@ -51,4 +66,4 @@ def lane_readiness(endpoints: dict[str, EndpointPool],
     return lanes_section({key: ep.endpoint for key, ep in endpoints.items()}, defined, load)
 
 
-__all__ = ["lane_readiness", "lanes_of", "resolve"]
+__all__ = ["job_backlog", "lane_readiness", "lanes_of", "resolve"]

@@ -32,6 +32,10 @@ def test_two_lanes_with_a_bounded_first_and_an_open_last_are_fine():
     ((fw.Lane("a", max_rows=1, min_containers=3, max_containers=2), fw.Lane("b")),
      "route.lanes[0].min_containers"),
     (("short", "long"), "route.lanes"),
+    ((fw.Lane("a", max_tokens=500), fw.Lane("b", max_tokens=64), fw.Lane("c")),
+     "route.lanes[1]"),
+    ((fw.Lane("a", max_tokens=64), fw.Lane("b", max_tokens=64, max_rows=2), fw.Lane("c")),
+     "route.lanes[1]"),
 ])
 def test_each_mistake_names_its_field(lanes, field):
     assert field in fields(fw.Route(lanes=lanes))
@@ -64,3 +68,9 @@ def test_queue_shares_split_what_the_set_ones_leave():
     lanes = (fw.Lane("a", max_rows=1, queue_share=0.5), fw.Lane("b", max_rows=9), fw.Lane("c"))
     assert queue_shares(lanes) == (0.5, 0.25, 0.25)
     assert queue_shares((fw.Lane("a", max_rows=1), fw.Lane("b"))) == (0.5, 0.5)
+
+
+def test_tighter_lanes_first_is_fine():
+    lanes = (fw.Lane("tiny", max_tokens=16, max_rows=1), fw.Lane("short", max_tokens=64),
+             fw.Lane("rows", max_rows=4), fw.Lane("rest"))
+    assert fw.Route(lanes=lanes).problems("route") == []

@@ -319,3 +319,11 @@ def test_a_misspelled_inputs_names_both_fields():
     assert info.value.status == 422 and info.value.field == "inputs"
     assert str(info.value) == ("missing required field 'inputs' (and 'input' is not a field): "
                                'send {"inputs": [...]}')
+
+
+def test_a_number_past_a_floats_range_is_a_400_not_an_infinity():
+    for body in (b'{"inputs": [1e999]}', b'{"inputs": [-1e999]}', b'{"inputs": [[1, 2e400]]}'):
+        with pytest.raises(RequestError) as e:
+            parse_predict(body, Any, max_inputs=8)
+        assert e.value.status == 400 and "past a 64-bit float's range" in str(e.value)
+    assert parse_predict(b'{"inputs": [1.5e300, -0.0]}', float, max_inputs=8) == [1.5e300, 0.0]
