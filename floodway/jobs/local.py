@@ -26,6 +26,7 @@ Retry-After; `storage()` gives the bytes and the refusals to the metrics.
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import os
 import re
@@ -47,6 +48,8 @@ from floodway.routers.admission import Priority
 from floodway.routers.decide import Decision, Request, decide
 from floodway.routers.decide_stream import decide_stream
 from floodway.routers.sequences import stream_request
+
+log = logging.getLogger("floodway.jobs")
 
 JOBS_DB_ENV = "FLOODWAY_JOBS_DB"
 # A job has no client waiting: it may wait long for capacity, but not forever per attempt.
@@ -162,6 +165,14 @@ class LocalJobs:
         self.runner.wake(resume=True)
 
     async def start(self) -> None:
+        # Jobs of endpoints this router does not serve wait for a router that does (one
+        # serving that endpoint, `app::endpoint`, or the app that defines it); say so.
+        unserved = {ep: n for ep, n in self.store.backlog_rows().items()
+                    if ep not in self.app.endpoints}
+        for ep, rows in sorted(unserved.items()):
+            log.warning("the job store holds unfinished jobs (%d rows) of endpoint %r, which "
+                        "this router does not serve: they wait for a router that does", rows,
+                        ep)
         self.runner.start()
 
     async def stop(self) -> None:

@@ -88,3 +88,21 @@ def test_a_job_too_large_for_any_container_fails_at_once(tmp_path):
         assert e.value.status == 413
     finally:
         jobs.store.close()
+
+
+def test_jobs_of_an_endpoint_this_router_does_not_serve_are_named_at_start(tmp_path, caplog):
+    import asyncio
+    import logging
+
+    jobs, _ = _stream_jobs(tmp_path, active=0, kv_capacity=4096)
+    jobs.store.submit("gone", ["a", "b"], tenant="t", priority="low", idempotency_key=None)
+
+    async def go():
+        await jobs.start()
+        await jobs.stop()
+
+    with caplog.at_level(logging.WARNING, logger="floodway.jobs"):
+        asyncio.run(go())
+    said = [r.getMessage() for r in caplog.records]
+    assert any("'gone'" in m and "2 rows" in m and "does not serve" in m for m in said), said
+    assert not any("'talk'" in m for m in said)
