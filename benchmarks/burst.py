@@ -56,7 +56,13 @@ sends with aiohttp (see `Lanes`) so that it costs little.
     .venv/bin/python benchmarks/burst.py [--trace PATH] [--start-s 840] [--minutes 2]
         [--duration-s 60] [--peak-x 3] [--peak-window-s 2] [--deadline-s 0.5] [--calib-s 12]
         [--store DIR]
-        [--out benchmarks/out/burst.png]
+        [--out benchmarks/out/burst.png] [--no-goodput]
+
+Then, unless `--no-goodput`, the goodput while overloaded (200s within the deadline per
+second, over the seconds whose arrivals exceed the capacity) against the closed-loop
+capacity for the same request mix, measured in the same run, with token-aware batching on
+and off: benchmarks/goodput.py's measurement (its docstring says how), on the same trace
+stretch and artifact store, about 2 minutes more.
 
 Needs a build of modal_app.py (`make run`, or `floodway build modal_app.py`).
 """
@@ -692,6 +698,9 @@ def main(trace: Annotated[Path, typer.Option(help="the Azure LLM code trace (CSV
          job_wait_s: Annotated[float, typer.Option(min=1)] = 120.0,
          store: Annotated[Path | None, typer.Option(help="artifact store root")] = None,
          out: Annotated[Path, typer.Option()] = ROOT / "benchmarks" / "out" / "burst.png",
+         goodput: Annotated[bool, typer.Option(
+             help="then goodput while overloaded vs the closed-loop capacity, token-aware "
+                  "batching on and off (benchmarks/goodput.py)")] = True,
          ) -> None:
     from floodway.build.store import ArtifactStore
 
@@ -742,6 +751,13 @@ def main(trace: Annotated[Path, typer.Option(help="the Azure LLM code trace (CSV
     console.print(f"servers' log: {log}")
     lag = statistics.median(r.lag_s for r in runs[0].results)
     console.print(f"median client send lag {ms(lag)} ms (floodway run)")
+    if goodput:
+        import goodput as measure_goodput  # benchmarks/goodput.py, beside this file
+
+        console.print("\nGoodput while overloaded against the closed-loop capacity of the same "
+                      "mix, measured in this run, token-aware batching on and off "
+                      "(benchmarks/goodput.py: one text per request, 1.5 s deadline):")
+        measure_goodput.main(trace=trace, start_s=start_s, minutes=minutes, store=store)
 
 
 if __name__ == "__main__":

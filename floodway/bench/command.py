@@ -125,21 +125,26 @@ async def _replay(base: str, target: Target, plan: list, headers: dict[str, str]
     """Warm-up (local servers only, not counted), then the replay with /metrics sampled
     beside it (on the replay's clock) -> (results, BatchSampler, containers ready at the
     start)."""
+    import aiohttp
     import httpx
     from rich.progress import Progress
 
     from floodway.bench.batches import BatchSampler, watch
     from floodway.bench.replay import replay
 
-    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
     sampler = BatchSampler(target.endpoint)
-    async with httpx.AsyncClient(base_url=base, headers=headers, timeout=CLIENT_TIMEOUT_S,
-                                 limits=limits) as client, \
+    # aiohttp sends the load (cheap per request: floodway.bench.replay says why); the
+    # samples of /readyz and /metrics, a few a second, go through httpx.
+    session = aiohttp.ClientSession(
+        base_url=base + "/", headers=headers, connector=aiohttp.TCPConnector(limit=0),
+        timeout=aiohttp.ClientTimeout(total=CLIENT_TIMEOUT_S))
+    async with session as client, \
             httpx.AsyncClient(base_url=base, headers=headers, timeout=5) as side:
         if target.url is None:       # a fresh router's first batches pay for warming up
             for k, p in enumerate(plan[:WARMUP_REQUESTS]):
                 item = target.inputs.item(-1 - k, p.tokens, None)    # texts not replayed
-                await client.post(f"/v1/{target.endpoint}", json={"inputs": [item]})
+                async with client.post(f"v1/{target.endpoint}", json={"inputs": [item]}) as r:
+                    await r.read()
         at_start = await _ready_containers(side, target.endpoint)
         stop = asyncio.Event()
         # One origin for the samples and the answers (the replay's own starts within

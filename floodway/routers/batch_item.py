@@ -232,6 +232,12 @@ GROUP_FACTOR = 2.0
 # longer than a 1.5 s deadline, which made every item "near" and turned grouping off under
 # load (benchmarks/goodput.py: padded batches at 55 ms a row against 22 ms in small ones).
 NEAR_BATCHES = 2
+# A batch of job rows takes at most this share of the route's sync deadline (by the service
+# fit): a sync request that finds every container on a job batch still meets its deadline
+# (decide() plans within 85% of it). Long job batches made the router spill every sync
+# request behind them (benchmarks/goodput.py); short ones cost the drain a little
+# batching efficiency. The local pool and the simulator both bound job batches by it.
+JOB_BATCH_SHARE = 0.25
 
 
 def joins(rows: int, longest: int, shortest: int, length: int,

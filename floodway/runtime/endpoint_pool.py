@@ -41,6 +41,7 @@ from floodway.core.stream_snapshot import (
 )
 from floodway.errors import FloodwayError
 from floodway.http.protocols import SYSTEM_CLOCK, Clock
+from floodway.routers.batch_item import JOB_BATCH_SHARE
 from floodway.routers.batcher import Batcher
 from floodway.routers.decide import WARM, Snapshot
 from floodway.routers.decide_stream import StreamSnapshot
@@ -54,12 +55,6 @@ from floodway.warmers.predictive import PredictiveParams
 from floodway.warmers.target import Measured, PolicyState, WarmTarget, desired
 
 log = logging.getLogger("floodway.pool")
-# A batch of job rows takes at most this share of the route's sync deadline (by the service
-# fit): a sync request that finds every container on a job batch still meets its deadline
-# (decide() plans within 85% of it). Long job batches made the router spill every sync
-# request behind them (benchmarks/goodput.py); short ones cost the drain a little
-# batching efficiency.
-JOB_BATCH_SHARE = 0.25
 
 if TYPE_CHECKING:
     from floodway.functions.endpoint import Endpoint

@@ -11,8 +11,9 @@ The model (times in seconds on the trace's clock):
 - A ready container runs one batch at a time and holds at most
   ``pipeline_slots(route.max_inflight_per_container)`` batches (its slots, as the local router
   keeps them: `floodway.core.snapshot.pipeline_slots`; as in `decide`, slots pipeline work,
-  they add no throughput). A request sent to it joins its newest batch not yet cut (sent:
-  ``batching.wait_ms`` after its oldest request, at once if full) if the rows fit in
+  they add no throughput). A request sent to it joins the router's forming batch (its newest
+  batch not yet cut, sent ``batching.wait_ms`` after its oldest request, at once if full; else
+  any container's: the runtime's batcher forms one batch at a time) if the rows fit in
   ``batching.max_batch_rows`` (and, where requests cost tokens, its padded tokens the
   batcher's token budget), else opens one. A batch on an idle container starts when it is
   cut; one behind another when the previous one ends (`Pool.assign`). Batch time: `ServiceModel`
@@ -25,12 +26,12 @@ The model (times in seconds on the trace's clock):
   requests fill its free slots in order (at most max_batch_rows rows per batch); a queued
   request whose deadline has passed is dropped (`expired`), as the batcher drops it.
 - Every arrival is decided by `decide(Snapshot, Request)` with the request's deadline
-  (arrival + ``route.timeout_s``): dispatch to the warm container `decide` picks (least
-  backlog among those with a free slot, first in start order), queue, spill_cold (start a
-  container, the request then waits in the queue), spill_async (counted, not simulated
-  further) or shed. The snapshot is built as the local runtime builds it, with
-  `floodway.core.snapshot.build_snapshot`: each live container's batches in flight (rows) and
-  slots, a starting one's time since its start was asked for (its remaining start is
+  (arrival + ``route.timeout_s``): dispatch to the warm container `decide` picks (least backlog
+  among those with a free slot, first in start order), queue, spill_cold (start a container, the
+  request then waits in the queue), spill_async (a job that runs later on an idle container:
+  `floodway.sim.jobs`) or shed. The snapshot is built as the local runtime builds it, with
+  `floodway.core.snapshot.build_snapshot`: each live container's batches in flight (rows) and slots,
+  a starting one's time since its start was asked for (its remaining start is
   estimated from `cold_start_s`, the slowest measured start, not known), the queue at
   normal priority (every request is priority 1, served in order) for one tenant, the fitted
   service time, the batcher's wait, and the arrival rate: the rows of the requests admitted
@@ -62,14 +63,13 @@ times by size no bulk segment runs):
   `decide`. The arrival rate comes from cumulative admitted rows per arrival (`cum`) and a
   window pointer that only moves forward; with ``fast=False`` from the runtime's own
   `ArrivalRate`, so comparing the modes checks one against the other.
-- Bulk segments (`floodway.sim.fastpath.Segments`): from an arrival that finds the queue empty
-  and no batch in flight, up to the next heap event, arrivals that are all dispatched (or
-  queued and drained into a batch at once) are replayed by a compiled kernel over arrays
+- Bulk segments (`floodway.sim.fastpath.Segments`): from an arrival that finds the queue empty,
+  no batch in flight and no job waiting, up to the next heap event, arrivals that are all
+  dispatched (or queued and drained into a batch at once) are replayed by a compiled kernel
   (`floodway.sim.kernel`, numba) instead of heap events and objects, on any number of warm
   containers, and backed off to the last instant the pool was idle again if one would be
-  neither. Their latencies are set by the
-  kernel; their busy intervals are spliced among the event loop's at the end, in the order
-  the event loop would have recorded them (`floodway.sim.collect`).
+  neither. The kernel sets their latencies; their busy intervals are spliced among the event
+  loop's at the end, in the order it would have recorded them (`floodway.sim.collect`).
 - The policy sees the minutes that have ended as an O(1) view of the trace's counts
   (`History.view_of`), checked once.
 
@@ -183,17 +183,14 @@ class _Sim(Pool):
         # Token costs (`setup` sets them from the trace): None and 0 decide by rows.
         self.tok, self.max_tokens, self.row_tokens = None, 0, 0.0
         self.pstate = None
-        self.started = 0
-        self.cold_requests = 0
-        self.expired = 0
+        self.started = self.cold_requests = self.expired = 0
         self.busy_a: list[float] = []
         self.busy_b: list[float] = []
         self.policy_s = 0.0
         self.working = 0                     # live containers with a batch in flight
         self.seg: Segments | None = None
         self.pieces: list[tuple] = []        # (at, count): segments' busy intervals
-        self.bulk_runs = 0                   # segments run in bulk, and their arrivals
-        self.bulk_requests = 0
+        self.bulk_runs = self.bulk_requests = 0     # segments run in bulk, and their arrivals
         # The arrival rate: the runtime's estimator in the reference mode, else cumulative
         # admitted rows (`cum`) and the first arrival of the window (`win_lo`).
         self.arrivals = None if cfg.fast else ArrivalRate()
@@ -262,8 +259,11 @@ class _Sim(Pool):
             self.queued_rows += r
             self.queued_tokens += 0 if self.tok is None else r * self.tok[i]
             self.drain_all(now)
-        elif d.start_cold:                # scaled to zero: spilled or shed, but start one
-            self.start_box(now)
+        else:
+            if d.start_cold:              # scaled to zero: spilled or shed, but start one
+                self.start_box(now)
+            if a == Action.SPILL_ASYNC:
+                self.add_job(i, now)
 
     # ------------------------------------------------------------ the run
     def bulk(self, i: int) -> int:
@@ -353,7 +353,7 @@ class _Sim(Pool):
             t = times[i]
             while heap and heap[0][0] <= t:
                 handle(heapq.heappop(heap), end_s)
-            if bulk and not queue and not self.working:
+            if bulk and not queue and not self.working and not self.jobs:
                 j = self.bulk(i)
                 if j > i:
                     i = j

@@ -26,9 +26,10 @@ empty. A segment replays exactly that, in a compiled kernel over arrays
 time), batch ends processed before an arrival at the same instant (as the heap does), each
 arrival decided by the dispatch test on the segment's own backlogs (summed as the engine and
 the snapshot builder sum them) and the arrival rate (the segment's arrivals are all admitted:
-it adds their rows to `cum` as it goes), joined to the newest unstarted batch not yet cut
-if its rows fit, else given a new batch (cut ``wait_s`` later and started then on an idle
-container, or when the batch ahead ends). An arrival that finds no free slot is queued
+it adds their rows to `cum` as it goes), joined to the router's forming batch (the newest unstarted
+batch not yet cut, of its container or else of any, if its rows fit), else given a new batch (cut
+``wait_s`` later and started then on an idle container, or when the batch ahead ends). An
+arrival that finds no free slot is queued
 where `decide` would queue it (the earliest container's availability plus its batch
 within the budget, room in the queue) and joins, as the engine's drain does at once, the
 first container whose newest batch has not started nor been cut and has room. Batch ends

@@ -12,9 +12,10 @@ any number of warm containers, with the event loop's float operations:
   `Pool.on_done` does.
 - Each arrival gets the dispatch test of `decide` (least backlog among containers with a free
   slot, the first on a tie; an idle one takes it; else alone, and backlog + the batch it
-  would ride in, within budget x HEADROOM), then joins the newest unstarted batch there if its
-  rows fit and it has not been cut (sent: ``wait_s`` after it opened, at once if full), else
-  opens one (started when it is cut on an idle container, or when the one before it ends).
+  would ride in, within budget x HEADROOM), then joins the router's forming batch (the newest
+  unstarted batch there, else on any container, first in order, if its rows fit and it has not been
+  cut (sent: ``wait_s`` after it opened, at once if full)), else opens one (started when it is cut
+  on an idle container, or when the one before it ends).
   The batch it would ride in holds its rows plus those arriving while it waits
   (``min(mbr, rows + ceil(rate * (backlog + batch_wait)))``, `decide`'s `_batch_rows`), at
   the arrival rate of `floodway.core.estimators.ArrivalRate`: the rows admitted at times
@@ -313,7 +314,18 @@ def run_segment(times, rows, dls, a, b0, mbr, wait, slots, headroom, width, max_
                 break
         codes[j] = code
         cum[j + 1] = cum[j] + rr
+        # The router's forming batch: `best`'s newest batch not yet cut, else any
+        # container's (first in order), as the engine's `Pool.assign` joins it.
         c = best
+        for k in range(-1, width):
+            cc = best if k < 0 else k
+            if cnt[cc]:
+                tl = head[cc] + cnt[cc] - 1
+                if tl >= S:
+                    tl -= S
+                if bst[cc, tl] > t and t <= bcut[cc, tl] and brows[cc, tl] + rr <= mbr:
+                    c = cc
+                    break
         if cnt[c]:
             tl = head[c] + cnt[c] - 1
             if tl >= S:

@@ -8,12 +8,12 @@ which to start and stop, as in the local runtime; the pool carries out the plan 
 at each policy tick, at each idle check whose container's scaledown window has run out, and
 when a container gets busy while fewer are live than the target keeps (Modal's buffer).
 
-The deadline hand-off (`floodway.http.handoff`): where the route spills to async, a request
+The deadline hand-off (`floodway.sim.jobs`): where the route spills to async, a request
 still queued `handoff_margin_s` before its deadline is withdrawn from the queue and becomes
 an async job (`handed_off`), as the router's hand-off does; one whose batch ends after that
 instant is answered 202 too (its job adopts the work, which runs on), which
 `floodway.sim.collect` counts. Without an async spill a queued request is dropped at its
-deadline (`expired`).
+deadline (`expired`). Async jobs run on idle containers (`floodway.sim.jobs.JobBacklog`).
 
 Events are heap entries ``(time, kind, seq, obj, extra)``: at equal times a container that
 becomes ready or frees a slot does so before a policy tick or idle check (`kind`), and events
@@ -22,33 +22,16 @@ of one kind in the order they were pushed (`seq`).
 
 from __future__ import annotations
 
-import functools
 import heapq
 import math
 import time
 from collections import deque
 
-from floodway.config import Route
 from floodway.core.estimators import ServiceEstimator
 from floodway.core.reconcile import EPS_S, Box, Do, reconcile, starts_needed
+from floodway.sim.jobs import JobBacklog
 from floodway.sim.trace import MINUTE_S
 from floodway.warmers.target import History, WarmTarget
-
-# How long before its deadline the router hands a request off to the async queue: the
-# value of `floodway.http.handoff.HANDOFF_MARGIN_S` (the simulator imports no http;
-# tests/unit/sim/test_handoff.py holds the two equal), at most a tenth of a short budget.
-HANDOFF_MARGIN_S = 0.1
-
-
-def handoff_margin_s(route: Route) -> float:
-    """Seconds before a request's deadline (``route.timeout_s`` after its arrival) at which
-    it is handed off to the async queue: `DeadlineHandoff.after_s`'s margin,
-    min(HANDOFF_MARGIN_S, timeout_s / 10); 0.0 when the route does not spill to async (no
-    hand-off: a queued request waits until its deadline)."""
-    if "async" not in route.spill:
-        return 0.0
-    return min(HANDOFF_MARGIN_S, route.timeout_s / 10)
-
 
 # Event kinds; at equal times the heap orders by kind: a container that becomes ready or
 # frees a slot does so before a policy tick or idle check at the same instant.
@@ -56,7 +39,8 @@ _READY, _DONE, _TICK, _CHECK = 0, 1, 2, 3
 
 
 class _Batch:
-    __slots__ = ("reqs", "rows", "tok", "cut_s", "start_s", "end_s", "dur_s", "est_s", "fac")
+    __slots__ = ("reqs", "rows", "tok", "cut_s", "start_s", "end_s", "dur_s", "est_s", "fac",
+                 "low")
 
     def __init__(self) -> None:
         self.reqs: list[int] = []
@@ -68,6 +52,7 @@ class _Batch:
         self.dur_s = -1.0            # a sampled duration (service samples), else -1
         self.est_s = 0.0             # the fitted time added to the container's backlog
         self.fac = 1.0               # its contention factor, set when it starts
+        self.low = False             # async jobs' (no latency recorded)
 
 
 class _Box:
@@ -105,7 +90,7 @@ class _Box:
         return seen
 
 
-class Pool:
+class Pool(JobBacklog):
     """Containers, batches, the queue and the policy of one run. The simulator sets the run's
     attributes (`cfg`, `rng`, `policy`, `measured`, `fit`, `mbr`, `wait_s`, `slots`, `cap`,
     `target` (the policy's last `WarmTarget`), `scaledown_s`, `heap`, `live`, `all`, `queue`,
@@ -117,12 +102,6 @@ class Pool:
     heap: list[tuple]
     queue: deque[int]
     target: WarmTarget
-    handed_off = 0                 # queued requests withdrawn at their hand-off (a counter)
-
-    @functools.cached_property
-    def handoff_s(self) -> float:
-        """`handoff_margin_s` of the run's route."""
-        return handoff_margin_s(self.cfg.route)
 
     # ------------------------------------------------------------ events and containers
     def push(self, t: float, kind: int, obj: object, extra: object = None) -> None:
@@ -160,39 +139,57 @@ class Pool:
 
     # ------------------------------------------------------------ batches
     def assign(self, box: _Box, idx: int, rows: int, now: float) -> bool:
-        """Give request `idx` to `box`: join its newest batch not yet cut, else open a new
-        one if a slot is free. False if neither is possible.
+        """Give request `idx` to the router's forming batch: the newest batch not yet cut of
+        `box`, else of any warm container (first in start order), if its rows (and padded
+        tokens) fit; else open a new one on `box` if a slot is free. False if neither.
 
         As the runtime's batcher does, a batch is cut (sent to the container) ``wait_s``
         after its oldest request arrived, at once when full: one behind another is cut
         then too and stops growing, and what arrives later waits for a slot (in the
-        router's queue) rather than riding in it."""
-        bs = box.batches
+        router's queue) rather than riding in it. The batcher forms one batch at a time,
+        whatever container `decide` picks (measured: two texts 1 ms apart, two containers
+        idle, ran as one batch of 2)."""
         tok = 0 if self.tok is None else self.tok[idx]
-        if bs:
-            last = bs[-1]
-            if last.start_s > now and now <= last.cut_s and last.rows + rows <= self.mbr and (
-                    not self.max_tokens or (last.rows + rows) * max(last.tok, tok)
-                    <= self.max_tokens):
-                self._grow(box, last, idx, rows, tok)
+        for other in (box, *self.live):
+            last = other.batches[-1] if other.batches and other.warm else None
+            if last is not None and last.start_s > now and now <= last.cut_s and \
+                    last.rows + rows <= self.mbr and (not self.max_tokens or (
+                        last.rows + rows) * max(last.tok, tok) <= self.max_tokens):
+                self._grow(other, last, idx, rows, tok)
                 return True
-            if len(bs) >= self.slots:
-                return False
+        bs = box.batches
+        if len(bs) >= self.slots:
+            return False
         b = _Batch()
         bs.append(b)
         self._grow(box, b, idx, rows, tok)
         full = b.rows >= self.mbr or 0 < self.max_tokens <= b.rows * b.tok
         b.cut_s = now if full else max(now, self.times[idx] + self.wait_s)
         if len(bs) == 1:
-            self.working += 1
-            # Modal's buffer: idle containers on top of the busy ones, started as one gets busy.
-            # Only the busy count changed, so reconcile's plan is rule 1 alone (its idle
-            # checks are already scheduled): `starts_needed` without building every Box.
-            for _ in range(starts_needed(self.target.keep(self.working, self.cap),
-                                         len(self.live))):
-                self.start_box(now)
-            self._begin(box, b, b.cut_s)
+            self._first(box, b, now)
         return True
+
+    def _first(self, box: _Box, b: _Batch, now: float) -> None:
+        """`b` is the only batch of `box`: it gets busy, and `b` begins when it is cut."""
+        self.working += 1
+        # Modal's buffer: idle containers on top of the busy ones, started as one gets busy.
+        # Only the busy count changed, so reconcile's plan is rule 1 alone (its idle
+        # checks are already scheduled): `starts_needed` without building every Box.
+        for _ in range(starts_needed(self.target.keep(self.working, self.cap),
+                                     len(self.live))):
+            self.start_box(now)
+        self._begin(box, b, b.cut_s)
+
+    def open_batch(self, box: _Box, reqs: list[int], rows: int, tok: int, now: float,
+                   low: bool = False) -> None:
+        """A batch of `reqs` (`rows` rows, the longest `tok` tokens) cut at `now` on `box`,
+        which has nothing in flight (`JobBacklog.run_jobs`'s job batches)."""
+        b = _Batch()
+        b.reqs, b.rows, b.tok, b.low, b.cut_s = reqs, rows, tok, low, now
+        b.est_s = self.fit.seconds(rows, rows * tok)
+        box.batches.append(b)
+        box.backlog_s = self._backlog(box)
+        self._first(box, b, now)
 
     def _grow(self, box: _Box, b: _Batch, idx: int, rows: int, tok: int = 0) -> None:
         b.reqs.append(idx)
@@ -257,16 +254,18 @@ class Pool:
         self.busy_b.append(now)
         times, lat_end = self.times, self.lat_end
         ready = box.ready_s
-        for i in b.reqs:
-            a = times[i]
-            lat_end[i] = now
-            if a < ready:
-                self.cold_requests += 1
+        if b.low:
+            self.jobs_end_s = now
+        else:
+            for i in b.reqs:
+                lat_end[i] = now
+                if times[i] < ready:
+                    self.cold_requests += 1
         if box.batches:
             self._begin(box, box.batches[0], now)
         if self.queue:
             self.drain(box, now)
-        if not box.batches:
+        if not box.batches and not self.run_jobs(box, now):
             self.went_idle(box, now)
 
     def drain(self, box: _Box, now: float) -> None:
@@ -281,6 +280,7 @@ class Pool:
                 self.queued_tokens -= 0 if tok is None else r * tok[i]
                 if margin:
                     self.handed_off += 1
+                    self.jobs.append(i)
                 else:
                     self.expired += 1
                 continue
@@ -372,7 +372,7 @@ class Pool:
         self.starts_changed()
         if self.queue:
             self.drain(box, now)
-        if not box.batches:
+        if not box.batches and not self.run_jobs(box, now):
             self.went_idle(box, now)
 
     def handle(self, ev: tuple, end_s: float) -> None:

@@ -20,7 +20,8 @@ class SimResult:
 
     Counts: `requests` arrivals, of which `dispatched` / `queued` / `spill_cold` went to a
     container (directly, after waiting in the router's queue, after asking for a new one),
-    `spill_async` became async jobs (not simulated further), `shed` were rejected, and
+    `spill_async` became async jobs (run later on idle containers, `floodway.sim.jobs`:
+    their busy time counts, their latency is not a served one), `shed` were rejected, and
     `expired` waited past their deadline and were dropped before reaching a model.
     `handed_off`: requests the deadline hand-off made async jobs (`floodway.sim.pool`):
     still queued at their hand-off, or answered after it (their batch ran on); where the
@@ -108,8 +109,8 @@ class SimResult:
                                              f"{self.expired:,}"),
             ("handed off near the deadline", f"{self.handed_off:,} (async jobs: "
                                              f"{self.async_jobs:,})"),
-            ("served", f"{self.served:,} (async spills are counted above; their jobs are "
-                       "not simulated)" if self.spill_async else f"{self.served:,}"),
+            ("served", f"{self.served:,} (async spills are counted above; their jobs ran "
+                       "on idle containers)" if self.spill_async else f"{self.served:,}"),
             ("cold-start requests", f"{self.cold_requests:,} ({self.cold_start_rate:.2%} of "
                                     f"requests, {self.cold_requests / max(self.served, 1):.2%}"
                                     " of served)"),

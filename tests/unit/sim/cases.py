@@ -112,6 +112,8 @@ def kernel_edge_cases() -> dict[str, tuple[Trace, dict]]:
     # rounds to even, so about half the budgets are 0 and the others 2^-22 s.
     gaps = np.random.default_rng(5).uniform(0.2, 0.5, 400)
     lost = Trace.from_times(1.7e9 + np.cumsum(gaps), minutes=3)
+    pairs = Trace.from_times(np.repeat(np.arange(0.0, 170.0, 1.0), 4)
+                             + np.tile([0.0, 0.0, 0.001, 0.002], 170), minutes=3)
     return {
         "dense, sampled times": (Trace.from_times(np.arange(0.0, 180.0, 0.01), minutes=3), dict(
             route=WAIT, warm=one, service=ServiceModel.of([0.004, 0.006]))),
@@ -121,4 +123,9 @@ def kernel_edge_cases() -> dict[str, tuple[Trace, dict]]:
         # finds the one slot taken spills.
         "no queue room": (bursty(12, 30), {**EMBED, "route": Route(
             max_inflight_per_container=1, max_queue=1, timeout_s=2.0)}),
+        # Pairs at one instant, no batch wait: each container runs one batch and queues a
+        # second behind it; both seconds begin, and end, at one instant (an unknown order).
+        "pairs behind pairs": (pairs, {**EMBED, "warm": WarmPool(
+            min_containers=2, scaledown_window_s=600), "service": ServiceModel.of(0.1),
+            "batching": Batching(max_batch_rows=32, wait_ms=0)}),
     }

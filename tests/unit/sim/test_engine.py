@@ -127,6 +127,23 @@ def test_a_container_holds_the_local_routers_pipeline_of_batches() -> None:
     assert _Sim(every_20_min(), SimConfig(route=Route(max_inflight_per_container=1))).slots == 1
 
 
+@pytest.mark.parametrize("fast", [True, False])
+def test_a_request_that_comes_while_a_batch_forms_rides_in_it(fast) -> None:
+    """The runtime's batcher forms one batch at a time: a second request 1 ms after the
+    first, with another container idle, joins the first's batch (cut 5 ms after the first
+    arrived) rather than opening its own on the idle container."""
+    times = np.array([0.0, 0.001, 30.0, 30.010])
+    cfg = SimConfig(route=Route(max_inflight_per_container=8, timeout_s=2.0),
+                    warm=WarmPool(min_containers=2, scaledown_window_s=600),
+                    batching=Batching(max_batch_rows=32, wait_ms=5),
+                    service=ServiceModel.of(0.02, 0.01), fast=fast)
+    res = simulate(Trace.from_times(times, minutes=1), cfg)
+    # one batch of 2 rows (0.02 + 2 x 0.01 s) from 5 ms after the first: both end at 0.045
+    assert res.latencies_s[:2] == pytest.approx([0.045, 0.044])
+    # 10 ms apart, the first batch was cut (5 ms): the second runs alone on the idle one
+    assert res.latencies_s[2:] == pytest.approx([0.035, 0.035])
+
+
 class Recording(_Sim):
     """A run that checks every snapshot decide() gets against `build_snapshot` of the same
     state, built here: every live container's batches in flight and slots, a starting one's
