@@ -82,6 +82,20 @@ def _before(e0, p0, a0, e1, p1, a1):
 
 
 @njit(cache=True)
+def _forming(head, cnt, S, bst, bcut, brows, c, t, rr, mbr):
+    """Container c's newest batch if `rr` more rows can join it at `t` (not started, not
+    cut, rows fit: the router's forming batch), else -1."""
+    if not cnt[c]:
+        return -1
+    tl = head[c] + cnt[c] - 1
+    if tl >= S:
+        tl -= S
+    if bst[c, tl] > t and t <= bcut[c, tl] and brows[c, tl] + rr <= mbr:
+        return tl
+    return -1
+
+
+@njit(cache=True)
 def _backlog(bes, c, h, k, S):
     """Container c's backlog: the fitted times of its `k` batches from ring slot `h`, summed
     oldest first from 0.0 (as Python's sum() over them)."""
@@ -291,10 +305,7 @@ def run_segment(times, rows, dls, a, b0, mbr, wait, slots, headroom, width, max_
                 why = NO_SLOT
                 break
             for c in range(width):
-                tl = head[c] + cnt[c] - 1
-                if tl >= S:
-                    tl -= S
-                if bst[c, tl] > t and t <= bcut[c, tl] and brows[c, tl] + rr <= mbr:
+                if _forming(head, cnt, S, bst, bcut, brows, c, t, rr, mbr) >= 0:
                     best = c
                     break
             if best < 0:
@@ -316,33 +327,26 @@ def run_segment(times, rows, dls, a, b0, mbr, wait, slots, headroom, width, max_
         cum[j + 1] = cum[j] + rr
         # The router's forming batch: `best`'s newest batch not yet cut, else any
         # container's (first in order), as the engine's `Pool.assign` joins it.
-        c = best
-        for k in range(-1, width):
-            cc = best if k < 0 else k
-            if cnt[cc]:
-                tl = head[cc] + cnt[cc] - 1
-                if tl >= S:
-                    tl -= S
-                if bst[cc, tl] > t and t <= bcut[cc, tl] and brows[cc, tl] + rr <= mbr:
-                    c = cc
-                    break
-        if cnt[c]:
-            tl = head[c] + cnt[c] - 1
-            if tl >= S:
-                tl -= S
-            if bst[c, tl] > t and t <= bcut[c, tl] and brows[c, tl] + rr <= mbr:
-                brows[c, tl] += rr
-                est = a * brows[c, tl] + b0
-                bes[c, tl] = est
-                backlog[c] = _backlog(bes, c, head[c], cnt[c], S)
-                if bst[c, tl] < inf and not sampled:
-                    if bpa[c, tl] >= 0:     # its event fires at the old end, pushed again
-                        bpt[c, tl] = ben[c, tl]
-                        bpa[c, tl] = -1
-                    ben[c, tl] = bst[c, tl] + est
-                opener[j] = bop[c, tl]
-                j += 1
-                continue
+        c, tl = best, _forming(head, cnt, S, bst, bcut, brows, best, t, rr, mbr)
+        k = 0
+        while tl < 0 and k < width:
+            tl = _forming(head, cnt, S, bst, bcut, brows, k, t, rr, mbr)
+            if tl >= 0:
+                c = k
+            k += 1
+        if tl >= 0:
+            brows[c, tl] += rr
+            est = a * brows[c, tl] + b0
+            bes[c, tl] = est
+            backlog[c] = _backlog(bes, c, head[c], cnt[c], S)
+            if bst[c, tl] < inf and not sampled:
+                if bpa[c, tl] >= 0:     # its event fires at the old end, pushed again
+                    bpt[c, tl] = ben[c, tl]
+                    bpa[c, tl] = -1
+                ben[c, tl] = bst[c, tl] + est
+            opener[j] = bop[c, tl]
+            j += 1
+            continue
         est = a * rr + b0
         st = e = pt = inf
         pa = -1
