@@ -7,7 +7,8 @@ code trace (Microsoft Azure, Azure Public Dataset, CC-BY-4.0) open loop against 
 and recorded (`floodway simulate modal_app.py --bench-run OUT`: the same trace rows at the
 same time scale, each costing the tokens the router estimated for its text, the run's
 deadline and containers, the batch times it measured and their fit on padded tokens, rows
-and batches). Printed side by side: the share of requests served (200), made async jobs
+and batches, with its contention and load terms). Printed side by side: the share of
+requests served (200), made async jobs
 (202: spilled, or handed off near their deadline) and shed (429/503), anything else, and
 the served requests' latency p50 / p99 (nearest rank), for the run and for the
 prediction, with the differences and PASS/FAIL against the targets: each share within

@@ -34,11 +34,13 @@ The JSON written (`batch_times`, format ``floodway.bench.batches/1``):
                     "padded_tokens": 9800, "busy": 1.5}, ...],
      "fit": {"per_batch_s": 0.021, "per_row_s": 0.0049, "per_token_s": 0.00002,
              "intervals": 57, "batches": 130} | null,
-     "contention": {"by_busy": [{"busy": 1, "factor": 0.7, ...}, ...], ...} | null}
+     "contention": {"by_busy": [{"busy": 1, "factor": 0.7, ...}, ...], ...} | null,
+     "load": {"window_s": 1.0, "at_rest": 0.93, "per_rps": 0.0022, ...} | null}
 
-``busy`` (an interval's mean busy containers at its two ends) and ``contention`` (batch
-time over the fit by busy containers, `floodway.bench.contention`) are absent from
-documents written before them; readers treat them as optional.
+``busy`` (an interval's mean busy containers at its two ends), ``contention`` (batch time
+over the fit by busy containers) and ``load`` (and by the arrival rate; both
+`floodway.bench.contention`) are absent from documents written before them; readers treat
+them as optional.
 
 A router that does not see its batches (on Modal the containers run them out of its
 sight) shows no batches; then there is nothing to write (`batch_times` returns None).
@@ -268,11 +270,14 @@ def fit(intervals: Sequence[Interval]) -> dict[str, float | int] | None:
 
 
 def batch_times(sampler: BatchSampler, interval_s: float = INTERVAL_S,
-                answered: Sequence[tuple[float, int]] = ()) -> dict | None:
+                answered: Sequence[tuple[float, int]] = (),
+                sends_s: Sequence[float] = ()) -> dict | None:
     """The JSON document of the module docstring; None when no batch was seen.
     `answered`: (answer time, estimated tokens) of the requests answered, for
-    `estimate_tokens` where the router does not export padded tokens."""
-    from floodway.bench.contention import contention
+    `estimate_tokens` where the router does not export padded tokens; `sends_s`: when
+    each request went out (the replay's clock), for the load term
+    (`floodway.bench.contention.load`)."""
+    from floodway.bench.contention import contention, load
 
     if not sampler.intervals:
         return None
@@ -301,7 +306,8 @@ def batch_times(sampler: BatchSampler, interval_s: float = INTERVAL_S,
                        "seconds": round(iv.seconds, 6), **tokens(iv),
                        **({} if iv.busy is None else {"busy": iv.busy})} for iv in ivs],
         "fit": model,
-        "contention": contention(ivs, model, sampler.most_live),
+        "contention": (con := contention(ivs, model, sampler.most_live)),
+        "load": load(ivs, model, con, sends_s),
     }
 
 

@@ -186,7 +186,8 @@ def _write(out: Path, target: Target, summary, sampler, title: str,
     console.print("plot: " + str(plot_bench(
         [r.send_s for r in summary.results], [r.latency_s for r in summary.results],
         summary.outcomes, summary.deadline_s, out / "bench.png", title)))
-    doc = batch_times(sampler, answered=answered)
+    doc = batch_times(sampler, answered=answered,
+                      sends_s=[r.send_s + r.lag_s for r in summary.results])
     if doc is None:
         console.print("batch times: none seen on the router's /metrics (a router on Modal "
                       "does not see its batches); no batch_times.json")

@@ -25,15 +25,32 @@ absent from documents written before it, and null without a container gauge):
     "contention": {"busy_from": "...", "containers": 2,
                    "by_busy": [{"busy": 1, "intervals": 30, "batches": 41, "rows": 120,
                                 "seconds": 3.1, "fit_s": 4.2, "factor": 0.74}, ...]}
+
+The load term. The router and the bench client share those cores too, and they are busiest
+while requests arrive fastest: measured over six runs of benchmarks/predict.py (2
+containers, 2 cores), intervals with 60 or more arrivals/s ran their batches 2-24% slower
+than intervals with under 20/s, at the same busy count. Each interval's ratio of measured to
+fitted seconds, over its busy count's factor, is fitted by weighted least squares (weights:
+the fitted seconds) as ``at_rest + per_rps * a``, `a` the requests the client sent in the
+`LOAD_WINDOW_S` before the interval ended, per second; a negative slope is taken as none.
+The simulator multiplies a batch's time by ``at_rest + per_rps * a`` at its start, `a` the
+trace's arrivals in the window before it (`ServiceModel.load_factor`). In
+``batch_times.json``, absent without the client's send times or enough spread in them:
+
+    "load": {"window_s": 1.0, "intervals": 98, "at_rest": 0.93, "per_rps": 0.0022}
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from floodway.bench.batches import Interval
+from floodway.sim.model import LOAD_WINDOW_S
 
 BUSY_FROM = ("containers with a batch in flight (GET /readyz), else "
              'floodway_containers{state="busy"}; the mean of each interval\'s two ends')
@@ -98,4 +115,42 @@ def contention(intervals: Sequence[Interval], model: Mapping[str, Any] | None,
     return {"busy_from": BUSY_FROM, "containers": top, "by_busy": rows}
 
 
-__all__ = ["BUSY_FROM", "busy_count", "busy_of_readiness", "contention", "fitted_s"]
+# Fewer intervals with batches than this, or arrival rates spanning less than this many
+# requests/s, leave the load term out: nothing to fit a slope on.
+LOAD_MIN_INTERVALS = 8
+LOAD_MIN_SPAN_RPS = 5.0
+
+
+def load(intervals: Sequence[Interval], model: Mapping[str, Any] | None,
+         by_busy: Mapping[str, Any] | None, sends_s: Sequence[float]) -> dict[str, Any] | None:
+    """The ``load`` field of the module docstring, from the intervals, the fit `model`, the
+    ``contention`` document `by_busy` (None: no factors) and the client's send times
+    (seconds on the intervals' clock); None where it cannot be fitted."""
+    if model is None or not sends_s:
+        return None
+    sends = sorted(sends_s)
+    factors = {r["busy"]: r["factor"] for r in (by_busy or {}).get("by_busy", ())}
+    top = (by_busy or {}).get("containers", 1)
+    a, r, w = [], [], []
+    for iv in intervals:
+        est = fitted_s(iv, model)
+        k = busy_count(iv, top)
+        if iv.batches == 0 or not est > 0:
+            continue
+        a.append((bisect.bisect_right(sends, iv.t_s)
+                  - bisect.bisect_right(sends, iv.t_s - LOAD_WINDOW_S)) / LOAD_WINDOW_S)
+        r.append(iv.seconds / (est * factors.get(k, 1.0)))
+        w.append(est)
+    if len(a) < LOAD_MIN_INTERVALS or max(a) - min(a) < LOAD_MIN_SPAN_RPS:
+        return None
+    x, y, sw = np.array(a), np.array(r), np.sqrt(np.array(w))
+    c, d = np.linalg.lstsq(np.vstack([np.ones_like(x), x]).T * sw[:, None], y * sw,
+                           rcond=None)[0]
+    if not d > 0 or not c > 0:        # no slowdown with load (or a fit past zero): none
+        c, d = float(np.average(y, weights=np.array(w))), 0.0
+    return {"window_s": LOAD_WINDOW_S, "intervals": len(a), "at_rest": round(float(c), 4),
+            "per_rps": round(float(d), 6)}
+
+
+__all__ = ["BUSY_FROM", "LOAD_WINDOW_S", "busy_count", "busy_of_readiness", "contention",
+           "fitted_s", "load"]

@@ -31,6 +31,10 @@ from floodway.core.priors import COLD_START_PRIOR_S, SERVICE_PRIOR
 from floodway.errors import FloodwayError
 from floodway.routers.decide import ServiceTime
 
+# The window (seconds) over which the load term counts arrivals, in the bench's fit and at
+# a simulated batch's start (`floodway.bench.contention`).
+LOAD_WINDOW_S = 1.0
+
 # The format `floodway bench` writes its measured batch times in (floodway.bench.batches).
 BATCH_TIMES_FORMAT = "floodway.bench.batches/1"
 
@@ -74,6 +78,9 @@ class ServiceModel:
     `contention`: factors a batch's time is multiplied by, the k-th for k containers busy
     when it starts (its own included), the last for more; empty: none (the measured
     ``contention`` of ``batch_times.json``, `floodway.bench.contention`).
+    `load`: (at_rest, per_rps), a batch's time also multiplied by ``at_rest + per_rps *
+    a`` for `a` requests/s arriving in the `LOAD_WINDOW_S` before it starts (the router and
+    the client share the cores: ``load`` of ``batch_times.json``); (1.0, 0.0): none.
 
     `follow_batches`: 0, the simulated router plans with `fit` throughout; n > 0, it starts
     from `fit` and re-fits on the last n simulated batches' times, as the runtime's router
@@ -86,6 +93,7 @@ class ServiceModel:
     by_rows: tuple[tuple[int, float], ...] = ()
     contention: tuple[float, ...] = ()
     follow_batches: int = 0
+    load: tuple[float, float] = (1.0, 0.0)
 
     def __post_init__(self) -> None:
         s = tuple(float(x) for x in self.samples_s)
@@ -102,6 +110,10 @@ class ServiceModel:
         if any(not 0 < x < math.inf for x in c):
             raise ValueError(f"contention factors must be > 0, got {c!r}")
         object.__setattr__(self, "contention", c)
+        at_rest, per_rps = (float(x) for x in self.load)
+        if not (0 < at_rest < math.inf and 0 <= per_rps < math.inf):
+            raise ValueError(f"load needs at_rest > 0 and per_rps >= 0, got {self.load!r}")
+        object.__setattr__(self, "load", (at_rest, per_rps))
         if self.follow_batches < 0:
             raise ValueError(f"follow_batches must be >= 0, got {self.follow_batches}")
         object.__setattr__(self, "_by", dict(by) if self.fit.per_token_s == 0 else {})
@@ -116,13 +128,18 @@ class ServiceModel:
         """Whether every batch runs its fitted (or sampled) time, planned with that fit: no
         size measured apart, no contention factor and no estimate following the batches
         (what the simulator's exact fast path assumes)."""
-        return not self.sized and not self.contention and not self.follow_batches
+        return not self.sized and not self.contention and not self.follow_batches and \
+            self.load == (1.0, 0.0)
 
     def factor(self, busy: int) -> float:
         """The contention factor of a batch starting while `busy` containers are busy
         (its own included; 1.0 without contention factors)."""
         c = self.contention
         return c[min(max(busy, 1), len(c)) - 1] if c else 1.0
+
+    def load_factor(self, arrivals_per_s: float) -> float:
+        """The load term of a batch starting while `arrivals_per_s` requests/s arrive."""
+        return self.load[0] + self.load[1] * arrivals_per_s
 
     def batch_s(self, rows: int, est_s: float) -> float:
         """Seconds a batch of `rows` rows runs whose fitted time is `est_s` (not sampled)."""
@@ -140,7 +157,8 @@ class ServiceModel:
         """The model a ``floodway bench`` run measured (its ``batch_times.json``, format
         `BATCH_TIMES_FORMAT`): the fit (``per_batch_s``, ``per_row_s`` and, where present,
         ``per_token_s``, seconds), the mean time of each batch size in ``by_rows`` and,
-        where present, the ``contention`` factors by busy containers (`contention_of`).
+        where present, the ``contention`` factors by busy containers (`contention_of`)
+        and the ``load`` term (``at_rest``, ``per_rps``).
         Raises FloodwayError naming `where` and the field when the document is not one."""
         if not isinstance(doc, Mapping) or doc.get("format") != BATCH_TIMES_FORMAT:
             got = doc.get("format") if isinstance(doc, Mapping) else type(doc).__name__
@@ -157,10 +175,12 @@ class ServiceModel:
         if not all(0 <= x < 3600 for x in terms):
             raise FloodwayError(f"{where}: fit: each term must be in 0..3600 s, got {terms}")
         con = contention_of(doc.get("contention"), where)
+        ld = doc.get("load") or {}
         try:
-            return cls(ServiceTime(*terms), by_rows=by, contention=con)
-        except ValueError as e:
-            raise FloodwayError(f"{where}: by_rows / contention: {e}") from None
+            load = (float(ld.get("at_rest", 1.0)), float(ld.get("per_rps", 0.0)))
+            return cls(ServiceTime(*terms), by_rows=by, contention=con, load=load)
+        except (AttributeError, TypeError, ValueError) as e:
+            raise FloodwayError(f"{where}: by_rows / contention / load: {e}") from None
 
     @classmethod
     def read_batch_times(cls, path: str | Path) -> ServiceModel:
@@ -198,4 +218,5 @@ def contention_of(doc: object, where: str = "batch times") -> tuple[float, ...]:
     return tuple(out)
 
 
-__all__ = ["BATCH_TIMES_FORMAT", "ColdStartModel", "ServiceModel", "contention_of"]
+__all__ = ["BATCH_TIMES_FORMAT", "LOAD_WINDOW_S", "ColdStartModel", "ServiceModel",
+           "contention_of"]

@@ -25,11 +25,13 @@ from __future__ import annotations
 import heapq
 import math
 import time
+from bisect import bisect_right
 from collections import deque
 
 from floodway.core.estimators import ServiceEstimator
 from floodway.core.reconcile import EPS_S, Box, Do, reconcile, starts_needed
 from floodway.sim.jobs import JobBacklog
+from floodway.sim.model import LOAD_WINDOW_S
 from floodway.sim.trace import MINUTE_S
 from floodway.warmers.target import History, WarmTarget
 
@@ -230,9 +232,13 @@ class Pool(JobBacklog):
     def _begin(self, box: _Box, b: _Batch, start: float) -> None:
         b.start_s = start
         svc = self.cfg.service
-        # Containers share the machine: the batch runs slower the more are busy as it
-        # starts (`working` counts this container's too).
+        # Containers share the machine: a batch runs slower the more are busy as it starts
+        # (its own too), and the faster requests arrive (the router's and client's cores).
         b.fac = svc.factor(self.working) if svc.contention else 1.0
+        if svc.load != (1.0, 0.0):
+            t = self.times
+            b.fac *= svc.load_factor((bisect_right(t, start) - bisect_right(
+                t, start - LOAD_WINDOW_S)) / LOAD_WINDOW_S)
         if svc.samples_s:
             b.dur_s = svc.samples_s[int(self.rng.integers(len(svc.samples_s)))] * b.fac
             b.end_s = start + b.dur_s

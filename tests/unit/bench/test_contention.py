@@ -1,12 +1,13 @@
 """Contention measured by a bench run: each sampling interval's busy containers read from
 ``floodway_containers{state="busy"}`` (summed over lanes), and the factor per busy count,
 the seconds measured over the seconds the run's fit gives, written into batch_times.json
-in a form the simulator reads back."""
+in a form the simulator reads back; and the load term, batch time against the rate the
+client sent requests at."""
 
 import pytest
 
 from floodway.bench.batches import BatchSampler, Interval, batch_times, fit
-from floodway.bench.contention import busy_count, contention, fitted_s
+from floodway.bench.contention import busy_count, contention, fitted_s, load
 from floodway.sim.model import ServiceModel
 
 
@@ -75,3 +76,38 @@ def test_batch_times_carry_the_factors_and_the_simulator_reads_them():
     model = ServiceModel.from_batch_times(doc)
     assert model.contention == pytest.approx((by[1], by[2])) and not model.plain
     assert model.factor(2) / model.factor(1) == pytest.approx(by[2] / by[1])
+
+
+def _loaded(rates: list[float], slow_per_rps: float) -> tuple[list[Interval], list[float]]:
+    """One 1 s interval per rate, each with one batch of 10 rows that ran the fit's time
+    (0.02 + 10 x 0.005 s) x (1 + slow_per_rps x its rate), and the sends at those rates."""
+    ivs, sends = [], []
+    for i, rate in enumerate(rates):
+        ivs.append(Interval(float(i + 1), 1, 10, 0.07 * (1 + slow_per_rps * rate),
+                            since_s=float(i), busy=1.0))
+        sends += [i + (k + 0.5) / rate for k in range(int(rate))]
+    return ivs, sends
+
+
+def test_the_load_term_is_batch_time_against_the_arrival_rate():
+    model = {"per_batch_s": 0.02, "per_row_s": 0.005}
+    rates = [5, 10, 40, 80, 120, 160, 10, 5, 200, 20]
+    ivs, sends = _loaded(rates, 0.002)
+    got = load(ivs, model, None, sends)
+    assert got["intervals"] == 10 and got["window_s"] == 1.0
+    assert got["at_rest"] == pytest.approx(1.0, abs=1e-3)
+    assert got["per_rps"] == pytest.approx(0.002, rel=1e-3)
+    # with the busy count's factor (x1.5 for 1 busy) taken out first
+    con = {"containers": 1, "by_busy": [{"busy": 1, "factor": 1.5}]}
+    assert load(ivs, model, con, sends)["at_rest"] == pytest.approx(1 / 1.5, rel=1e-3)
+    # faster when busier (a fit with a negative slope): no load term, the mean ratio
+    ivs_fast, sends_fast = _loaded(rates, -0.001)
+    none = load(ivs_fast, model, None, sends_fast)
+    assert none["per_rps"] == 0.0 and 0.8 < none["at_rest"] < 1.0
+    # nothing to fit on: no sends, too few intervals, or rates all alike
+    assert load(ivs, model, None, []) is None
+    assert load(ivs[:5], model, None, sends) is None
+    flat, flat_sends = _loaded([50] * 10, 0.002)
+    assert load(flat, model, None, flat_sends) is None
+    doc_model = ServiceModel(load=(got["at_rest"], got["per_rps"]))
+    assert doc_model.load_factor(100) == pytest.approx(1.2, rel=1e-3)

@@ -94,3 +94,35 @@ def test_the_routers_estimate_follows_slower_batches() -> None:
                                                       follow_batches=64))
     assert follows.async_jobs > fixed.async_jobs
     assert follows.p99_s < fixed.p99_s
+
+
+def test_the_load_term_is_checked_and_read_from_batch_times() -> None:
+    m = ServiceModel(LINE, load=(0.9, 0.002))
+    assert m.load_factor(0) == 0.9 and m.load_factor(100) == pytest.approx(1.1)
+    assert not m.plain and ServiceModel(LINE).load_factor(500) == 1.0
+    for bad in ((0.0, 0.0), (1.0, -0.1)):
+        with pytest.raises(ValueError, match="load needs"):
+            ServiceModel(LINE, load=bad)
+    doc = {"format": BATCH_TIMES_FORMAT, "fit": {"per_batch_s": 0.02, "per_row_s": 0.005},
+           "load": {"window_s": 1.0, "intervals": 40, "at_rest": 0.95, "per_rps": 0.0012}}
+    assert ServiceModel.from_batch_times(doc).load == (0.95, 0.0012)
+    doc["load"] = None                     # not fitted (or written before the field): none
+    assert ServiceModel.from_batch_times(doc).load == (1.0, 0.0)
+    doc["load"] = {"at_rest": "fast", "per_rps": 0.001}
+    with pytest.raises(FloodwayError, match="load"):
+        ServiceModel.from_batch_times(doc)
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_a_batch_runs_slower_while_requests_arrive_fast(fast: bool) -> None:
+    # The first request alone: 1 arrival in the second before its batch starts (itself),
+    # x (1 + 0.5 x 1). The last of 11 within 0.1 s: 11 in that second, x (1 + 0.5 x 11).
+    cfg = dict(route=Route(timeout_s=60.0, spill=()), warm=TWO, fast=fast,
+               batching=Batching(max_batch_rows=1, wait_ms=0),
+               service=ServiceModel(LINE, load=(1.0, 0.5)))
+    times = np.concatenate([[0.0], 30.0 + np.arange(11) * 0.01])
+    res = simulate(Trace.from_times(times, minutes=1), **cfg)
+    assert res.latencies_s[0] == pytest.approx(0.025 * 1.5)
+    calm = simulate(Trace.from_times(times, minutes=1), **{**cfg, "service": ServiceModel(LINE)})
+    assert calm.latencies_s[0] == pytest.approx(0.025)
+    assert res.p99_s > 5 * calm.p99_s
