@@ -159,8 +159,11 @@ def res_contention(out: Path) -> str:
     """The run's contention factors as text ("" where batch_times.json has none)."""
     import json
 
-    doc = json.loads((out / "batch_times.json").read_text()).get("contention") or {}
-    return ", ".join(f"{c['busy']} busy x{c['factor']:.2f}" for c in doc.get("by_busy", ()))
+    whole = json.loads((out / "batch_times.json").read_text())
+    doc, ld = whole.get("contention") or {}, whole.get("load")
+    text = ", ".join(f"{c['busy']} busy x{c['factor']:.2f}" for c in doc.get("by_busy", ()))
+    return text + (f"; load x{ld['at_rest']:.2f} + {ld['per_rps'] * 100:.3f} per 100 "
+                   "requests/s" if ld else "")
 
 
 def _ms(x: float) -> str:

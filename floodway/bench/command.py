@@ -203,6 +203,10 @@ def _write(out: Path, target: Target, summary, sampler, title: str,
         console.print("batch time / fit by busy containers: " + ", ".join(
             f"{c['busy']} busy x{c['factor']:.2f} ({c['intervals']} intervals)"
             for c in doc["contention"]["by_busy"]))
+    if doc.get("load"):
+        ld = doc["load"]
+        console.print(f"and by the rate requests were sent at: x{ld['at_rest']:.2f} + "
+                      f"{ld['per_rps'] * 100:.3f} per 100 requests/s (the load term)")
 
 
 def run(app: str, trace: Path, endpoint: str | None, time_scale: float,
