@@ -10,18 +10,17 @@ any number of warm containers, with the event loop's float operations:
   (time, arrival) of the last push of its end event. A batch joined before it starts runs
   longer (fitted times); its event then fires at the old end and is pushed again there, as
   `Pool.on_done` does.
-- Each arrival gets the dispatch test of `decide` (least backlog among containers with a free
-  slot, the first on a tie; an idle one takes it; else alone, and backlog + the batch it
-  would ride in, within budget x HEADROOM), then joins the router's forming batch (the newest
-  unstarted batch there, else on any container, first in order, if its rows fit and it has not been
-  cut (sent: ``wait_s`` after it opened, at once if full)), else opens one (started when it is cut
-  on an idle container, or when the one before it ends).
-  The batch it would ride in holds its rows plus those arriving while it waits
-  (``min(mbr, rows + ceil(rate * (backlog + batch_wait)))``, `decide`'s `_batch_rows`), at
-  the arrival rate of `floodway.core.estimators.ArrivalRate`: the rows admitted at times
-  ``t >= now - window``, divided by the window. Every arrival the kernel sees is admitted:
-  ``cum[j + 1] = cum[j] + rows[j]`` (cumulative admitted rows, which the engine fills for the
-  arrivals it decides), and the window's first arrival is a pointer that only moves forward.
+- Each arrival gets the dispatch test of `decide` (least backlog among containers with a free slot,
+  the first on a tie; an idle one takes it; else alone, and backlog + the batch it would ride in,
+  within budget x HEADROOM), then joins the router's forming batch (the newest unstarted batch
+  there, else any container's, if its rows fit and it is not cut: sent ``wait_s`` after it opened,
+  at once if full), else opens one (started when it is cut on an idle container, or when the one
+  before it ends). The batch it would ride in holds its rows plus those arriving while it waits
+  (``min(mbr, rows + ceil(rate * (backlog + batch_wait)))``, `decide`'s `_batch_rows`), at the
+  arrival rate of `floodway.core.estimators.ArrivalRate`: the rows admitted at ``t >= now -
+  window``, over the window. Every arrival the kernel sees is admitted: ``cum[j + 1] = cum[j] +
+  rows[j]`` (cumulative admitted rows, which the engine fills for the arrivals it decides), and the
+  window's first arrival is a pointer that only moves forward.
 - An arrival that finds no free slot is queued by `decide` (its step 5, nothing queued) when
   the earliest container to be available (`water_fill` of no work: the least backlog, or a
   starting container's remaining start) plus the batch it would ride in fits the budget, and
@@ -85,14 +84,9 @@ def _before(e0, p0, a0, e1, p1, a1):
 def _forming(head, cnt, S, bst, bcut, brows, c, t, rr, mbr):
     """Container c's newest batch if `rr` more rows can join it at `t` (not started, not
     cut, rows fit: the router's forming batch), else -1."""
-    if not cnt[c]:
-        return -1
-    tl = head[c] + cnt[c] - 1
-    if tl >= S:
-        tl -= S
-    if bst[c, tl] > t and t <= bcut[c, tl] and brows[c, tl] + rr <= mbr:
-        return tl
-    return -1
+    tl = head[c] + cnt[c] - 1 - (S if head[c] + cnt[c] - 1 >= S else 0)
+    ok = cnt[c] > 0 and bst[c, tl] > t and t <= bcut[c, tl] and brows[c, tl] + rr <= mbr
+    return tl if ok else -1
 
 
 @njit(cache=True)
@@ -325,8 +319,7 @@ def run_segment(times, rows, dls, a, b0, mbr, wait, slots, headroom, width, max_
                 break
         codes[j] = code
         cum[j + 1] = cum[j] + rr
-        # The router's forming batch: `best`'s newest batch not yet cut, else any
-        # container's (first in order), as the engine's `Pool.assign` joins it.
+        # The forming batch: `best`'s, else any container's (as `Pool.assign` joins it).
         c, tl = best, _forming(head, cnt, S, bst, bcut, brows, best, t, rr, mbr)
         k = 0
         while tl < 0 and k < width:
