@@ -14,15 +14,13 @@ import pytest
 import floodway as fw
 from floodway.errors import RequestError
 from floodway.functions.prompts import Prompt
-from floodway.functions.streams import combine
 from floodway.http.app import make_asgi_app
 from floodway.http.clock import ManualClock
 from floodway.http.openai_answers import StreamAnswer
 from floodway.http.openai_stream import openai_events
-from floodway.http.streaming import ChunkEvent, ItemEnd, ItemFailed
-from floodway.routers.batch_item import item_failed
-from floodway.runtime.worker import error_text
+from floodway.http.streaming import ChunkEvent
 from tests.app.scripted import ScriptedBackend, client
+from tests.app.streamed import Streamed
 
 app = fw.App("gen")
 SEEN: list[Prompt] = []
@@ -50,49 +48,10 @@ async def talk(model, prompt: Prompt):
            "usage": {"prompt_tokens": len(words), "completion_tokens": done}}
 
 
-class StreamingPending:
-    """A `StreamPending` that runs the endpoint's generator for each input in the loop."""
-
-    def __init__(self, fn, items, clock):
-        self.queue: asyncio.Queue = asyncio.Queue()
-        self.left, self.clock = len(items), clock
-        self.tasks = [asyncio.ensure_future(self._run(fn, i, Prompt.model_validate(item)))
-                      for i, item in enumerate(items)]
-
-    async def _run(self, fn, i, prompt):
-        chunks = []
-        try:
-            async for c in fn(None, prompt):
-                chunks.append(c)
-                await self.queue.put(ChunkEvent(i, c, self.clock.monotonic()))
-            await self.queue.put(ItemEnd(i, combine(chunks)))
-        except Exception as e:   # named as the worker names it, read as the router reads it
-            await self.queue.put(ItemFailed(i, item_failed("talk", f"r1:{i}", error_text(e))))
-
-    async def next_event(self):
-        if self.left == 0:
-            return None
-        ev = await self.queue.get()
-        self.left -= not isinstance(ev, ChunkEvent)
-        return ev
-
-    def cancel(self) -> int:
-        running = [t for t in self.tasks if not t.done()]
-        for t in running:
-            t.cancel()
-        return len(running)
-
-    def dispatched(self) -> bool:
-        return True
-
-    def adopt(self):
-        raise AssertionError("the OpenAI routes never hand a request to the job queue")
-
-
 class StreamingBackend(ScriptedBackend):
     def enqueue(self, endpoint, inputs, *, timeout_s, priority=1, tenant="anonymous"):
         self.calls.append((endpoint, inputs, timeout_s))
-        return StreamingPending(self.app.endpoints[endpoint].fn, inputs, self.clock)
+        return Streamed("talk", self.app.endpoints[endpoint].fn, inputs, self.clock)
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ queue. A last test shows the fuzz does find an answer the document does not name
 from __future__ import annotations
 
 import asyncio
-import inspect
 import json
 from collections import Counter
 from typing import Any, Literal
@@ -33,17 +32,16 @@ from schemathesis.specs.openapi.checks import (
 )
 
 import floodway as fw
-from floodway.functions.items import item_decoder
-from floodway.functions.streams import combine
 from floodway.http.app import make_asgi_app
 from floodway.http.clock import ManualClock
-from floodway.http.streaming import NDJSON, SSE, ChunkEvent, ItemEnd, ItemFailed
+from floodway.http.streaming import NDJSON, SSE
 from floodway.jobs.local import LocalJobs
 from floodway.routers.admission import ApiKeys
 from floodway.routers.batch_item import item_failed
 from floodway.runtime.protocol import ItemResult
-from floodway.runtime.worker import error_text, item_events
+from floodway.runtime.worker import item_events
 from tests.app.scripted import ScriptedBackend, client
+from tests.app.streamed import Streamed
 
 app = fw.App("fuzz")
 KEY = "k-fuzz"
@@ -92,55 +90,6 @@ async def talk(model, prompt: fw.Prompt):
         yield {"text": w + " ", "tokens": 1}
     yield {"text": "", "tokens": 0, "finish_reason": "stop",
            "usage": {"prompt_tokens": len(words), "completion_tokens": len(words)}}
-
-
-class Streamed:
-    """A streaming request played in the event loop: each input decoded as the container
-    decodes it, the endpoint's generator run, its chunks and end as the router reads them."""
-
-    def __init__(self, name: str, fn: Any, items: list[Any], clock: ManualClock):
-        self.queue: asyncio.Queue = asyncio.Queue()
-        self.left, self.clock, self.name = len(items), clock, name
-        decode = item_decoder(fn)
-        self.tasks = [asyncio.ensure_future(self._run(fn, i, decode(x) if decode else x))
-                      for i, x in enumerate(items)]
-
-    async def _run(self, fn: Any, i: int, item: Any) -> None:
-        chunks = []
-        try:
-            gen = fn(None, item)
-            it = gen if inspect.isasyncgen(gen) else _aiter(gen)
-            async for c in it:
-                chunks.append(c)
-                await self.queue.put(ChunkEvent(i, c, self.clock.monotonic()))
-            await self.queue.put(ItemEnd(i, combine(chunks)))
-        except Exception as e:  # noqa: BLE001 - as the worker names it
-            await self.queue.put(ItemFailed(i, item_failed(self.name, f"r1:{i}",
-                                                           error_text(e))))
-
-    async def next_event(self) -> Any:
-        if self.left == 0:
-            return None
-        ev = await self.queue.get()
-        self.left -= not isinstance(ev, ChunkEvent)
-        return ev
-
-    def cancel(self) -> int:
-        running = [t for t in self.tasks if not t.done()]
-        for t in running:
-            t.cancel()
-        return len(running)
-
-    def dispatched(self) -> bool:
-        return True
-
-    def adopt(self) -> Any:
-        raise AssertionError("no stream is handed off here: the clock never moves")
-
-
-async def _aiter(gen: Any) -> Any:
-    for c in gen:
-        yield c
 
 
 class ContainerBackend(ScriptedBackend):

@@ -14,20 +14,7 @@ from floodway.errors import FloodwayError
 from floodway.http.clock import ManualClock
 from floodway.jobs.job import JobState
 from floodway.jobs.store import JobStore
-
-T0 = 1_700_000_000.0
-
-
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock(wall_s=T0)
-
-
-@pytest.fixture
-def store(tmp_path: Path, clock: ManualClock):
-    s = JobStore(tmp_path / "jobs.db", ttl_s=100.0, max_attempts=3, clock=clock.wall)
-    yield s
-    s.close()
+from tests.unit.jobs.conftest import T0
 
 
 def test_a_claim_is_uncharged_and_a_start_is_charged_once(store: JobStore, clock: ManualClock):

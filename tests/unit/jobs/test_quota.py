@@ -20,14 +20,8 @@ from floodway.jobs.quota import (
 )
 from floodway.jobs.store import JobStore
 
-T0 = 1_700_000_000.0
 ONE_KB = ["x" * 1000]          # '["xxx..."]': 1004 bytes as stored
 SIZE = 1004
-
-
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock(wall_s=T0)
 
 
 def _store(tmp_path: Path, clock: ManualClock, **kw) -> JobStore:

@@ -4,7 +4,6 @@ clock drives the store's times and the runner's polls and leases: nothing sleeps
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 import pytest
 
@@ -19,13 +18,6 @@ from tests.app.scripted import settle, until
 @pytest.fixture
 def clock() -> ManualClock:
     return ManualClock()
-
-
-@pytest.fixture
-def store(tmp_path: Path, clock: ManualClock):
-    s = JobStore(tmp_path / "jobs.db", ttl_s=100.0, max_attempts=3, clock=clock.wall)
-    yield s
-    s.close()
 
 
 def test_runner_completes_jobs(store: JobStore, clock: ManualClock):

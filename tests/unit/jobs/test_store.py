@@ -18,19 +18,6 @@ from floodway.jobs.job import JobState
 from floodway.jobs.store import JobStore
 
 ROOT = Path(__file__).resolve().parents[3]
-T0 = 1_700_000_000.0
-
-
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock(wall_s=T0)
-
-
-@pytest.fixture
-def store(tmp_path: Path, clock: ManualClock):
-    s = JobStore(tmp_path / "jobs.db", ttl_s=100.0, max_attempts=3, clock=clock.wall)
-    yield s
-    s.close()
 
 
 # ---------------------------------------------------------------------- durability

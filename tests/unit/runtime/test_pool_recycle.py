@@ -33,6 +33,19 @@ class Fake(FakeContainer):
         self._exited.set()
 
 
+async def one_ready(app: fw.App, tmp_path, rss_mib: float | None = None
+                    ) -> tuple[Pool, StepClock, Fake]:
+    """A started pool whose one container is ready (at `rss_mib` resident, where given)."""
+    pool, clock = make_pool(app, tmp_path)
+    await pool.start()
+    (c,) = pool.containers["embed"]
+    c.become_ready()
+    if rss_mib is not None:
+        c.rss_mib = rss_mib
+    await settle()
+    return pool, clock, c
+
+
 def make_pool(app: fw.App, tmp_path) -> tuple[Pool, StepClock]:
     clock = StepClock()
     pool = Pool(app, "app.py", str(tmp_path), clock=clock,
@@ -71,11 +84,7 @@ def test_alone_at_its_floor_a_container_is_replaced_new_before_old(tmp_path, cap
 
     async def go():
         app = app_with(warm=fw.WarmPool(min_containers=1), recycle=LIMIT)
-        pool, clock = make_pool(app, tmp_path)
-        await pool.start()
-        (old,) = pool.containers["embed"]
-        old.become_ready()
-        await settle()
+        pool, clock, old = await one_ready(app, tmp_path)
         assert await serve_one(pool, "a") == ("A", old)
         seen = {"warm": [warm(pool)]}
         old.rss_mib = 130.0
@@ -118,11 +127,7 @@ def test_alone_at_its_floor_a_container_is_replaced_new_before_old(tmp_path, cap
 def test_in_flight_work_finishes_on_the_recycled_container(tmp_path):
     async def go():
         app = app_with(warm=fw.WarmPool(min_containers=1), recycle=LIMIT)
-        pool, clock = make_pool(app, tmp_path)
-        await pool.start()
-        (old,) = pool.containers["embed"]
-        old.become_ready()
-        await settle()
+        pool, clock, old = await one_ready(app, tmp_path)
         await serve_one(pool, "warm")
         pending = pool.enqueue("embed", ["slow"], timeout_s=5.0)
         clock.advance(0.01)
@@ -214,11 +219,7 @@ def test_max_requests_recycles_by_calls_and_the_cap_is_passed_by_one_meanwhile(t
     async def go():
         app = app_with(warm=fw.WarmPool(min_containers=1, max_containers=1),
                        recycle=fw.Recycle(max_requests=2))
-        pool, clock = make_pool(app, tmp_path)
-        await pool.start()
-        (old,) = pool.containers["embed"]
-        old.become_ready()
-        await settle()
+        pool, clock, old = await one_ready(app, tmp_path)
         await serve_one(pool, "a")
         pool.tick(clock.advance(TICK_S))
         one_call = len(pool.containers["embed"])
@@ -241,11 +242,7 @@ def test_max_requests_recycles_by_calls_and_the_cap_is_passed_by_one_meanwhile(t
 def test_no_replacement_while_starts_fail_so_the_old_one_serves_on(tmp_path):
     async def go():
         app = app_with(warm=fw.WarmPool(min_containers=1), recycle=LIMIT)
-        pool, clock = make_pool(app, tmp_path)
-        await pool.start()
-        (old,) = pool.containers["embed"]
-        old.become_ready()
-        await settle()
+        pool, clock, old = await one_ready(app, tmp_path)
         await serve_one(pool, "a")
         old.rss_mib = 140.0
         pool.tick(clock.advance(TICK_S))
@@ -263,12 +260,7 @@ def test_no_replacement_while_starts_fail_so_the_old_one_serves_on(tmp_path):
 def test_a_limit_below_a_fresh_worker_is_warned_once_and_nothing_is_drained(tmp_path, caplog):
     async def go():
         app = app_with(warm=fw.WarmPool(min_containers=1), recycle=LIMIT)
-        pool, clock = make_pool(app, tmp_path)
-        await pool.start()
-        (c,) = pool.containers["embed"]
-        c.become_ready()
-        c.rss_mib = 400.0                         # before any call
-        await settle()
+        pool, clock, c = await one_ready(app, tmp_path, rss_mib=400.0)   # before any call
         for _ in range(3):
             pool.tick(clock.advance(TICK_S))
         out = states(pool), dict(pool.event_counts["embed"])
