@@ -162,8 +162,27 @@ def res_contention(out: Path) -> str:
     whole = json.loads((out / "batch_times.json").read_text())
     doc, ld = whole.get("contention") or {}, whole.get("load")
     text = ", ".join(f"{c['busy']} busy x{c['factor']:.2f}" for c in doc.get("by_busy", ()))
-    return text + (f"; load x{ld['at_rest']:.2f} + {ld['per_rps'] * 100:.3f} per 100 "
-                   "requests/s" if ld else "")
+    return text + (f"; load: router + client {ld['other_cores']:.2f} cores + "
+                   f"{ld['other_per_request_s'] * 1000:.2f} ms per request, x{ld['at_rest']:.2f}"
+                   " / share" if ld and "cores" in ld else "")
+
+
+def disturbance(out: Path) -> str:
+    """Whether other work on the machine took cores from the run (batch_times.json's
+    ``foreign``): what no prediction from the trace can know of."""
+    import json
+
+    from floodway.bench.contention import disturbed_text
+
+    fo = json.loads((out / "batch_times.json").read_text()).get("foreign")
+    if not fo:
+        return "other work on the machine: not measured"
+    if not fo["disturbed_s"]:
+        return (f"other work on the machine: at most {fo['most_cores']:.2f} cores in any "
+                f"interval (disturbed over {fo['over_cores']:g}): an undisturbed run")
+    return (f"other work on the machine took up to {fo['most_cores']:.2f} cores during "
+            f"{disturbed_text(fo)}: the run there is not the app's alone, and no "
+            "prediction from the trace can know of it")
 
 
 def _ms(x: float) -> str:
@@ -223,6 +242,7 @@ def main(trace: Annotated[Path, typer.Option(help="a per-request trace (CSV)")]
     if con:
         console.print(f"contention (batch time / fit by busy containers): {con}")
     console.print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    console.print(disturbance(out))
     raise typer.Exit(0 if ok else 1)
 
 

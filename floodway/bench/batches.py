@@ -31,14 +31,23 @@ The JSON written (`batch_times`, format ``floodway.bench.batches/1``):
      "by_rows":   [{"rows": 12, "batches": 4, "mean_s": 0.08, "p50_s": 0.08,
                     "max_s": 0.09}, ...],                       # "batches" grouped by rows
      "intervals": [{"t_s": 1.25, "batches": 3, "rows": 40, "seconds": 0.31,
-                    "padded_tokens": 9800, "busy": 1.5}, ...],
+                    "padded_tokens": 9800, "busy": 1.5, "cpu_s": 0.09,
+                    "foreign_cpu_s": 0.004}, ...],
      "fit": {"per_batch_s": 0.021, "per_row_s": 0.0049, "per_token_s": 0.00002,
              "intervals": 57, "batches": 130} | null,
      "contention": {"by_busy": [{"busy": 1, "factor": 0.7, ...}, ...], ...} | null,
-     "load": {"window_s": 1.0, "at_rest": 0.93, "per_rps": 0.0022, ...} | null}
+     "load": {"window_s": 1.0, "cores": 2, "other_cores": 0.13,
+              "other_per_request_s": 0.0022, "at_rest": 0.9, ...} | null,
+     "foreign": {"over_cores": 0.25, "most_cores": 0.13, "mean_cores": 0.01,
+                 "disturbed_s": [[15.7, 17.4]]} | null}
 
-``busy`` (an interval's mean busy containers at its two ends), ``contention`` (batch time
-over the fit by busy containers) and ``load`` (and by the arrival rate; both
+``busy`` (an interval's mean busy containers at its two ends), ``cpu_s`` (the CPU seconds
+the router process and the bench client spent in it: ``process_cpu_seconds_total`` on
+/metrics and the client's `time.process_time`), ``foreign_cpu_s`` (what other work on the
+machine took: its busy seconds less the router's, the client's and the containers'; only
+for a router on this machine), ``contention`` (batch time over the fit by
+busy containers) and ``load`` (the cores the router and the client take from the
+containers) and ``foreign`` (the intervals other work disturbed; all three
 `floodway.bench.contention`) are absent from documents written before them; readers treat
 them as optional.
 
@@ -51,6 +60,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import statistics
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -83,7 +93,10 @@ class Interval(NamedTuple):
     """One sampling interval's batches: it ended `t_s` seconds into the replay and began at
     `since_s`; `seconds` are service seconds where exported, else compute seconds;
     `tokens` padded tokens (None: not exported); `busy` the mean of the busy containers
-    seen at its two ends (None: no container gauge)."""
+    seen at its two ends (None: no container gauge); `cpu_s` the CPU seconds the router
+    process and the bench client spent in it (None: not both measured); `foreign_cpu_s`
+    the CPU seconds other work on the machine took in it: the machine's busy seconds less
+    the router's, the client's and the containers' (None: not all measured)."""
 
     t_s: float
     batches: int
@@ -92,6 +105,19 @@ class Interval(NamedTuple):
     tokens: float | None = None
     since_s: float = 0.0
     busy: float | None = None
+    cpu_s: float | None = None
+    foreign_cpu_s: float | None = None
+
+
+class CpuNow(NamedTuple):
+    """CPU seconds so far, read at a sample beside /metrics' router CPU: the bench
+    client's own (`time.process_time`), the endpoint's containers' (``cpu_s`` in /readyz)
+    and the whole machine's (`floodway.runtime.procstat.machine_cpu_s`; only where the
+    router runs on this machine); None: not known."""
+
+    client_s: float | None
+    workers_s: float | None = None
+    machine_s: float | None = None
 
 
 class Seen(NamedTuple):
@@ -99,12 +125,14 @@ class Seen(NamedTuple):
     histograms), its `live` containers (None: no container gauge) and each live
     container's cold start in seconds (``floodway_cold_start_seconds{phase="total"}``) and
     its `busy` containers (None: no container gauge); containers are summed over the
-    endpoint's lanes (the gauge's ``lane`` label)."""
+    endpoint's lanes (the gauge's ``lane`` label); `cpu_s` the router process's CPU seconds
+    so far (``process_cpu_seconds_total``; None: not exported)."""
 
     totals: Totals | None
     live: int | None
     cold_s: dict[str, float]
     busy: int | None = None
+    cpu_s: float | None = None
 
 
 def read_metrics(metrics_text: str, endpoint: str) -> Seen:
@@ -115,8 +143,11 @@ def read_metrics(metrics_text: str, endpoint: str) -> Seen:
     live: int | None = None
     busy: int | None = None
     cold: dict[str, float] = {}
+    cpu: float | None = None
     for fam in text_string_to_metric_families(metrics_text):
         for s in fam.samples:
+            if s.name == "process_cpu_seconds_total":
+                cpu = float(s.value)
             if s.labels.get("endpoint") != endpoint:
                 continue
             if s.name in _SUMS:
@@ -128,9 +159,9 @@ def read_metrics(metrics_text: str, endpoint: str) -> Seen:
             elif s.name == "floodway_cold_start_seconds" and s.labels.get("phase") == "total":
                 cold[s.labels.get("container", "")] = float(s.value)
     if not {"batches", "rows", "compute_s"} <= found.keys():
-        return Seen(None, live, cold, busy)
+        return Seen(None, live, cold, busy, cpu)
     return Seen(Totals(found["batches"], found["rows"], found["compute_s"],
-                       found.get("tokens"), found.get("service_s")), live, cold, busy)
+                       found.get("tokens"), found.get("service_s")), live, cold, busy, cpu)
 
 
 def batch_totals(metrics_text: str, endpoint: str) -> Totals | None:
@@ -150,16 +181,23 @@ class BatchSampler:
     _last: Totals | None = None
     _last_t: float = 0.0
     _last_busy: int | None = None
+    _last_cpu: tuple[float | None, float | None] = (None, None)
     seen: bool = False
     most_live: int = 0
     cold_s: dict[str, float] = field(default_factory=dict)
 
-    def add(self, t_s: float, metrics_text: str, busy_now: int | None = None) -> None:
+    def add(self, t_s: float, metrics_text: str, busy_now: int | None = None,
+            cpu: CpuNow | None = None) -> None:
         """One sample at `t_s`; `busy_now`: the containers running a batch then, where
         known apart from /metrics (`floodway.bench.contention.busy_of_readiness`), else
-        the ``busy`` state of the container gauge."""
-        now, live, cold, busy = read_metrics(metrics_text, self.endpoint)
+        the ``busy`` state of the container gauge; `cpu`: the CPU seconds read with it,
+        for each interval's `cpu_s` and `foreign_cpu_s`."""
+        now, live, cold, busy, router_cpu = read_metrics(metrics_text, self.endpoint)
         busy = busy if busy_now is None else busy_now
+        cpu = cpu or CpuNow(None)
+        own = None if router_cpu is None or cpu.client_s is None else router_cpu + cpu.client_s
+        spare = None if own is None or cpu.workers_s is None or cpu.machine_s is None else \
+            cpu.machine_s - own - cpu.workers_s      # what neither router, client nor workers used
         if live is not None:
             self.most_live = max(self.most_live, live)
         self.cold_s.update(cold)
@@ -177,9 +215,13 @@ class BatchSampler:
                     max(0.0, now.tokens - last.tokens)
                 both = None if busy is None or self._last_busy is None else \
                     (busy + self._last_busy) / 2
+                used, other = (None if x is None or x0 is None else max(0.0, x - x0)
+                               for x, x0 in zip((own, spare), self._last_cpu, strict=True))
                 self.intervals.append(Interval(t_s, n, round(now.rows - last.rows),
-                                               max(0.0, sec), tok, self._last_t, both))
+                                               max(0.0, sec), tok, self._last_t, both, used,
+                                               other))
         self._last, self._last_t, self._last_busy = now, t_s, busy
+        self._last_cpu = (own, spare)
 
     @property
     def service_seconds(self) -> bool:
@@ -189,25 +231,29 @@ class BatchSampler:
 
 async def watch(client: httpx.AsyncClient, sampler: BatchSampler, stop: asyncio.Event,
                 clock: Callable[[], float], interval_s: float = INTERVAL_S,
-                t0: float | None = None) -> None:
+                t0: float | None = None, local: bool = False) -> None:
     """Sample ``GET /metrics`` into `sampler` every `interval_s` until `stop` is set, and
     once more after; times are `clock() - t0` (`t0`: the replay's start, default the first
-    call). Each sample also reads ``GET /readyz`` for the containers running a batch
-    (`floodway.bench.contention.busy_of_readiness`). Failed scrapes are skipped (the next
-    one covers their interval)."""
-    from floodway.bench.contention import busy_of_readiness
+    call). Each sample also reads ``GET /readyz`` for the containers running a batch and
+    their CPU seconds (`floodway.bench.contention`), this process's CPU seconds and, with
+    `local` (the router runs on this machine), the machine's. Failed scrapes are skipped
+    (the next one covers their interval)."""
+    from floodway.bench.contention import busy_of_readiness, cpu_of_readiness
+    from floodway.runtime.procstat import machine_cpu_s
 
     t0 = clock() if t0 is None else t0
 
     async def scrape() -> None:
         with contextlib.suppress(httpx.HTTPError):
-            busy = None
+            busy = workers = None
             with contextlib.suppress(ValueError):
-                busy = busy_of_readiness((await client.get("/readyz")).json(),
-                                         sampler.endpoint)
+                doc = (await client.get("/readyz")).json()
+                busy = busy_of_readiness(doc, sampler.endpoint)
+                workers = cpu_of_readiness(doc, sampler.endpoint)
             r = await client.get("/metrics")
             if r.status_code == 200:
-                sampler.add(clock() - t0, r.text, busy)
+                cpu = CpuNow(time.process_time(), workers, machine_cpu_s() if local else None)
+                sampler.add(clock() - t0, r.text, busy, cpu)
 
     while not stop.is_set():
         await scrape()
@@ -271,13 +317,14 @@ def fit(intervals: Sequence[Interval]) -> dict[str, float | int] | None:
 
 def batch_times(sampler: BatchSampler, interval_s: float = INTERVAL_S,
                 answered: Sequence[tuple[float, int]] = (),
-                sends_s: Sequence[float] = ()) -> dict | None:
+                sends_s: Sequence[float] = (), cores: int | None = None) -> dict | None:
     """The JSON document of the module docstring; None when no batch was seen.
     `answered`: (answer time, estimated tokens) of the requests answered, for
     `estimate_tokens` where the router does not export padded tokens; `sends_s`: when
-    each request went out (the replay's clock), for the load term
+    each request went out (the replay's clock), and `cores`, those of the machine the router
+    and its containers run on (None: not this one), for the load term
     (`floodway.bench.contention.load`)."""
-    from floodway.bench.contention import contention, load
+    from floodway.bench.contention import contention, foreign, load
 
     if not sampler.intervals:
         return None
@@ -304,12 +351,16 @@ def batch_times(sampler: BatchSampler, interval_s: float = INTERVAL_S,
                     for r, v in sorted(by.items())],
         "intervals": [{"t_s": round(iv.t_s, 3), "batches": iv.batches, "rows": iv.rows,
                        "seconds": round(iv.seconds, 6), **tokens(iv),
-                       **({} if iv.busy is None else {"busy": iv.busy})} for iv in ivs],
+                       **({} if iv.busy is None else {"busy": iv.busy}),
+                       **({} if iv.cpu_s is None else {"cpu_s": round(iv.cpu_s, 4)}),
+                       **({} if iv.foreign_cpu_s is None else
+                          {"foreign_cpu_s": round(iv.foreign_cpu_s, 4)})} for iv in ivs],
         "fit": model,
         "contention": (con := contention(ivs, model, sampler.most_live)),
-        "load": load(ivs, model, con, sends_s),
+        "load": load(ivs, model, con, sends_s, cores),
+        "foreign": foreign(ivs),
     }
 
 
-__all__ = ["FORMAT", "INTERVAL_S", "BatchSampler", "Interval", "Seen", "Totals", "batch_times",
-           "batch_totals", "estimate_tokens", "fit", "read_metrics", "watch"]
+__all__ = ["FORMAT", "INTERVAL_S", "BatchSampler", "CpuNow", "Interval", "Seen", "Totals",
+           "batch_times", "batch_totals", "estimate_tokens", "fit", "read_metrics", "watch"]

@@ -150,7 +150,7 @@ async def _replay(base: str, target: Target, plan: list, headers: dict[str, str]
         # One origin for the samples and the answers (the replay's own starts within
         # microseconds of it), so that answers fall into the intervals they ended in.
         watcher = asyncio.create_task(watch(side, sampler, stop, time.perf_counter,
-                                            t0=time.perf_counter()))
+                                            t0=time.perf_counter(), local=target.url is None))
         with Progress(console=console, transient=True) as progress:
             task = progress.add_task(f"replaying {len(plan):,} requests", total=len(plan))
             results = await replay(client, target.endpoint, plan, target.deadline_ms,
@@ -172,9 +172,16 @@ def _answered(target: Target, plan: list, results: list) -> list[tuple[float, in
             for p, r in zip(plan, results, strict=True) if r.status == 200]
 
 
+def _cores() -> int:
+    """The cores this process (and so a local router and its containers) may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
+        os.cpu_count() or 1
+
+
 def _write(out: Path, target: Target, summary, sampler, title: str,
            answered: list[tuple[float, int]]) -> None:
     from floodway.bench.batches import batch_times
+    from floodway.bench.contention import disturbed_text
     from floodway.bench.plot import plot_bench
     from floodway.bench.report import summary_table, write_json, write_requests_csv
 
@@ -187,7 +194,8 @@ def _write(out: Path, target: Target, summary, sampler, title: str,
         [r.send_s for r in summary.results], [r.latency_s for r in summary.results],
         summary.outcomes, summary.deadline_s, out / "bench.png", title)))
     doc = batch_times(sampler, answered=answered,
-                      sends_s=[r.send_s + r.lag_s for r in summary.results])
+                      sends_s=[r.send_s + r.lag_s for r in summary.results],
+                      cores=None if target.url else _cores())
     if doc is None:
         console.print("batch times: none seen on the router's /metrics (a router on Modal "
                       "does not see its batches); no batch_times.json")
@@ -203,10 +211,16 @@ def _write(out: Path, target: Target, summary, sampler, title: str,
         console.print("batch time / fit by busy containers: " + ", ".join(
             f"{c['busy']} busy x{c['factor']:.2f} ({c['intervals']} intervals)"
             for c in doc["contention"]["by_busy"]))
+    if (fo := doc.get("foreign")) and fo["disturbed_s"]:
+        console.print(f"[yellow]other work on this machine took up to {fo['most_cores']:.2f} "
+                      f"cores during {disturbed_text(fo)}: batch times there are not the "
+                      "app's alone[/yellow]")
     if doc.get("load"):
         ld = doc["load"]
-        console.print(f"and by the rate requests were sent at: x{ld['at_rest']:.2f} + "
-                      f"{ld['per_rps'] * 100:.3f} per 100 requests/s (the load term)")
+        console.print(f"the load term: router and client took {ld['other_cores']:.2f} of "
+                      f"{ld['cores']} cores + {ld['other_per_request_s'] * 1000:.2f} ms of CPU "
+                      f"per request sent; batch time x{ld['at_rest']:.2f} / the containers' "
+                      "share of a core")
 
 
 def run(app: str, trace: Path, endpoint: str | None, time_scale: float,

@@ -27,17 +27,24 @@ absent from documents written before it, and null without a container gauge):
                                 "seconds": 3.1, "fit_s": 4.2, "factor": 0.74}, ...]}
 
 The load term. The router and the bench client share those cores too, and they are busiest
-while requests arrive fastest: measured over six runs of benchmarks/predict.py (2
-containers, 2 cores), intervals with 60 or more arrivals/s ran their batches 2-24% slower
-than intervals with under 20/s, at the same busy count. Each interval's ratio of measured to
-fitted seconds, over its busy count's factor, is fitted by weighted least squares (weights:
-the fitted seconds) as ``at_rest + per_rps * a``, `a` the requests the client sent in the
-`LOAD_WINDOW_S` before the interval ended, per second; a negative slope is taken as none.
-The simulator multiplies a batch's time by ``at_rest + per_rps * a`` at its start, `a` the
-trace's arrivals in the window before it (`ServiceModel.load_factor`). In
-``batch_times.json``, absent without the client's send times or enough spread in them:
+while requests arrive fastest: the containers get what they leave. Each interval's CPU
+seconds of the router process (``process_cpu_seconds_total``) and the client
+(`time.process_time`), over its length, are the cores they took, `o`; measured over a
+time-scale-3 run of benchmarks/predict.py (2 containers, 2 cores), the workers' own CPU
+fell by 0.94 cores per core they took (correlation -0.75), and `o` grew with the rate
+requests were sent at, by 2.2 ms of CPU per request over 0.13 cores at rest. So `o` is
+fitted by least squares as ``other_cores + other_per_request_s * a``, `a` the requests the
+client sent in the interval per second (both >= 0). A batch's container then gets
+``share = min(1, (cores - o) / busy)`` of a core (`floodway.sim.model.CpuShare`), and the
+batch time over the fit (over its busy count's factor) is ``at_rest / share``: `at_rest`
+is that ratio times each interval's share at its measured `o`, averaged with the fitted
+seconds as weights. The simulator takes `a` as the trace's arrivals in the `LOAD_WINDOW_S`
+before a batch starts. Only for a router on this machine (`cores` given); in
+``batch_times.json``, absent without the router's and the client's CPU or enough spread in
+the rate:
 
-    "load": {"window_s": 1.0, "intervals": 98, "at_rest": 0.93, "per_rps": 0.0022}
+    "load": {"window_s": 1.0, "intervals": 98, "cores": 2, "other_cores": 0.13,
+             "other_per_request_s": 0.0022, "at_rest": 0.9}
 """
 
 from __future__ import annotations
@@ -49,8 +56,8 @@ from typing import Any
 
 import numpy as np
 
-from floodway.bench.batches import Interval
-from floodway.sim.model import LOAD_WINDOW_S
+from floodway.bench.batches import INTERVAL_S, Interval
+from floodway.sim.model import LOAD_WINDOW_S, CpuShare
 
 BUSY_FROM = ("containers with a batch in flight (GET /readyz), else "
              'floodway_containers{state="busy"}; the mean of each interval\'s two ends')
@@ -69,6 +76,19 @@ def busy_of_readiness(doc: Any, endpoint: str) -> int | None:
         return None
     return sum(1 for c in cs if c.get("state") in ("ready", "busy")
                and int(c.get("inflight") or 0) > 0)
+
+
+def cpu_of_readiness(doc: Any, endpoint: str) -> float | None:
+    """CPU seconds so far of `endpoint`'s containers (all its lanes) in a ``GET /readyz``
+    document (``cpu_s``: their workers', `floodway.runtime.procstat`); None when none of
+    them gives it."""
+    units = doc.get("endpoints") if isinstance(doc, Mapping) else None
+    if not isinstance(units, Mapping):
+        return None
+    got = [c["cpu_s"] for unit, lst in units.items() if str(unit).split(":", 1)[0] == endpoint
+           and isinstance(lst, list) for c in lst if isinstance(c, Mapping)
+           and isinstance(c.get("cpu_s"), (int, float))]
+    return float(sum(got)) if got else None
 
 
 def busy_count(iv: Interval, containers: int) -> int | None:
@@ -122,35 +142,79 @@ LOAD_MIN_SPAN_RPS = 5.0
 
 
 def load(intervals: Sequence[Interval], model: Mapping[str, Any] | None,
-         by_busy: Mapping[str, Any] | None, sends_s: Sequence[float]) -> dict[str, Any] | None:
-    """The ``load`` field of the module docstring, from the intervals, the fit `model`, the
-    ``contention`` document `by_busy` (None: no factors) and the client's send times
-    (seconds on the intervals' clock); None where it cannot be fitted."""
-    if model is None or not sends_s:
+         by_busy: Mapping[str, Any] | None, sends_s: Sequence[float],
+         cores: int | None = None) -> dict[str, Any] | None:
+    """The ``load`` field of the module docstring, from the intervals (with their `cpu_s`),
+    the fit `model`, the ``contention`` document `by_busy` (None: no factors), the client's
+    send times (seconds on the intervals' clock) and the machine's `cores`; None where it
+    cannot be fitted (no cores, no CPU measured, too few intervals or too little spread)."""
+    if model is None or not sends_s or not cores or cores < 1:
         return None
     sends = sorted(sends_s)
     factors = {r["busy"]: r["factor"] for r in (by_busy or {}).get("by_busy", ())}
-    top = (by_busy or {}).get("containers", 1)
-    a, r, w = [], [], []
+    top = (by_busy or {}).get("containers") or max(
+        [1] + [math.floor(iv.busy + 0.5) for iv in intervals if iv.busy is not None])
+    a, o, r, w, k = [], [], [], [], []
     for iv in intervals:
-        est = fitted_s(iv, model)
-        k = busy_count(iv, top)
-        if iv.batches == 0 or not est > 0:
+        est, span = fitted_s(iv, model), iv.t_s - iv.since_s
+        if iv.batches == 0 or not est > 0 or iv.cpu_s is None or not span > 0:
             continue
-        a.append((bisect.bisect_right(sends, iv.t_s)
-                  - bisect.bisect_right(sends, iv.t_s - LOAD_WINDOW_S)) / LOAD_WINDOW_S)
-        r.append(iv.seconds / (est * factors.get(k, 1.0)))
+        a.append((bisect.bisect_right(sends, iv.t_s) - bisect.bisect_right(sends, iv.since_s))
+                 / span)
+        o.append(iv.cpu_s / span)
+        k.append(busy_count(iv, top) or 1)
+        r.append(iv.seconds / (est * factors.get(k[-1], 1.0)))
         w.append(est)
     if len(a) < LOAD_MIN_INTERVALS or max(a) - min(a) < LOAD_MIN_SPAN_RPS:
         return None
-    x, y, sw = np.array(a), np.array(r), np.sqrt(np.array(w))
-    c, d = np.linalg.lstsq(np.vstack([np.ones_like(x), x]).T * sw[:, None], y * sw,
-                           rcond=None)[0]
-    if not d > 0 or not c > 0:        # no slowdown with load (or a fit past zero): none
-        c, d = float(np.average(y, weights=np.array(w))), 0.0
-    return {"window_s": LOAD_WINDOW_S, "intervals": len(a), "at_rest": round(float(c), 4),
-            "per_rps": round(float(d), 6)}
+    x, y = np.array(a), np.array(o)
+    c, d = np.linalg.lstsq(np.vstack([np.ones_like(x), x]).T, y, rcond=None)[0]
+    if not d >= 0:                     # no more CPU the faster requests come: a flat level
+        c, d = float(y.mean()), 0.0
+    elif not c >= 0:                   # through the origin
+        c, d = 0.0, float(x @ y / (x @ x))
+    shares = [CpuShare(cores).share(oi, ki) for oi, ki in zip(o, k, strict=True)]
+    at_rest = float(np.average(np.array(r) * np.array(shares), weights=np.array(w)))
+    return {"window_s": LOAD_WINDOW_S, "intervals": len(a), "cores": int(cores),
+            "other_cores": round(float(c), 4), "other_per_request_s": round(float(d), 7),
+            "at_rest": round(at_rest, 4)}
 
 
-__all__ = ["BUSY_FROM", "LOAD_WINDOW_S", "busy_count", "busy_of_readiness", "contention",
-           "fitted_s", "load"]
+# Other work on the machine (`Interval.foreign_cpu_s`) taking more cores than this in an
+# interval marks it disturbed. Measured: in five time-scale-3 runs of benchmarks/predict.py
+# with nothing else running, at most 0.13 cores (the sampling's own skew); a busy loop
+# beside a run shows as about 1.
+DISTURBED_CORES = 0.25
+
+
+def foreign(intervals: Sequence[Interval]) -> dict[str, Any] | None:
+    """What other work on the machine took during the intervals: ``{"over_cores":
+    DISTURBED_CORES, "most_cores": 0.13, "mean_cores": 0.01, "disturbed_s": [[15.7, 17.4],
+    ...]}``, the spans (seconds into the replay, adjacent intervals merged) of intervals over
+    `DISTURBED_CORES`, over intervals at least half `INTERVAL_S` long; None where it was not
+    measured (a router elsewhere)."""
+    # A short interval (the last sample, after the replay) magnifies the samples' skew.
+    known = [iv for iv in intervals if iv.foreign_cpu_s is not None
+             and iv.t_s - iv.since_s >= INTERVAL_S / 2]
+    if not known:
+        return None
+    cores = [iv.foreign_cpu_s / (iv.t_s - iv.since_s) for iv in known]
+    spans: list[list[float]] = []
+    for iv, c in zip(known, cores, strict=True):
+        if c <= DISTURBED_CORES:
+            continue
+        if spans and iv.since_s <= spans[-1][1] + 1e-6:
+            spans[-1][1] = round(iv.t_s, 3)
+        else:
+            spans.append([round(iv.since_s, 3), round(iv.t_s, 3)])
+    return {"over_cores": DISTURBED_CORES, "most_cores": round(max(cores), 3),
+            "mean_cores": round(sum(cores) / len(cores), 3), "disturbed_s": spans}
+
+
+def disturbed_text(doc: Mapping[str, Any]) -> str:
+    """`foreign`'s spans as text: "15.7-17.4 s, 20.0-20.3 s"."""
+    return ", ".join(f"{a:.1f}-{b:.1f} s" for a, b in doc["disturbed_s"])
+
+
+__all__ = ["BUSY_FROM", "DISTURBED_CORES", "LOAD_WINDOW_S", "busy_count", "busy_of_readiness",
+           "contention", "cpu_of_readiness", "disturbed_text", "foreign", "fitted_s", "load"]

@@ -34,6 +34,9 @@
     floodway_job_store_quota_bytes{scope}               gauge: its quotas (total, tenant)
     floodway_job_store_rejections_total{reason}         counter: submits refused (total,
                                                         tenant: over a quota; disk_full)
+    process_cpu_seconds_total, process_resident_memory_bytes, ...  the router process's
+                                                        own (prometheus_client's
+                                                        ProcessCollector; Linux only)
   streaming endpoints:
     floodway_time_to_first_chunk_seconds{endpoint}      histogram: request arrival -> an
                                                         input's first chunk
@@ -66,7 +69,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    ProcessCollector,
+)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import generate_latest
 
@@ -282,6 +291,9 @@ class Metrics:
                                            "Streamed inputs stopped unfinished (client gone)",
                                            ["endpoint"], registry=self.registry)
         self.registry.register(_PoolCollector(readiness))
+        # The router process's own CPU and memory (process_cpu_seconds_total, ...; Linux's
+        # /proc, nothing elsewhere): `floodway bench` reads its CPU for the load term.
+        ProcessCollector(registry=self.registry)
         if job_counts:
             self.registry.register(_JobsCollector(job_counts))
         if cache_stats:

@@ -46,6 +46,7 @@ from floodway.runtime.container_state import (
     State,
     _Pending,
 )
+from floodway.runtime.procstat import process_cpu_s
 from floodway.runtime.protocol import (
     FROM_WORKER,
     MAX_LINE_BYTES,
@@ -143,7 +144,8 @@ class Container:
 
     def describe(self) -> dict[str, Any]:
         return {"id": self.id, "state": str(self.state), "pid": self.pid,
-                "inflight": len(self.inflight), "backend": self.backend, "build": self.build,
+                "inflight": len(self.inflight), "cpu_s": process_cpu_s(self.pid),
+                "backend": self.backend, "build": self.build,
                 "cold_start_s": self.timings_s, "torch_imported": self.torch_imported,
                 "error": self.error,
                 **({"active_sequences": self.active_sequences,

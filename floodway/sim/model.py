@@ -35,6 +35,10 @@ from floodway.routers.decide import ServiceTime
 # a simulated batch's start (`floodway.bench.contention`).
 LOAD_WINDOW_S = 1.0
 
+# The least share of a core a busy container gets, in cores / (busy + this): the fair share
+# when the router and the client each keep a core busy (each is one Python process).
+OTHER_PROCESSES = 2
+
 # The format `floodway bench` writes its measured batch times in (floodway.bench.batches).
 BATCH_TIMES_FORMAT = "floodway.bench.batches/1"
 
@@ -68,6 +72,48 @@ class ColdStartModel:
 
 
 @dataclass(frozen=True)
+class CpuShare:
+    """The load term: the router and the client share the machine's `cores` with the
+    containers and take ``other_cores + other_per_request_s * a`` of them while `a`
+    requests/s arrive (cores, and CPU seconds per request); a batch's container gets
+    `share` of a core, and its time is multiplied by ``at_rest / share``
+    (`floodway.bench.contention` fits it from a bench run). `cores` 0: no load term.
+    Raises ValueError on a negative value or `at_rest` not > 0."""
+
+    cores: float = 0.0
+    other_cores: float = 0.0
+    other_per_request_s: float = 0.0
+    at_rest: float = 1.0
+
+    def __post_init__(self) -> None:
+        vals = (self.cores, self.other_cores, self.other_per_request_s)
+        if not all(0 <= float(v) < math.inf for v in vals) or \
+                not 0 < float(self.at_rest) < math.inf:
+            raise ValueError(f"load needs cores, other_cores and other_per_request_s >= 0 "
+                             f"and at_rest > 0, got {self!r}")
+
+    @property
+    def active(self) -> bool:
+        return self.cores > 0
+
+    def share(self, other_cores: float, busy: int) -> float:
+        """Of a core, what each of `busy` containers gets while the router and the client
+        take `other_cores`: the rest split evenly, at most 1, at least the fair share of
+        ``cores / (busy + OTHER_PROCESSES)``."""
+        busy = max(busy, 1)
+        return min(1.0, max((self.cores - other_cores) / busy,
+                            self.cores / (busy + OTHER_PROCESSES)))
+
+    def factor(self, arrivals_per_s: float, busy: int) -> float:
+        """A batch's time multiplier while `arrivals_per_s` requests/s arrive and `busy`
+        containers (its own included) run; 1.0 without a load term."""
+        if not self.active:
+            return 1.0
+        other = self.other_cores + self.other_per_request_s * arrivals_per_s
+        return self.at_rest / self.share(other, busy)
+
+
+@dataclass(frozen=True)
 class ServiceModel:
     """Seconds per batch: `fit.seconds(rows, padded_tokens)`, or a random draw of
     `samples_s` (then independent of the rows) when given, or, for a batch of a size in
@@ -78,9 +124,9 @@ class ServiceModel:
     `contention`: factors a batch's time is multiplied by, the k-th for k containers busy
     when it starts (its own included), the last for more; empty: none (the measured
     ``contention`` of ``batch_times.json``, `floodway.bench.contention`).
-    `load`: (at_rest, per_rps), a batch's time also multiplied by ``at_rest + per_rps *
-    a`` for `a` requests/s arriving in the `LOAD_WINDOW_S` before it starts (the router and
-    the client share the cores: ``load`` of ``batch_times.json``); (1.0, 0.0): none.
+    `load`: the load term (`CpuShare`), a batch's time also multiplied by its `factor` for
+    the requests/s arriving in the `LOAD_WINDOW_S` before it starts (the router and the
+    client share the cores: ``load`` of ``batch_times.json``); the default: none.
 
     `follow_batches`: 0, the simulated router plans with `fit` throughout; n > 0, it starts
     from `fit` and re-fits on the last n simulated batches' times, as the runtime's router
@@ -93,7 +139,7 @@ class ServiceModel:
     by_rows: tuple[tuple[int, float], ...] = ()
     contention: tuple[float, ...] = ()
     follow_batches: int = 0
-    load: tuple[float, float] = (1.0, 0.0)
+    load: CpuShare = CpuShare()
 
     def __post_init__(self) -> None:
         s = tuple(float(x) for x in self.samples_s)
@@ -110,10 +156,6 @@ class ServiceModel:
         if any(not 0 < x < math.inf for x in c):
             raise ValueError(f"contention factors must be > 0, got {c!r}")
         object.__setattr__(self, "contention", c)
-        at_rest, per_rps = (float(x) for x in self.load)
-        if not (0 < at_rest < math.inf and 0 <= per_rps < math.inf):
-            raise ValueError(f"load needs at_rest > 0 and per_rps >= 0, got {self.load!r}")
-        object.__setattr__(self, "load", (at_rest, per_rps))
         if self.follow_batches < 0:
             raise ValueError(f"follow_batches must be >= 0, got {self.follow_batches}")
         object.__setattr__(self, "_by", dict(by) if self.fit.per_token_s == 0 else {})
@@ -129,17 +171,13 @@ class ServiceModel:
         size measured apart, no contention factor and no estimate following the batches
         (what the simulator's exact fast path assumes)."""
         return not self.sized and not self.contention and not self.follow_batches and \
-            self.load == (1.0, 0.0)
+            not self.load.active
 
     def factor(self, busy: int) -> float:
         """The contention factor of a batch starting while `busy` containers are busy
         (its own included; 1.0 without contention factors)."""
         c = self.contention
         return c[min(max(busy, 1), len(c)) - 1] if c else 1.0
-
-    def load_factor(self, arrivals_per_s: float) -> float:
-        """The load term of a batch starting while `arrivals_per_s` requests/s arrive."""
-        return self.load[0] + self.load[1] * arrivals_per_s
 
     def batch_s(self, rows: int, est_s: float) -> float:
         """Seconds a batch of `rows` rows runs whose fitted time is `est_s` (not sampled)."""
@@ -158,7 +196,8 @@ class ServiceModel:
         `BATCH_TIMES_FORMAT`): the fit (``per_batch_s``, ``per_row_s`` and, where present,
         ``per_token_s``, seconds), the mean time of each batch size in ``by_rows`` and,
         where present, the ``contention`` factors by busy containers (`contention_of`)
-        and the ``load`` term (``at_rest``, ``per_rps``).
+        and the ``load`` term (`CpuShare`'s fields; a ``load`` without ``cores``, as
+        documents before it wrote, is none).
         Raises FloodwayError naming `where` and the field when the document is not one."""
         if not isinstance(doc, Mapping) or doc.get("format") != BATCH_TIMES_FORMAT:
             got = doc.get("format") if isinstance(doc, Mapping) else type(doc).__name__
@@ -177,7 +216,9 @@ class ServiceModel:
         con = contention_of(doc.get("contention"), where)
         ld = doc.get("load") or {}
         try:
-            load = (float(ld.get("at_rest", 1.0)), float(ld.get("per_rps", 0.0)))
+            load = CpuShare() if "cores" not in ld else CpuShare(
+                float(ld["cores"]), float(ld.get("other_cores", 0.0)),
+                float(ld.get("other_per_request_s", 0.0)), float(ld.get("at_rest", 1.0)))
             return cls(ServiceTime(*terms), by_rows=by, contention=con, load=load)
         except (AttributeError, TypeError, ValueError) as e:
             raise FloodwayError(f"{where}: by_rows / contention / load: {e}") from None
@@ -218,5 +259,5 @@ def contention_of(doc: object, where: str = "batch times") -> tuple[float, ...]:
     return tuple(out)
 
 
-__all__ = ["BATCH_TIMES_FORMAT", "LOAD_WINDOW_S", "ColdStartModel", "ServiceModel",
+__all__ = ["BATCH_TIMES_FORMAT", "LOAD_WINDOW_S", "ColdStartModel", "CpuShare", "ServiceModel",
            "contention_of"]

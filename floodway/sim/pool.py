@@ -235,10 +235,10 @@ class Pool(JobBacklog):
         # Containers share the machine: a batch runs slower the more are busy as it starts
         # (its own too), and the faster requests arrive (the router's and client's cores).
         b.fac = svc.factor(self.working) if svc.contention else 1.0
-        if svc.load != (1.0, 0.0):
+        if svc.load.active:
             t = self.times
-            b.fac *= svc.load_factor((bisect_right(t, start) - bisect_right(
-                t, start - LOAD_WINDOW_S)) / LOAD_WINDOW_S)
+            b.fac *= svc.load.factor((bisect_right(t, start) - bisect_right(
+                t, start - LOAD_WINDOW_S)) / LOAD_WINDOW_S, self.working)
         if svc.samples_s:
             b.dur_s = svc.samples_s[int(self.rng.integers(len(svc.samples_s)))] * b.fac
             b.end_s = start + b.dur_s

@@ -2,6 +2,7 @@
 clock: a request that would wait on a timer never finishes unless the test advances it."""
 
 import asyncio
+import sys
 
 import pytest
 
@@ -196,6 +197,9 @@ def test_metrics_count_outcomes_and_report_containers(clock):
             'phase="imports"} 0.25' in text)
     assert 'floodway_batch_rows_count{endpoint="upper"} 1.0' in text
     assert 'floodway_batch_seconds_sum{endpoint="upper"} 0.02' in text
+    if sys.platform.startswith("linux"):     # the router process's own, from /proc
+        from floodway.bench.batches import read_metrics
+        assert (read_metrics(text, "upper").cpu_s or 0) > 0
 
 
 def test_a_bad_item_fails_alone_and_is_named(backend):

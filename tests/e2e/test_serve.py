@@ -46,6 +46,7 @@ def test_ready_detail_shows_two_torch_free_containers(server):
         assert c["state"] == "ready" and c["backend"] == "onnxruntime-cpu"
         assert c["torch_imported"] is False
         assert {"process_start", "imports", "artifact_load", "warmup"} <= set(c["cold_start_s"])
+        assert c["cpu_s"] > 0        # its worker's CPU seconds (loading, warming up)
 
 
 def test_embeddings_match_sentence_transformers(server, model_dir):

@@ -1,14 +1,23 @@
 """Contention measured by a bench run: each sampling interval's busy containers read from
 ``floodway_containers{state="busy"}`` (summed over lanes), and the factor per busy count,
 the seconds measured over the seconds the run's fit gives, written into batch_times.json
-in a form the simulator reads back; and the load term, batch time against the rate the
-client sent requests at."""
+in a form the simulator reads back; and the load term, the cores the router and the client
+take as requests arrive, and batch time against the share of a core they leave."""
 
 import pytest
 
-from floodway.bench.batches import BatchSampler, Interval, batch_times, fit
-from floodway.bench.contention import busy_count, contention, fitted_s, load
-from floodway.sim.model import ServiceModel
+from floodway.bench.batches import BatchSampler, CpuNow, Interval, batch_times, fit
+from floodway.bench.contention import (
+    DISTURBED_CORES,
+    busy_count,
+    contention,
+    cpu_of_readiness,
+    disturbed_text,
+    fitted_s,
+    foreign,
+    load,
+)
+from floodway.sim.model import CpuShare, ServiceModel
 
 
 def _exposition(batches: int, rows: int, seconds: float, busy: dict[str, int]) -> str:
@@ -78,36 +87,97 @@ def test_batch_times_carry_the_factors_and_the_simulator_reads_them():
     assert model.factor(2) / model.factor(1) == pytest.approx(by[2] / by[1])
 
 
-def _loaded(rates: list[float], slow_per_rps: float) -> tuple[list[Interval], list[float]]:
-    """One 1 s interval per rate, each with one batch of 10 rows that ran the fit's time
-    (0.02 + 10 x 0.005 s) x (1 + slow_per_rps x its rate), and the sends at those rates."""
+def _loaded(rates: list[float], cpu_per_request_s: float, at_rest: float = 0.9,
+            busy: float = 2.0) -> tuple[list[Interval], list[float]]:
+    """One 1 s interval per rate, each with one batch of 10 rows whose fit gives 0.07 s
+    (0.02 + 10 x 0.005 s), on 2 cores: the router and the client took 0.1 cores +
+    `cpu_per_request_s` per request sent (its `cpu_s`), and the batch ran 0.07 s x
+    `at_rest` / the share of a core left to each of `busy` containers; and the sends at
+    those rates."""
+    share = CpuShare(2)
     ivs, sends = [], []
     for i, rate in enumerate(rates):
-        ivs.append(Interval(float(i + 1), 1, 10, 0.07 * (1 + slow_per_rps * rate),
-                            since_s=float(i), busy=1.0))
+        other = 0.1 + cpu_per_request_s * rate
+        ivs.append(Interval(float(i + 1), 1, 10,
+                            0.07 * at_rest / share.share(other, round(busy)),
+                            since_s=float(i), busy=busy, cpu_s=other))
         sends += [i + (k + 0.5) / rate for k in range(int(rate))]
     return ivs, sends
 
 
-def test_the_load_term_is_batch_time_against_the_arrival_rate():
+def test_the_load_term_is_the_cores_the_router_and_client_take():
     model = {"per_batch_s": 0.02, "per_row_s": 0.005}
     rates = [5, 10, 40, 80, 120, 160, 10, 5, 200, 20]
-    ivs, sends = _loaded(rates, 0.002)
-    got = load(ivs, model, None, sends)
-    assert got["intervals"] == 10 and got["window_s"] == 1.0
-    assert got["at_rest"] == pytest.approx(1.0, abs=1e-3)
-    assert got["per_rps"] == pytest.approx(0.002, rel=1e-3)
-    # with the busy count's factor (x1.5 for 1 busy) taken out first
-    con = {"containers": 1, "by_busy": [{"busy": 1, "factor": 1.5}]}
-    assert load(ivs, model, con, sends)["at_rest"] == pytest.approx(1 / 1.5, rel=1e-3)
-    # faster when busier (a fit with a negative slope): no load term, the mean ratio
-    ivs_fast, sends_fast = _loaded(rates, -0.001)
-    none = load(ivs_fast, model, None, sends_fast)
-    assert none["per_rps"] == 0.0 and 0.8 < none["at_rest"] < 1.0
-    # nothing to fit on: no sends, too few intervals, or rates all alike
-    assert load(ivs, model, None, []) is None
-    assert load(ivs[:5], model, None, sends) is None
-    flat, flat_sends = _loaded([50] * 10, 0.002)
-    assert load(flat, model, None, flat_sends) is None
-    doc_model = ServiceModel(load=(got["at_rest"], got["per_rps"]))
-    assert doc_model.load_factor(100) == pytest.approx(1.2, rel=1e-3)
+    ivs, sends = _loaded(rates, 0.003)
+    got = load(ivs, model, None, sends, cores=2)
+    assert got["intervals"] == 10 and got["window_s"] == 1.0 and got["cores"] == 2
+    assert got["other_cores"] == pytest.approx(0.1, abs=1e-3)
+    assert got["other_per_request_s"] == pytest.approx(0.003, rel=1e-3)
+    assert got["at_rest"] == pytest.approx(0.9, rel=1e-3)
+    # the simulator's factor gives the batch times back, slower the faster requests come
+    m = ServiceModel(load=CpuShare(**{k: got[k] for k in
+                                      ("cores", "other_cores", "other_per_request_s",
+                                       "at_rest")}))
+    for iv, rate in zip(ivs, rates, strict=True):
+        assert 0.07 * m.load.factor(rate, 2) == pytest.approx(iv.seconds, rel=2e-3)
+    assert m.load.factor(200, 2) > 1.4 * m.load.factor(5, 2)
+    # with the busy count's factor (x1.5 for 2 busy) taken out first
+    con = {"containers": 2, "by_busy": [{"busy": 2, "factor": 1.5}]}
+    assert load(ivs, model, con, sends, 2)["at_rest"] == pytest.approx(0.9 / 1.5, rel=1e-3)
+    # one container busy has a core whatever the router takes: at_rest is its ratio
+    one, one_sends = _loaded(rates, 0.003, busy=1.0)
+    assert load(one, model, None, one_sends, 2)["at_rest"] == pytest.approx(0.9, rel=1e-3)
+    # less CPU the faster requests come (no such thing, but measured noise): a flat level
+    flat_cpu = [iv._replace(cpu_s=0.5 - 0.001 * r) for iv, r in zip(ivs, rates, strict=True)]
+    level = load(flat_cpu, model, None, sends, 2)
+    assert level["other_per_request_s"] == 0.0
+    assert level["other_cores"] == pytest.approx(sum(iv.cpu_s for iv in flat_cpu) / 10)
+    # nothing to fit on: no sends, no cores (a router elsewhere), no CPU measured, too few
+    # intervals, or rates all alike
+    assert load(ivs, model, None, [], 2) is None
+    assert load(ivs, model, None, sends) is None
+    assert load([iv._replace(cpu_s=None) for iv in ivs], model, None, sends, 2) is None
+    assert load(ivs[:5], model, None, sends, 2) is None
+    flat, flat_sends = _loaded([50] * 10, 0.003)
+    assert load(flat, model, None, flat_sends, 2) is None
+
+
+def test_each_interval_carries_the_cpu_the_router_and_the_client_spent():
+    def text(batches: int, cpu_s: float | None) -> str:
+        t = _exposition(batches, 4 * batches, 0.1 * batches, {"": 1})
+        return t if cpu_s is None else \
+            t + f"# TYPE process_cpu_seconds counter\nprocess_cpu_seconds_total {cpu_s}\n"
+    s = BatchSampler("embed")
+    s.add(0.25, text(1, 10.0), cpu=CpuNow(3.0, 50.0, 1000.0))
+    # 0.25 s on 2 cores: router 0.2 + client 0.05, workers 0.4, the machine 0.7 (foreign 0.05)
+    s.add(0.5, text(2, 10.2), cpu=CpuNow(3.05, 50.4, 1000.7))
+    s.add(0.75, text(3, 10.3), cpu=CpuNow(3.1))        # neither workers' nor machine's
+    s.add(1.0, text(4, None), cpu=CpuNow(3.2))         # the router's not exported
+    s.add(1.25, text(5, 10.5), cpu=CpuNow(3.3, 51.0, 1001.9))
+    # the machine's reading behind the others' (sampling skew): no other work, not less
+    s.add(1.5, text(6, 10.6), cpu=CpuNow(3.4, 51.4, 1002.4))
+    assert [iv.cpu_s for iv in s.intervals] == [pytest.approx(x) if x else x for x in
+                                               (0.25, 0.15, None, None, 0.2)]
+    assert [iv.foreign_cpu_s for iv in s.intervals] == [pytest.approx(0.05), None, None,
+                                                       None, pytest.approx(0.0)]
+    doc = batch_times(s, cores=2)
+    assert [iv.get("cpu_s") for iv in doc["intervals"]] == [0.25, 0.15, None, None, 0.2]
+    assert doc["foreign"] == {"over_cores": DISTURBED_CORES, "most_cores": 0.2,
+                              "mean_cores": 0.1, "disturbed_s": []}
+    busy = s.intervals + [Interval(1.75, 1, 4, 0.1, since_s=1.5, foreign_cpu_s=0.25),
+                          Interval(2.0, 1, 4, 0.1, since_s=1.75, foreign_cpu_s=0.2),
+                          Interval(2.5, 1, 4, 0.1, since_s=2.25, foreign_cpu_s=0.3)]
+    got = foreign(busy)
+    assert got["disturbed_s"] == [[1.5, 2.0], [2.25, 2.5]] and got["most_cores"] == 1.2
+    assert disturbed_text(got) == "1.5-2.0 s, 2.2-2.5 s"
+    assert foreign([iv._replace(foreign_cpu_s=None) for iv in busy]) is None
+
+
+def test_the_containers_cpu_is_summed_over_an_endpoints_lanes_from_readyz():
+    doc = {"endpoints": {"embed": [{"state": "ready", "cpu_s": 1.5}],
+                         "embed:long": [{"state": "busy", "cpu_s": 2.0}, {"state": "starting"}],
+                         "other": [{"state": "ready", "cpu_s": 9.0}]}}
+    assert cpu_of_readiness(doc, "embed") == 3.5
+    assert cpu_of_readiness(doc, "missing") is None
+    assert cpu_of_readiness({"endpoints": {"embed": [{"state": "ready"}]}}, "embed") is None
+    assert cpu_of_readiness("not a document", "embed") is None

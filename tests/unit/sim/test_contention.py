@@ -13,7 +13,7 @@ from floodway.errors import FloodwayError
 from floodway.routers.service import ServiceTime
 from floodway.sim import SimConfig, Trace, simulate
 from floodway.sim.engine import _Sim
-from floodway.sim.model import BATCH_TIMES_FORMAT, ServiceModel, contention_of
+from floodway.sim.model import BATCH_TIMES_FORMAT, CpuShare, ServiceModel, contention_of
 from tests.unit.sim.cases import assert_same
 
 TWO = WarmPool(min_containers=2, max_containers=2, buffer_containers=0,
@@ -97,32 +97,42 @@ def test_the_routers_estimate_follows_slower_batches() -> None:
 
 
 def test_the_load_term_is_checked_and_read_from_batch_times() -> None:
-    m = ServiceModel(LINE, load=(0.9, 0.002))
-    assert m.load_factor(0) == 0.9 and m.load_factor(100) == pytest.approx(1.1)
-    assert not m.plain and ServiceModel(LINE).load_factor(500) == 1.0
-    for bad in ((0.0, 0.0), (1.0, -0.1)):
+    ld = CpuShare(cores=2, other_cores=0.2, other_per_request_s=0.004, at_rest=0.9)
+    # 2 busy: (2 - 0.2) / 2 = 0.9 of a core at rest; at 100 requests/s (2 - 0.6) / 2 = 0.7
+    assert ld.factor(0, 2) == pytest.approx(1.0) and ld.factor(100, 2) == pytest.approx(0.9 / 0.7)
+    assert ld.factor(100, 1) == pytest.approx(0.9)          # one container keeps its core
+    # past the cores: each container still gets its fair share among 2 + 2 processes
+    assert ld.factor(1000, 2) == pytest.approx(0.9 / 0.5)
+    m = ServiceModel(LINE, load=ld)
+    assert not m.plain and ServiceModel(LINE).load.factor(500, 2) == 1.0
+    for bad in (dict(cores=-1), dict(other_per_request_s=-0.1), dict(at_rest=0.0)):
         with pytest.raises(ValueError, match="load needs"):
-            ServiceModel(LINE, load=bad)
+            CpuShare(**bad)
     doc = {"format": BATCH_TIMES_FORMAT, "fit": {"per_batch_s": 0.02, "per_row_s": 0.005},
-           "load": {"window_s": 1.0, "intervals": 40, "at_rest": 0.95, "per_rps": 0.0012}}
-    assert ServiceModel.from_batch_times(doc).load == (0.95, 0.0012)
-    doc["load"] = None                     # not fitted (or written before the field): none
-    assert ServiceModel.from_batch_times(doc).load == (1.0, 0.0)
-    doc["load"] = {"at_rest": "fast", "per_rps": 0.001}
+           "load": {"window_s": 1.0, "intervals": 40, "cores": 2, "other_cores": 0.2,
+                    "other_per_request_s": 0.004, "at_rest": 0.9}}
+    assert ServiceModel.from_batch_times(doc).load == ld
+    for none in (None, {"at_rest": 0.95, "per_rps": 0.0012}):   # not fitted, or older form
+        doc["load"] = none
+        assert not ServiceModel.from_batch_times(doc).load.active
+    doc["load"] = {"cores": 2, "at_rest": "fast"}
     with pytest.raises(FloodwayError, match="load"):
         ServiceModel.from_batch_times(doc)
 
 
 @pytest.mark.parametrize("fast", [True, False])
 def test_a_batch_runs_slower_while_requests_arrive_fast(fast: bool) -> None:
-    # The first request alone: 1 arrival in the second before its batch starts (itself),
-    # x (1 + 0.5 x 1). The last of 11 within 0.1 s: 11 in that second, x (1 + 0.5 x 11).
-    cfg = dict(route=Route(timeout_s=60.0, spill=()), warm=TWO, fast=fast,
-               batching=Batching(max_batch_rows=1, wait_ms=0),
-               service=ServiceModel(LINE, load=(1.0, 0.5)))
+    # One core; the router and client take 0.08 cores per request/s. The first request
+    # alone: 1 arrival in the second before its batch starts (itself), 0.92 of the core
+    # left. The last of 11 within 0.1 s: 11 in that second, 0.12 left, floored at the fair
+    # share of 1 / (1 + 2) of the core.
+    cfg = dict(route=Route(timeout_s=60.0, spill=()), warm=WarmPool(
+        min_containers=1, max_containers=1, buffer_containers=0, scaledown_window_s=600),
+        fast=fast, batching=Batching(max_batch_rows=1, wait_ms=0),
+        service=ServiceModel(LINE, load=CpuShare(1, 0.0, 0.08)))
     times = np.concatenate([[0.0], 30.0 + np.arange(11) * 0.01])
     res = simulate(Trace.from_times(times, minutes=1), **cfg)
-    assert res.latencies_s[0] == pytest.approx(0.025 * 1.5)
+    assert res.latencies_s[0] == pytest.approx(0.025 / 0.92)
     calm = simulate(Trace.from_times(times, minutes=1), **{**cfg, "service": ServiceModel(LINE)})
     assert calm.latencies_s[0] == pytest.approx(0.025)
-    assert res.p99_s > 5 * calm.p99_s
+    assert res.p99_s > 2.5 * calm.p99_s
