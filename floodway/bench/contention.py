@@ -204,11 +204,12 @@ def foreign(intervals: Sequence[Interval]) -> dict[str, Any] | None:
         if c <= DISTURBED_CORES:
             continue
         if spans and iv.since_s <= spans[-1][1] + 1e-6:
-            spans[-1][1] = round(iv.t_s, 3)
+            spans[-1][1] = iv.t_s
         else:
-            spans.append([round(iv.since_s, 3), round(iv.t_s, 3)])
+            spans.append([iv.since_s, iv.t_s])
     return {"over_cores": DISTURBED_CORES, "most_cores": round(max(cores), 3),
-            "mean_cores": round(sum(cores) / len(cores), 3), "disturbed_s": spans}
+            "mean_cores": round(sum(cores) / len(cores), 3),
+            "disturbed_s": [[round(a, 3), round(b, 3)] for a, b in spans]}
 
 
 def disturbed_text(doc: Mapping[str, Any]) -> str:

@@ -164,8 +164,8 @@ def test_each_interval_carries_the_cpu_the_router_and_the_client_spent():
     assert [iv.get("cpu_s") for iv in doc["intervals"]] == [0.25, 0.15, None, None, 0.2]
     assert doc["foreign"] == {"over_cores": DISTURBED_CORES, "most_cores": 0.2,
                               "mean_cores": 0.1, "disturbed_s": []}
-    busy = s.intervals + [Interval(1.75, 1, 4, 0.1, since_s=1.5, foreign_cpu_s=0.25),
-                          Interval(2.0, 1, 4, 0.1, since_s=1.75, foreign_cpu_s=0.2),
+    busy = s.intervals + [Interval(1.7502, 1, 4, 0.1, since_s=1.5, foreign_cpu_s=0.25),
+                          Interval(2.0, 1, 4, 0.1, since_s=1.7502, foreign_cpu_s=0.2),
                           Interval(2.5, 1, 4, 0.1, since_s=2.25, foreign_cpu_s=0.3)]
     got = foreign(busy)
     assert got["disturbed_s"] == [[1.5, 2.0], [2.25, 2.5]] and got["most_cores"] == 1.2
