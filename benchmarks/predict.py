@@ -30,10 +30,14 @@ the simulator takes them from it).
     .venv/bin/python benchmarks/predict.py [--trace PATH] [--start-s 840]
         [--duration-s 30] [--time-scale 1] [--max-words 40] [--deadline-ms MS]
         [--containers 2] [--out benchmarks/out/predict] [--reuse] [--store DIR]
-        [--follow-batches 0]
+        [--follow-batches 0] [--runs 1]
 
-`--reuse` skips the bench run and predicts the one already in `--out`. Needs a build of
-modal_app.py (`make run`, or `floodway build modal_app.py`).
+`--reuse` skips the bench run and predicts the one already in `--out`. `--runs N` benches
+the same replay N times (in `--out`/run1 ... runN) and predicts each: a run on a shared
+machine is one draw (the served p99 of one replay moved by up to 1.8x between runs of the
+same build), so it also prints the runtime's own spread and the median prediction against
+the median run. Needs a build of modal_app.py (`make run`, or `floodway build
+modal_app.py`).
 """
 
 from __future__ import annotations
@@ -185,6 +189,44 @@ def disturbance(out: Path) -> str:
             "prediction from the trace can know of it")
 
 
+def repeated(console: Console, outs: list[Path], seed: int, follow_batches: int) -> bool:
+    """Each bench run in `outs` (of one replay) beside its prediction, then the runtime's
+    own spread of the served p99 (router's view) over the runs. True when every run's
+    shares are within `SHARE_POINTS` and the median prediction is within `P99_REL` of the
+    median run."""
+    import json
+    import statistics
+
+    table = Table(title=f"{len(outs)} runs of one replay, each predicted")
+    for col in ("run", "served %: run / predicted", "p99 ms: run / predicted",
+                "difference", "other work (most cores)"):
+        table.add_column(col, justify="left" if col == "run" else "right")
+    shares_ok, got, want, within = True, [], [], 0
+    for o in outs:
+        run, (pred, _) = measured(o), predicted(o, seed, follow_batches)
+        shares_ok &= all(abs(pred.share(g) - run.share(g)) <= SHARE_POINTS for g in GROUPS)
+        r, p = run.p(99, router=True), pred.p(99)
+        got.append(r)
+        want.append(p)
+        within += abs(p - r) <= P99_REL * r
+        fo = json.loads((o / "batch_times.json").read_text()).get("foreign")
+        table.add_row(o.name, f"{run.share('served'):.1f} / {pred.share('served'):.1f}",
+                      f"{_ms(r)} / {_ms(p)}", f"{(p - r) / r:+.0%}",
+                      "-" if not fo else f"{fo['most_cores']:.2f}" +
+                      (" disturbed" if fo["disturbed_s"] else ""))
+    console.print(table)
+    mid_run, mid_pred = statistics.median(got), statistics.median(want)
+    rel = (mid_pred - mid_run) / mid_run
+    console.print(f"the runtime's own served p99 over the {len(got)} runs: {_ms(min(got))} / "
+                  f"{_ms(mid_run)} / {_ms(max(got))} ms (min / median / max; max / min "
+                  f"{max(got) / min(got):.2f}x)")
+    console.print(f"predicted: median {_ms(mid_pred)} ms, {rel:+.0%} from the median run "
+                  f"({'PASS' if abs(rel) <= P99_REL else 'FAIL'}, +-{P99_REL:.0%}); within "
+                  f"{P99_REL:.0%} of its own run in {within} of {len(got)}; shares within "
+                  f"{SHARE_POINTS:g} pt in {'every run' if shares_ok else 'not every run'}")
+    return shares_ok and abs(rel) <= P99_REL
+
+
 def _ms(x: float) -> str:
     return "-" if math.isnan(x) else f"{x * 1000:,.0f}"
 
@@ -223,8 +265,17 @@ def main(trace: Annotated[Path, typer.Option(help="a per-request trace (CSV)")]
              min=0, help="the simulated router re-fits on this many recent batches "
              "(0: plans with the run's fit)")] = 0,
          store: Annotated[Path | None, typer.Option(help="artifact store root")] = None,
+         runs: Annotated[int, typer.Option(
+             min=1, help="bench runs of the same replay (in --out/run1 ...), each predicted, "
+             "with the runtime's own spread")] = 1,
          ) -> None:
     console = Console(width=120)
+    if runs > 1:
+        outs = [out / f"run{k}" for k in range(1, runs + 1)]
+        for o in outs if not reuse else ():
+            bench(o, trace, start_s, duration_s, time_scale, max_words, deadline_ms,
+                  containers, store)
+        raise typer.Exit(0 if repeated(console, outs, seed, follow_batches) else 1)
     if not reuse:
         bench(out, trace, start_s, duration_s, time_scale, max_words, deadline_ms,
               containers, store)
