@@ -63,16 +63,21 @@ BUSY_FROM = ("containers with a batch in flight (GET /readyz), else "
              'floodway_containers{state="busy"}; the mean of each interval\'s two ends')
 
 
-def busy_of_readiness(doc: Any, endpoint: str) -> int | None:
-    """Containers of `endpoint` (all its lanes: units ``endpoint`` and ``endpoint:lane``)
-    with a batch in flight in a ``GET /readyz`` document; None when it names none of them
-    or gives no ``inflight`` counts."""
+def _containers(doc: Any, endpoint: str) -> list[Mapping]:
+    """The container entries of `endpoint` (all its lanes: units ``endpoint`` and
+    ``endpoint:lane``) in a ``GET /readyz`` document; [] when it names none."""
     units = doc.get("endpoints") if isinstance(doc, Mapping) else None
     if not isinstance(units, Mapping):
-        return None
-    cs = [c for unit, lst in units.items() if str(unit).split(":", 1)[0] == endpoint
-          and isinstance(lst, list) for c in lst if isinstance(c, Mapping)]
-    if not cs or not any("inflight" in c for c in cs):
+        return []
+    return [c for unit, lst in units.items() if str(unit).split(":", 1)[0] == endpoint
+            and isinstance(lst, list) for c in lst if isinstance(c, Mapping)]
+
+
+def busy_of_readiness(doc: Any, endpoint: str) -> int | None:
+    """Containers of `endpoint` (all its lanes) with a batch in flight in a ``GET /readyz``
+    document; None when it names none of them or gives no ``inflight`` counts."""
+    cs = _containers(doc, endpoint)
+    if not any("inflight" in c for c in cs):
         return None
     return sum(1 for c in cs if c.get("state") in ("ready", "busy")
                and int(c.get("inflight") or 0) > 0)
@@ -82,12 +87,8 @@ def cpu_of_readiness(doc: Any, endpoint: str) -> float | None:
     """CPU seconds so far of `endpoint`'s containers (all its lanes) in a ``GET /readyz``
     document (``cpu_s``: their workers', `floodway.runtime.procstat`); None when none of
     them gives it."""
-    units = doc.get("endpoints") if isinstance(doc, Mapping) else None
-    if not isinstance(units, Mapping):
-        return None
-    got = [c["cpu_s"] for unit, lst in units.items() if str(unit).split(":", 1)[0] == endpoint
-           and isinstance(lst, list) for c in lst if isinstance(c, Mapping)
-           and isinstance(c.get("cpu_s"), (int, float))]
+    got = [c["cpu_s"] for c in _containers(doc, endpoint)
+           if isinstance(c.get("cpu_s"), (int, float))]
     return float(sum(got)) if got else None
 
 
