@@ -294,6 +294,7 @@ def test_an_endpoint_without_limits_is_never_measured(tmp_path):
 
 
 def test_rss_of_a_real_process_reads_its_resident_memory():
+    import mmap
     import os
 
     from floodway.runtime.pool_replace import container_rss_mib, rss_mib
@@ -306,8 +307,12 @@ def test_rss_of_a_real_process_reads_its_resident_memory():
         assert container_rss_mib(WithPid()) is None
         return
     before = mine
-    ballast = b"\x01" * (64 << 20)   # 64 MiB, written: resident
+    # 64 MiB of fresh anonymous pages, each written: resident. (A plain allocation could be
+    # served from memory this long-lived process freed earlier, already resident.)
+    ballast = mmap.mmap(-1, 64 << 20)
+    for offset in range(0, len(ballast), mmap.PAGESIZE):
+        ballast[offset] = 1
     grown = container_rss_mib(WithPid())
     assert grown is not None and grown - before > 48, (before, grown)
-    del ballast
+    ballast.close()
     assert rss_mib(None) is None and rss_mib(2 ** 30) is None   # no such process
