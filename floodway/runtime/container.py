@@ -161,6 +161,10 @@ class Container:
             sys.executable, "-m", "floodway.runtime.worker", self.app_spec, self.endpoint,
             self.store_root, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
             env=env, limit=READ_LIMIT))
+        if self.state in (State.DRAINING, State.STOPPED) and self.proc:
+            # Stopped while the process was spawning: nothing will send it work or close its
+            # stdin, so it would idle until the pipe is collected.
+            self.proc.kill()
 
     def attach(self, proc: Any) -> None:
         """Drive `proc`, a started worker: anything shaped like asyncio's Process (`stdin`

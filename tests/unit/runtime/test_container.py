@@ -51,6 +51,25 @@ def make() -> Container:
     return Container("app.py", "embed", "/nonexistent", slots=2)
 
 
+def test_a_container_stopped_while_its_process_spawns_kills_that_process():
+    # A pool closing right after it started a container (a spill, a replacement) stops it
+    # before the process exists; the process must not live on, waiting for work on a pipe.
+    import signal
+
+    async def go() -> int | None:
+        c = make()
+        starting = asyncio.create_task(c.start())
+        await c.stop()              # the spawn has not run yet: nothing to drain
+        await starting
+        assert c.proc is not None
+        code = await asyncio.wait_for(c.proc.wait(), 10)
+        await c.wait_exit()
+        assert c.state == State.STOPPED
+        return code
+
+    assert asyncio.run(go()) == -signal.SIGKILL
+
+
 def test_happy_path_and_history():
     c = make()
     for s in (State.WARMING, State.READY, State.BUSY, State.READY, State.DRAINING, State.STOPPED):
