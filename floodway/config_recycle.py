@@ -11,7 +11,7 @@ many requests, uWSGI's `reload-on-rss` (MiB) and Celery's `worker_max_memory_per
 (KiB; the task running completes, then the worker is replaced) once its resident memory
 passes a limit. floodway does both, gracefully: the container takes no new work, its
 in-flight work finishes, and a replacement is warmed first whenever the warm pool's floor
-needs it (`floodway.runtime.recycle` decides, `floodway.runtime.pool_recycle` carries out).
+needs it (`floodway.runtime.recycle` decides, `floodway.runtime.pool_replace` carries out).
 """
 
 from __future__ import annotations
@@ -39,10 +39,12 @@ class Recycle(_Config):
     `max_requests`: the most calls of the endpoint function it may answer: a batch is one
     call however many inputs it holds; a streaming endpoint's sequence is one call.
     None: no such limit; at least one is set. Passed as
-    ``@app.endpoint(recycle=fw.Recycle(max_rss_mib=2048))``. A container past a limit
-    serves on until its replacement is ready when the floor needs one (a cold start), so
-    set `max_rss_mib` that much growth below where the machine would kill it. Local
-    containers only (`floodway serve`); on Modal it has no effect yet.
+    ``@app.endpoint(recycle=fw.Recycle(max_rss_mib=2048))``. A container is marked once
+    its memory, or its memory projected over a cold start at its measured growth rate, is
+    past `max_rss_mib`, and serves on until its replacement is ready when the floor needs
+    one; it can grow past the limit by its growth during that cold start (and the calls
+    already sent to it), so set `max_rss_mib` that much growth below where the machine
+    would kill it. Local containers only (`floodway serve`); on Modal it has no effect yet.
     """
 
     max_rss_mib: float | None = None

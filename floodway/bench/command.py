@@ -21,12 +21,15 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 
 from floodway.errors import FloodwayError
+
+if TYPE_CHECKING:
+    from floodway.bench.report import Summary
 
 API_KEY_ENV = "FLOODWAY_API_KEY"
 # The client waits this long for any answer (a router answers within the deadline plus its
@@ -34,6 +37,7 @@ API_KEY_ENV = "FLOODWAY_API_KEY"
 CLIENT_TIMEOUT_S = 30.0
 WARMUP_REQUESTS = 3
 console = Console(stderr=True, soft_wrap=True)
+_table_console = Console()
 
 
 @dataclass(frozen=True)
@@ -121,16 +125,43 @@ async def _ready_containers(client, endpoint: str) -> int | None:
     return None if cs is None else sum(1 for c in cs if c.get("state") in ("ready", "busy"))
 
 
-async def _replay(base: str, target: Target, plan: list, headers: dict[str, str]):
+async def _scrape(side) -> str:
+    """The router's /metrics text ("" when it cannot be read)."""
+    import httpx
+
+    try:
+        r = await side.get("/metrics")
+    except httpx.HTTPError:
+        return ""
+    return r.text if r.status_code == 200 else ""
+
+
+@dataclass
+class Replayed:
+    """What `_replay` measured: the results, the /metrics sampler, the containers ready at
+    the start, the router's loop lag over the replay (None: not exported), and the jobs
+    followed (0: not followed)."""
+
+    results: list
+    sampler: Any
+    at_start: int | None
+    lag: Any
+    followed: int
+
+
+async def _replay(base: str, target: Target, plan: list, headers: dict[str, str],
+                  follow_jobs: bool) -> Replayed:
     """Warm-up (local servers only, not counted), then the replay with /metrics sampled
-    beside it (on the replay's clock) -> (results, BatchSampler, containers ready at the
-    start)."""
+    beside it (on the replay's clock), then (`follow_jobs`) its 202s followed to their
+    end (`floodway.bench.jobs`)."""
     import aiohttp
     import httpx
     from rich.progress import Progress
 
     from floodway.bench.batches import BatchSampler, watch
+    from floodway.bench.jobs import follow
     from floodway.bench.replay import replay
+    from floodway.bench.routerlag import lag_between
 
     sampler = BatchSampler(target.endpoint)
     # aiohttp sends the load (cheap per request: floodway.bench.replay says why); the
@@ -146,18 +177,26 @@ async def _replay(base: str, target: Target, plan: list, headers: dict[str, str]
                 async with client.post(f"v1/{target.endpoint}", json={"inputs": [item]}) as r:
                     await r.read()
         at_start = await _ready_containers(side, target.endpoint)
+        before = await _scrape(side)
         stop = asyncio.Event()
         # One origin for the samples and the answers (the replay's own starts within
         # microseconds of it), so that answers fall into the intervals they ended in.
         watcher = asyncio.create_task(watch(side, sampler, stop, time.perf_counter,
                                             t0=time.perf_counter(), local=target.url is None))
+        wall0 = time.time() - time.perf_counter()   # the replay's clock on the wall clock
         with Progress(console=console, transient=True) as progress:
             task = progress.add_task(f"replaying {len(plan):,} requests", total=len(plan))
+            t0 = time.perf_counter()
             results = await replay(client, target.endpoint, plan, target.deadline_ms,
                                    on_answer=lambda _: progress.advance(task))
         stop.set()
         await watcher
-    return results, sampler, at_start
+        lag = lag_between(before, await _scrape(side))
+        followed = 0
+        if follow_jobs and any(r.job for r in results):
+            with console.status(f"following {sum(1 for r in results if r.job):,} jobs"):
+                followed = await follow(client, results, wall0 + t0)
+    return Replayed(results, sampler, at_start, lag, followed)
 
 
 def _answered(target: Target, plan: list, results: list) -> list[tuple[float, int]]:
@@ -185,7 +224,7 @@ def _write(out: Path, target: Target, summary, sampler, title: str,
     from floodway.bench.plot import plot_bench
     from floodway.bench.report import summary_table, write_json, write_requests_csv
 
-    Console().print(summary_table(summary, title))
+    _table_console.print(summary_table(summary, title))
     if not any(r.status for r in summary.results):
         raise FloodwayError(f"no request was answered (the first: {summary.results[0].error}); "
                             f"is {target.url or 'the server'} a floodway router?")
@@ -226,9 +265,13 @@ def _write(out: Path, target: Target, summary, sampler, title: str,
 def run(app: str, trace: Path, endpoint: str | None, time_scale: float,
         duration_s: float | None, deadline_ms: float | None, out: Path, api_key: str | None,
         input_json: str | None, capacity_rps: float | None, max_words: int,
-        store: Path | None, start_s: float = 0.0, containers: int | None = None) -> None:
-    """The whole command (module docstring). Raises FloodwayError for bad options, a trace
-    it cannot read, or a local server that does not come up."""
+        store: Path | None, start_s: float = 0.0, containers: int | None = None,
+        follow_jobs: bool = True, quiet: bool = False) -> Summary:
+    """The whole command (module docstring) -> the run's `floodway.bench.report.Summary`.
+    `follow_jobs`: poll its 202s' jobs to their end (`floodway.bench.jobs`); `quiet`: no
+    table or file notes on the console (a caller that reports itself). Raises
+    FloodwayError for bad options, a trace it cannot read, or a local server that does
+    not come up."""
     import contextlib
 
     from floodway.bench.plan import plan_requests
@@ -256,16 +299,37 @@ def run(app: str, trace: Path, endpoint: str | None, time_scale: float,
             (contextlib.nullcontext(target.url) if target.url else
              serving(target.app, store, Path(work), out / "serve.log",
                      containers=containers)) as base:
-        results, sampler, at_start = asyncio.run(_replay(base, target, plan, headers))
+        got = asyncio.run(_replay(base, target, plan, headers, follow_jobs))
+    results, sampler, at_start = got.results, got.sampler, got.at_start
     span = duration_s if duration_s is not None else plan[-1].send_s
-    summary = summarize(results, target.deadline_ms / 1000, capacity_rps, span)
+    summary = summarize(results, target.deadline_ms / 1000, capacity_rps, span, got.lag)
     _write_run(out, target, trace, plan, (time_scale, duration_s, start_s),
                {"pinned": containers, "at_start": at_start,
                 "most_live": sampler.most_live or None,
                 "cold_start_s": sorted(round(x, 3) for x in sampler.cold_s.values())})
-    _write(out, target, summary, sampler,
-           f"floodway bench {target.endpoint} on {trace.name} ({len(plan):,} requests)",
-           _answered(target, plan, results))
+    with _muted(quiet):
+        _write(out, target, summary, sampler,
+               f"floodway bench {target.endpoint} on {trace.name} ({len(plan):,} requests)",
+               _answered(target, plan, results))
+    return summary
+
+
+def _muted(quiet: bool):
+    """While `quiet`, the console prints nothing."""
+    import contextlib
+
+    if not quiet:
+        return contextlib.nullcontext()
+    return _Quiet()
+
+
+class _Quiet:
+    def __enter__(self) -> None:
+        self.was = console.quiet, _table_console.quiet
+        console.quiet = _table_console.quiet = True
+
+    def __exit__(self, *exc: object) -> None:
+        console.quiet, _table_console.quiet = self.was
 
 
 def _write_run(out: Path, target: Target, trace: Path, plan: list,
@@ -319,11 +383,14 @@ def bench(app: Annotated[str, typer.Argument(
               help="start this many trace seconds after its first arrival")] = 0.0,
           containers: Annotated[int | None, typer.Option(
               help="APP: serve it with this many containers (floodway serve --containers)")]
-          = None) -> None:
+          = None,
+          follow_jobs: Annotated[bool, typer.Option(
+              help="after the replay, poll each 202's job to its end: jobs succeeded, "
+                   "time to done, the backlog's drain rate")] = True) -> None:
     """Replay a trace against an endpoint (`floodway.cli_help.BENCH_HELP`)."""
     try:
         run(app, trace, endpoint, time_scale, duration_s, deadline_ms, out, api_key,
-            input_json, capacity_rps, max_words, store, start_s, containers)
+            input_json, capacity_rps, max_words, store, start_s, containers, follow_jobs)
     except FloodwayError as e:
         console.print(f"[bold red]error:[/] {e}")
         raise typer.Exit(code=2) from None

@@ -11,6 +11,10 @@ Outcomes, in the order they are reported (`OUTCOMES`):
     504     deadline exceeded
     other   any other status, or no answer (a connection error or the client's timeout)
 
+An answer is honest in time (`honest`) when it is a 200 within the deadline, or a 202, 429
+or 503 (a job, or a shed with Retry-After) within the deadline plus `HONEST_SLACK_S`:
+floodway's promise for every request of a spike.
+
 Goodput is the number of ``ok`` requests per second. Given the endpoint's capacity
 (requests/s, e.g. its closed-loop capacity for this request mix), it is counted over the
 seconds where arrivals exceed that capacity (the overloaded seconds: what a burst tests),
@@ -40,6 +44,17 @@ def outcome(status: int, latency_s: float, deadline_s: float) -> str:
     if status in (429, 503, 504):
         return str(status)
     return "other"
+
+
+# A 202 or a shed may come this much after the deadline and still count as in time.
+HONEST_SLACK_S = 0.050
+
+
+def honest(status: int, latency_s: float, deadline_s: float) -> bool:
+    """Whether an answer is honest in time (module docstring)."""
+    if status == 200:
+        return latency_s <= deadline_s
+    return status in (202, 429, 503) and latency_s <= deadline_s + HONEST_SLACK_S
 
 
 def counts(outcomes: Iterable[str]) -> dict[str, int]:
@@ -114,5 +129,5 @@ def goodput(send_s: Sequence[float], ok: Sequence[bool], capacity_rps: float | N
     return Goodput(good / len(per), good, len(per), "whole run", capacity_rps)
 
 
-__all__ = ["LABELS", "OUTCOMES", "Goodput", "arrivals_per_second", "counts", "goodput",
-           "outcome", "percentile"]
+__all__ = ["HONEST_SLACK_S", "LABELS", "OUTCOMES", "Goodput", "arrivals_per_second", "counts",
+           "goodput", "honest", "outcome", "percentile"]

@@ -36,7 +36,9 @@ class Result:
     `error` says why), `decision` the router's X-Floodway-Decision header, `router_s` the
     router's own time for it (``Server-Timing: router;dur=<ms>``: arrival at the router to
     its answer; NaN when not sent), so that time spent outside the router (the client's and
-    the router's event loops, the connection) is latency_s - router_s."""
+    the router's event loops, the connection) is latency_s - router_s. For a 202, `job` is
+    its Location (the job's URL) and, once followed (`floodway.bench.jobs`), `job_status`
+    its end state and `job_done_s` when it finished (NaN: not followed, or never)."""
 
     index: int
     send_s: float
@@ -46,6 +48,9 @@ class Result:
     decision: str = ""
     error: str = ""
     router_s: float = math.nan
+    job: str = ""
+    job_status: str = ""
+    job_done_s: float = math.nan
 
 
 Clock = Callable[[], float]
@@ -81,6 +86,8 @@ async def send(client: Client, path: str, body: dict, headers: dict[str, str],
     res.status = status
     res.decision = hdrs.get("x-floodway-decision", "")
     res.router_s = router_seconds(hdrs.get("server-timing", ""))
+    if status == 202:
+        res.job = hdrs.get("location", "")
 
 
 def router_seconds(server_timing: str) -> float:

@@ -161,3 +161,6 @@ class ModalJobs:
         """Jobs submitted through this router container since it started (Modal has no
         cheap count by state)."""
         return {"submitted": self._submitted}
+
+    async def refresh(self) -> None:
+        """Nothing to read: `counts` is this container's own tally."""

@@ -37,6 +37,7 @@ from floodway.functions.items import decodes_images, pixel_tally
 from floodway.http.clock import within
 from floodway.http.errors import ClientClosed, Overloaded
 from floodway.http.metrics import Metrics
+from floodway.http.middleware import notes
 from floodway.http.protocols import Clock
 from floodway.routers.admission import (
     ApiKeys,
@@ -84,12 +85,24 @@ def parse_images(body: bytes, ep: Endpoint) -> list[Any]:
 @dataclass(frozen=True)
 class Admitted:
     """A request that passed admission: who sent it, how urgent, its deadline in seconds
-    from arrival, and its validated inputs."""
+    from arrival, its validated inputs, and when it arrived (`arrival_s`, on the router's
+    monotonic clock: when its route was first called, before its body was read). Its
+    deadline runs from its arrival: reading the body and admission spend it too."""
 
     tenant: str
     priority: Priority
     budget_s: float
     inputs: list[Any]
+    arrival_s: float
+
+    @property
+    def deadline_s(self) -> float:
+        """Its deadline on the router's monotonic clock."""
+        return self.arrival_s + self.budget_s
+
+    def left_s(self, now_s: float) -> float:
+        """Seconds left until its deadline at `now_s` (negative: past it)."""
+        return self.deadline_s - now_s
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -138,12 +151,19 @@ class Admission:
                                field=field)
         return self.app.endpoints[name]
 
+    def arrival(self, request: Request) -> float:
+        """When `request` arrived on the clock: as `Observe` noted it (its route was
+        called), else now."""
+        noted = notes(request.scope).arrival_s
+        return self.clock.monotonic() if noted is None else noted
+
     def tenant(self, request: Request) -> str:
         """The request's tenant (`tenant_of`); raises Unauthorized (401)."""
         return tenant_of(request.headers.get("authorization"), self.keys)
 
     async def admit(self, request: Request, name: str) -> Admitted:
         """Everything above, in order; raises the first refusal."""
+        arrival_s = self.arrival(request)
         ep = self.endpoint(name)
         tenant = self.tenant(request)
         priority = parse_priority(request.headers.get("x-priority"))
@@ -168,7 +188,7 @@ class Admission:
         if self.on_arrival is not None:
             # admitted user traffic only, in its lane (each lane has its own warm pool)
             self.on_arrival(unit_of(ep, inputs), self.clock.wall())
-        return Admitted(tenant, priority, budget_s, inputs)
+        return Admitted(tenant, priority, budget_s, inputs, arrival_s)
 
     def _check_rate(self, ep: Endpoint, tenant: str) -> None:
         wait_s = self.limiters[ep.name].check(tenant, self.clock.monotonic())
@@ -196,6 +216,7 @@ class Admission:
         the route's max_inputs is a 413 naming `items_field`, as are more sequences than a
         streaming endpoint can ever hold (`check_sequences`). Returns the endpoint and the
         admitted request."""
+        arrival_s = self.arrival(request)
         tenant = self.tenant(request)
         priority = parse_priority(request.headers.get("x-priority"))
         deadline = request.headers.get("x-deadline-ms")
@@ -226,7 +247,7 @@ class Admission:
         if self.on_arrival is not None:
             self.on_arrival(unit_of(ep, inputs), self.clock.wall())
         budget_s = parse_deadline(deadline, default_s=ep.route.timeout_s)
-        return ep, Admitted(tenant, priority, budget_s, inputs)
+        return ep, Admitted(tenant, priority, budget_s, inputs, arrival_s)
 
     @staticmethod
     async def _off_loop(size: int, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:

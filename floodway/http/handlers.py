@@ -33,7 +33,8 @@ hand-off that adopts the work under way merges the cached outputs into the job's
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any, cast
 
 from starlette.requests import Request
@@ -67,16 +68,27 @@ from floodway.routers.sequences import sequence_cost
 from floodway.routers.tokens import row_tokens
 
 
+def _no_lag() -> float:
+    return 0.0
+
+
 class Handlers:
     """The routes of one router. `jobs` None: no async job queue (its routes answer 501 and
-    `decide()` is not offered the async spill). `cache`: the response cache."""
+    `decide()` is not offered the async spill). `cache`: the response cache. `lag()`: the
+    router's recent event-loop lag in seconds (`floodway.http.looplag.LoopLag.recent_s`),
+    which the decisions count against each request's time left."""
 
     def __init__(self, app: App, backend: Backend, jobs: Jobs | None, *,
                  admission: Admission, metrics: Metrics, handoff: DeadlineHandoff,
-                 cache: ResponseCache, private_detail: bool = False):
+                 cache: ResponseCache, private_detail: bool = False,
+                 lag: Callable[[], float] = _no_lag):
         self.app, self.backend, self.jobs = app, backend, jobs
         self.admission, self.metrics, self.handoff = admission, metrics, handoff
-        self.cache, self.private_detail = cache, private_detail
+        self.cache, self.private_detail, self.lag = cache, private_detail, lag
+
+    def _left_s(self, a: Admitted) -> float:
+        """Seconds until `a`'s deadline now (its deadline runs from its arrival)."""
+        return a.left_s(self.admission.clock.monotonic())
 
     def _keyed(self, request: Request) -> bool:
         """Whether `request` carries a valid key (any request, when no keys are set)."""
@@ -90,10 +102,9 @@ class Handlers:
     async def predict(self, request: Request) -> Response:
         """``POST /v1/<endpoint>``: 200 with one output per input, or 202 + a job."""
         name = request.path_params["endpoint"]
-        t0_s = self.admission.clock.monotonic()
         a = await self.admission.admit(request, name)
         if self.app.endpoints[name].streaming:
-            return await self._streamed(request, name, a, t0_s)
+            return await self._streamed(request, name, a)
         if "respond-async" in prefers(request):
             return await self._submit(request, name, a)
         if (known := await self._keyed_job(request, name, a)) is not None:
@@ -143,6 +154,8 @@ class Handlers:
         (401 otherwise, as any keyed route)."""
         if self.private_detail:
             self.admission.tenant(request)   # raises Unauthorized (401)
+        if self.jobs is not None:
+            await self.jobs.refresh()
         body, content_type = self.metrics.render()
         return Response(body, media_type=content_type)
 
@@ -215,10 +228,10 @@ class Handlers:
                 allow_async: bool = True) -> Decision:
         """`decide()` for `inputs` (those of `a`'s the cache did not answer) on `unit` (the
         endpoint, or the lane they take)."""
-        snap = self.backend.snapshot(unit)
+        snap = replace(self.backend.snapshot(unit), loop_lag_s=self.lag())
         name = split_unit(unit)[0]
         return self._noted(request, unit, decide(snap, DecideRequest(
-            rows=len(inputs), deadline_s=snap.now_s + a.budget_s, priority=int(a.priority),
+            rows=len(inputs), deadline_s=snap.now_s + self._left_s(a), priority=int(a.priority),
             tenant=a.tenant, allow_async=allow_async and self.jobs is not None,
             row_tokens=row_tokens(self.app.endpoints[name], inputs))))
 
@@ -230,11 +243,11 @@ class Handlers:
         gen = self.app.endpoints[name].generation
         assert gen is not None   # every streaming endpoint has one
         costs = [sequence_cost(item, gen.max_new_tokens) for item in a.inputs]
-        snap = self.backend.stream_snapshot(name)
+        snap = replace(self.backend.stream_snapshot(name), loop_lag_s=self.lag())
         return self._noted(request, name, decide_stream(snap, StreamRequest(
             prompt_tokens=sum(c.prompt_tokens for c in costs),
             max_new_tokens=max(c.max_new_tokens for c in costs),
-            deadline_s=snap.now_s + a.budget_s, priority=int(a.priority), tenant=a.tenant,
+            deadline_s=snap.now_s + self._left_s(a), priority=int(a.priority), tenant=a.tenant,
             allow_async=allow_async and self.jobs is not None, sequences=len(costs))))
 
     def _noted(self, request: Request, unit: str, decision: Decision) -> Decision:
@@ -283,24 +296,24 @@ class Handlers:
     async def _wait(self, request: Request, unit: str, a: Admitted, inputs: list[Any], *,
                     may_hand_off: bool) -> list[Any] | HandOff:
         """Queue `inputs` (of request `a`) in `unit` and wait for their results (or the
-        hand-off)."""
+        hand-off), until `a`'s deadline (from its arrival)."""
         name = split_unit(unit)[0]
+        left_s = max(0.0, self._left_s(a))
         # Queued before this handler yields: a burst's next decisions must see it.
-        pending = self.backend.enqueue(unit, inputs, timeout_s=a.budget_s,
+        pending = self.backend.enqueue(unit, inputs, timeout_s=left_s,
                                        priority=int(a.priority), tenant=a.tenant)
         try:
-            return await self.handoff.wait(pending, disconnected(request), budget_s=a.budget_s,
+            return await self.handoff.wait(pending, disconnected(request), budget_s=left_s,
                                            may_hand_off=may_hand_off)
         except TimeoutError:
             raise TimeoutError(f"endpoint {name!r} did not answer within {a.budget_s:g} s") \
                 from None
 
     # ------------------------------------------------------------------ streams
-    async def _streamed(self, request: Request, name: str, a: Admitted,
-                        t0_s: float) -> Response:
+    async def _streamed(self, request: Request, name: str, a: Admitted) -> Response:
         """A streaming endpoint's answer: streamed when the client asked, else buffered."""
         mode = stream_mode(request)   # a 406 before any work
-        stream = await self.open_stream(request, name, a, t0_s=t0_s)
+        stream = await self.open_stream(request, name, a)
         if isinstance(stream, Response):
             return stream
         if mode is not None:
@@ -313,7 +326,7 @@ class Handlers:
                           allow_async: bool = True) -> ItemStream | Response:
         """Admitted request `a` to streaming endpoint `name`, through `decide_stream()`, as
         an `ItemStream` once its first event arrived (`t0_s`: its arrival on the clock, for
-        the time to first chunk; default now). Returns a Response instead for a job (202:
+        the time to first chunk; default `a.arrival_s`). Returns a Response instead for a job (202:
         ``Prefer: respond-async``, the async spill, or the hand-off of a request with no
         chunk yet near its deadline; 200 for a known Idempotency-Key's job). With
         `allow_async` False none of these (a client that cannot follow a job): ``Prefer:
@@ -321,7 +334,7 @@ class Handlers:
         ItemStream. Raises as `predict` does (Overloaded when shed, RequestError 413 for a
         sequence no container's KV cache can hold, ClientClosed, Unavailable); a one-input
         request that failed before its first chunk raises that error (TimeoutError: 504)."""
-        t0_s = self.admission.clock.monotonic() if t0_s is None else t0_s
+        t0_s = a.arrival_s if t0_s is None else t0_s
         if allow_async and "respond-async" in prefers(request):
             return await self._submit(request, name, a)
         if allow_async and (known := await self._keyed_job(request, name, a)) is not None:
@@ -329,11 +342,12 @@ class Handlers:
         decision = self._decide_stream(request, name, a, allow_async=allow_async)
         if (spilled := await self._spilled(request, name, a, decision)) is not None:
             return spilled
+        left_s = max(0.0, self._left_s(a))
         pending = cast(StreamPending, self.backend.enqueue(
-            name, a.inputs, timeout_s=a.budget_s, priority=int(a.priority), tenant=a.tenant))
+            name, a.inputs, timeout_s=left_s, priority=int(a.priority), tenant=a.tenant))
         try:
             got = await self.handoff.wait(
-                FirstEvent(pending), disconnected(request), budget_s=a.budget_s,
+                FirstEvent(pending), disconnected(request), budget_s=left_s,
                 may_hand_off=allow_async and self._can_spill_async(name))
         except BaseException:
             self.metrics.cancelled(name, pending.cancel())

@@ -8,24 +8,31 @@ route spills to async, as a Modal web endpoint redirects a long call to its resu
     "adopt"   already on a container: the job takes over the work under way
               (`Pending.adopt`, `Jobs.adopt`), so it never runs twice.
 
-The queue's own deadline may fire first (a busy event loop wakes the hand-off late): its
-items are then withdrawn (TimeoutError), and a new job runs them ("submit").
+It fires `after_s` into the time left: early enough for the job's durable commit and the
+202 (`margin_s`), and earlier by twice the router's recent event-loop lag
+(`floodway.http.looplag`; `floodway.routers.decide.LAG_FACTOR`): a loop that runs late wakes
+the timer late and answers late. The queue's own deadline may still fire first (a loop
+later than it has been): its items are then withdrawn (TimeoutError), and a new job runs
+them ("submit").
 """
 
 from __future__ import annotations
 
 import asyncio
 import enum
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from floodway.http.errors import ClientClosed
 from floodway.http.protocols import Clock, Pending
+from floodway.routers.decide import LAG_FACTOR
 
 # A commit with synchronous=NORMAL in WAL takes well under a millisecond unloaded and a few
 # tens of milliseconds on a thread under a burst (measured with benchmarks/burst.py).
 HANDOFF_MARGIN_S = 0.1
+# The timer looks at the lag again until the hand-off is this close.
+RECHECK_S = 0.1
 
 
 class Way(enum.StrEnum):
@@ -42,18 +49,25 @@ class HandOff:
     work: Awaitable[list[Any]] | None = None
 
 
+def _no_lag() -> float:
+    return 0.0
+
+
 class DeadlineHandoff:
     """Waits for a sync request's work, and hands it off near its deadline. `clock`: what
-    the wait is measured on; `margin_s`: how long before the deadline."""
+    the wait is measured on; `margin_s`: how long before the deadline; `lag()`: the router's
+    recent event-loop lag in seconds (`floodway.http.looplag.LoopLag.recent_s`)."""
 
-    def __init__(self, clock: Clock, *, margin_s: float = HANDOFF_MARGIN_S):
-        self.clock, self.margin_s = clock, margin_s
+    def __init__(self, clock: Clock, *, margin_s: float = HANDOFF_MARGIN_S,
+                 lag: Callable[[], float] = _no_lag):
+        self.clock, self.margin_s, self.lag = clock, margin_s, lag
 
-    def after_s(self, budget_s: float) -> float:
-        """Seconds after arrival at which a request with `budget_s` seconds is handed off:
+    def after_s(self, budget_s: float, lag_s: float = 0.0) -> float:
+        """Seconds from now at which a request with `budget_s` seconds left is handed off:
         early enough that the job's durable commit and the 202 fit before the deadline
-        (`margin_s`, at most a tenth of a short budget)."""
-        return max(0.0, budget_s - min(self.margin_s, budget_s / 10))
+        (`margin_s`, at most a tenth of a short budget), and LAG_FACTOR x `lag_s` earlier."""
+        return max(0.0, budget_s - min(self.margin_s, budget_s / 10) -
+                   LAG_FACTOR * max(0.0, lag_s))
 
     async def wait(self, pending: Pending, gone: Awaitable[None], *, budget_s: float,
                    may_hand_off: bool) -> list[Any] | HandOff:
@@ -88,13 +102,22 @@ class DeadlineHandoff:
     async def _done_in_time(self, work: asyncio.Future, left: asyncio.Future,
                             budget_s: float) -> bool:
         """Wait until the work is done, the client left, or the hand-off time; False for
-        the last (neither of the others happened)."""
-        timer = asyncio.ensure_future(self.clock.sleep(self.after_s(budget_s)))
-        try:
-            await asyncio.wait({work, left, timer}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            timer.cancel()
-        return work.done() or left.done()
+        the last (neither of the others happened). The hand-off time moves with the lag:
+        the timer wakes halfway there (at most `RECHECK_S` before it) and looks again, a
+        few wake-ups a request."""
+        # The margin is the whole budget's; the lag is read again at every wake-up.
+        fire_at_s = self.clock.monotonic() + self.after_s(budget_s)
+        while not (work.done() or left.done()):
+            fire_in = fire_at_s - self.clock.monotonic() - LAG_FACTOR * max(0.0, self.lag())
+            if fire_in <= 0:
+                return False
+            nap = fire_in if fire_in <= RECHECK_S else max(RECHECK_S, fire_in / 2)
+            timer = asyncio.ensure_future(self.clock.sleep(nap))
+            try:
+                await asyncio.wait({work, left, timer}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                timer.cancel()
+        return True
 
 
 __all__ = ["HANDOFF_MARGIN_S", "DeadlineHandoff", "HandOff", "Way"]

@@ -34,6 +34,12 @@
     floodway_job_store_quota_bytes{scope}               gauge: its quotas (total, tenant)
     floodway_job_store_rejections_total{reason}         counter: submits refused (total,
                                                         tenant: over a quota; disk_full)
+    floodway_event_loop_lag_seconds                     histogram: how late the router's event
+                                                        loop woke, sampled every 10 ms
+                                                        (`floodway.http.looplag`)
+    floodway_event_loop_lag_recent_seconds              gauge: the largest lag of the last 2 s
+    floodway_gc_pause_seconds{generation}               histogram: the router's garbage
+                                                        collections
     process_cpu_seconds_total, process_resident_memory_bytes, ...  the router process's
                                                         own (prometheus_client's
                                                         ProcessCollector; Linux only)
@@ -73,6 +79,7 @@ from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
     Counter,
+    Gauge,
     Histogram,
     ProcessCollector,
 )
@@ -86,6 +93,8 @@ LATENCY_BUCKETS_S = (0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 
 BATCH_ROW_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1000)
 BATCH_TOKEN_BUCKETS = (16, 64, 256, 512, 1024, 2048, 4096, 8192, 16384, 65536, 262144)
 # Gaps between chunks: a decode step is milliseconds to tens of them.
+# Event-loop lag: a healthy loop wakes within a millisecond; a starved one seconds late.
+LAG_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 CHUNK_GAP_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 SEQUENCE_GAUGES = (("active", "floodway_active_sequences", "Sequences running"),
                    ("kv_cache_tokens", "floodway_kv_cache_tokens", "KV-cache tokens in use"),
@@ -290,6 +299,14 @@ class Metrics:
         self.cancelled_sequences = Counter("floodway_cancelled_sequences",
                                            "Streamed inputs stopped unfinished (client gone)",
                                            ["endpoint"], registry=self.registry)
+        self.loop_lag = Histogram("floodway_event_loop_lag_seconds", "How late the router's event "
+                                  "loop woke (seconds), sampled every 10 ms",
+                                  buckets=LAG_BUCKETS_S, registry=self.registry)
+        self.gc_pause = Histogram("floodway_gc_pause_seconds", "The router's garbage collections "
+                                  "(seconds)", ["generation"], buckets=LAG_BUCKETS_S,
+                                  registry=self.registry)
+        self.lag_recent = Gauge("floodway_event_loop_lag_recent_seconds", "The largest event-loop "
+                                "lag of the last seconds (seconds)", registry=self.registry)
         self.registry.register(_PoolCollector(readiness))
         # The router process's own CPU and memory (process_cpu_seconds_total, ...; Linux's
         # /proc, nothing elsewhere): `floodway bench` reads its CPU for the load term.
@@ -307,6 +324,10 @@ class Metrics:
             self.spills.labels(endpoint, action.removeprefix("spill_")).inc()
         elif action == "shed":
             self.sheds.labels(endpoint, str(decision.status or 503)).inc()
+
+    def lag_source(self, recent_s: Callable[[], float]) -> None:
+        """Read the recent event-loop lag at scrape (`floodway.http.looplag.LoopLag`)."""
+        self.lag_recent.set_function(recent_s)
 
     def handed_off(self, endpoint: str) -> None:
         """A sync request near its deadline became an async job (a late spill)."""

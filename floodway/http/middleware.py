@@ -37,6 +37,9 @@ class Notes:
     headers: dict[str, str] = field(default_factory=dict)
     # The endpoint, where the path does not name it (the OpenAI routes: the body's "model").
     endpoint: str | None = None
+    # When `Observe` first saw the request (its clock's monotonic seconds): its deadline
+    # runs from here (`floodway.http.admit.Admitted.arrival_s`).
+    arrival_s: float | None = None
 
 
 def notes(scope: Scope) -> Notes:
@@ -75,6 +78,7 @@ class Observe:
             await self.app(scope, receive, send)
             return
         t0_s, label, note = self.clock.monotonic(), self._label(scope), notes(scope)
+        note.arrival_s = t0_s
         started = False
 
         async def observed(message: Message) -> None:

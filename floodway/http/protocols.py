@@ -165,6 +165,12 @@ class Jobs(Protocol):
         """Jobs by state (metrics); cheap and synchronous."""
         ...
 
+    async def refresh(self) -> None:
+        """Bring `counts` (and what else the metrics read of the queue) up to date:
+        ``/metrics`` awaits it before each scrape. A read of the store, never on the
+        event loop."""
+        ...
+
 
 __all__ = ["SYSTEM_CLOCK", "Backend", "BatchListener", "Clock", "Jobs", "Pending",
            "StreamPending", "SystemClock"]

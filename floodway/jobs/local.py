@@ -21,6 +21,10 @@ A job's attempt is counted when its rows go to a container (the pool's send wake
 jobs it had only claimed uncharged. The store's bytes are bounded (`max_bytes`, per tenant
 `max_tenant_bytes`; `floodway.jobs.quota`): a submit over a quota is a 503 with
 Retry-After; `storage()` gives the bytes and the refusals to the metrics.
+
+Every store call runs on the store's own thread (`floodway.jobs.store_thread`), never on the
+event loop: the metrics' figures (`counts`, `storage`) and the pool's `backlog` are read
+there and kept, `refresh` brings them up to date.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ import math
 import os
 import re
 import uuid
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -44,6 +48,7 @@ from floodway.jobs.job import Job, JobState
 from floodway.jobs.quota import MAX_BYTES, MAX_TENANT_BYTES, REASONS
 from floodway.jobs.runner import JobRunner
 from floodway.jobs.store import JobStore
+from floodway.jobs.store_thread import StoreThread
 from floodway.routers.admission import Priority
 from floodway.routers.decide import Decision, Request, decide
 from floodway.routers.decide_stream import decide_stream
@@ -74,17 +79,24 @@ class LocalJobs:
     `path`, run on `backend`. `capacity`: the pool's job capacity (see the module; None:
     at most `concurrency` jobs at once, whatever the pool can take). `max_bytes`,
     `max_tenant_bytes`: the store's quotas on stored bytes. `clock`: the store's times
-    (`wall`) and the runner's waits."""
+    (`wall`) and the runner's waits. `io`: runs the store's calls (default: a
+    `StoreThread` of its own; `floodway.jobs.store_thread.inline` for a test that steps a
+    manual clock)."""
 
     def __init__(self, app: App, backend: Backend, path: str | Path, *,
                  ttl_s: float = 86400.0, concurrency: int | None = None,
                  lease_s: float = 10.0, clock: Clock = SYSTEM_CLOCK,
                  capacity: JobCapacity | None = None, max_bytes: int = MAX_BYTES,
-                 max_tenant_bytes: int = MAX_TENANT_BYTES):
+                 max_tenant_bytes: int = MAX_TENANT_BYTES,
+                 io: Callable[..., asyncio.Future[Any]] | None = None):
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         self.app, self.backend, self.capacity, self.clock = app, backend, capacity, clock
         self.store = JobStore(path, ttl_s=ttl_s, clock=clock.wall, max_bytes=max_bytes,
                               max_tenant_bytes=max_tenant_bytes)
+        self._thread: StoreThread | None = None
+        if io is None:
+            io = self._thread = StoreThread()
+        self.io = io
         self.feed = JobFeed(decide=self._decide_group, enqueue=self._enqueue,
                             start_cold=lambda ep: self.backend.start_cold(ep),
                             grouped=self._grouped, clock=clock,
@@ -93,8 +105,12 @@ class LocalJobs:
                                 f"{uuid.uuid4().hex[:8]}", lease_s=lease_s,
                                 concurrency=concurrency or (MAX_INFLIGHT_JOBS if capacity
                                                             else 32),
-                                clock=clock, room=self.room if capacity else None)
+                                clock=clock, room=self.room if capacity else None,
+                                io=self.io)
         self._backlog: tuple[float, dict[str, int]] = (-math.inf, {})
+        self._backlog_reading: asyncio.Future | None = None
+        self._counts: dict[str, int] = {}
+        self._stored: tuple[int, dict[str, int]] = (0, {})
         if capacity is not None:
             capacity.watch_jobs(self.backlog, self._capacity_changed)
 
@@ -105,9 +121,10 @@ class LocalJobs:
         Raises RequestError (409 reused Idempotency-Key, 400 malformed key, 413 larger
         than a quota), Unavailable (503: the store is over a quota or its disk is full).
 
-        The commit waits for an fsync (milliseconds): it runs on a thread so that a burst
-        spilled to async does not stall the event loop and every other request with it."""
-        job, created = await asyncio.to_thread(
+        The commit can wait for the store's lock or a WAL checkpoint: it runs on the
+        store's thread so that a burst spilled to async does not stall the event loop and
+        every other request with it."""
+        job, created = await self.io(
             self.store.submit, endpoint, inputs, tenant=tenant,
             priority=priority.name.lower(), idempotency_key=idempotency_key)
         if created:
@@ -118,26 +135,33 @@ class LocalJobs:
                    idempotency_key: str) -> dict[str, Any] | None:
         """The wire form of the job stored under this tenant's `idempotency_key`, or None.
         Raises RequestError (409 other inputs, 400 malformed key)."""
-        job = await asyncio.to_thread(self.store.find, endpoint, inputs, tenant=tenant,
+        job = await self.io(self.store.find, endpoint, inputs, tenant=tenant,
                                       idempotency_key=idempotency_key)
         return None if job is None else job.to_wire()
 
     async def get(self, job_id: str, tenant: str) -> dict[str, Any] | None:
-        """The job's wire form, or None when unknown or another tenant's. One indexed
-        read: run inline, a thread hop would cost about as much."""
-        job = self.store.get(job_id)
+        """The job's wire form, or None when unknown or another tenant's (one indexed read,
+        on the store's thread: it may wait for the lock behind a commit)."""
+        job = await self.io(self.store.get, job_id)
         if job is None or (job.state != JobState.EXPIRED and job.tenant != tenant):
             return None
         return job.to_wire()
 
     def counts(self) -> dict[str, int]:
-        return self.store.counts()
+        """Jobs by state, as of the last `refresh`."""
+        return dict(self._counts)
+
+    async def refresh(self) -> None:
+        """Read the jobs by state and the stored bytes (`counts`, `storage`) anew."""
+        self._counts, self._stored = await self.io(
+            lambda: (self.store.counts(), self.store.stored_bytes()))
 
     def storage(self) -> dict[str, Any]:
         """For the metrics: ``{"bytes": all jobs' stored bytes, "tenants": {tenant:
         bytes}, "quota_bytes": {"total", "tenant"}, "rejections": {reason: submits
-        refused}}`` (reasons: total, tenant, disk_full)."""
-        total, tenants = self.store.stored_bytes()
+        refused}}`` (reasons: total, tenant, disk_full); the bytes as of the last
+        `refresh`."""
+        total, tenants = self._stored[0], dict(self._stored[1])
         quota = self.store.quota
         return {"bytes": total, "tenants": tenants,
                 "quota_bytes": {"total": quota.max_bytes, "tenant": quota.max_tenant_bytes},
@@ -151,14 +175,25 @@ class LocalJobs:
                 for ep in self.app.endpoints}
 
     def backlog(self) -> dict[str, int]:
-        """Rows of unfinished jobs (queued or running) per endpoint, read from the store at
-        most every `BACKLOG_REFRESH_S` (the warm pool's demand: `Pool.tick` reads it)."""
+        """Rows of unfinished jobs (queued or running) per endpoint (the warm pool's demand:
+        `Pool.tick` reads it): the last reading, read again on the store's thread once it is
+        `BACKLOG_REFRESH_S` old (the new one serves the next call)."""
         at, rows = self._backlog
         now = self.clock.monotonic()
-        if now - at >= BACKLOG_REFRESH_S:
-            rows = self.store.backlog_rows()
-            self._backlog = (now, rows)
+        if now - at >= BACKLOG_REFRESH_S and self._backlog_reading is None:
+            self._backlog_reading = self.io(self.store.backlog_rows)
+            self._backlog_reading.add_done_callback(lambda f: self._backlog_read(f, now))
         return rows
+
+    def _backlog_read(self, reading: asyncio.Future, at: float) -> None:
+        self._backlog_reading = None
+        if reading.cancelled():
+            return
+        if (e := reading.exception()) is not None:
+            log.warning("reading the job backlog failed: %s", e)
+            self._backlog = (at, self._backlog[1])   # try again a refresh later
+            return
+        self._backlog = (at, reading.result())
 
     def _capacity_changed(self) -> None:
         self.feed.capacity_changed()
@@ -167,8 +202,10 @@ class LocalJobs:
     async def start(self) -> None:
         # Jobs of endpoints this router does not serve wait for a router that does (one
         # serving that endpoint, `app::endpoint`, or the app that defines it); say so.
-        unserved = {ep: n for ep, n in self.store.backlog_rows().items()
-                    if ep not in self.app.endpoints}
+        rows = await self.io(self.store.backlog_rows)
+        self._backlog = (self.clock.monotonic(), rows)
+        await self.refresh()
+        unserved = {ep: n for ep, n in rows.items() if ep not in self.app.endpoints}
         for ep, rows in sorted(unserved.items()):
             log.warning("the job store holds unfinished jobs (%d rows) of endpoint %r, which "
                         "this router does not serve: they wait for a router that does", rows,
@@ -177,6 +214,8 @@ class LocalJobs:
 
     async def stop(self) -> None:
         await self.runner.stop(grace_s=5.0)
+        if self._thread is not None:   # the calls made so far, then the thread
+            await asyncio.to_thread(self._thread.close)
         self.store.close()
 
     async def _run(self, job: Job) -> list[Any]:
@@ -226,7 +265,7 @@ class LocalJobs:
         without the work running twice. (wire form, created); an existing job for the
         `idempotency_key` is returned as `submit` does, and `work` is then left alone.
         Raises RequestError as `submit`."""
-        job, created = await asyncio.to_thread(
+        job, created = await self.io(
             self.store.submit, endpoint, inputs, tenant=tenant,
             priority=priority.name.lower(), idempotency_key=idempotency_key,
             owner=self.runner.owner, lease_s=self.runner.lease_s)

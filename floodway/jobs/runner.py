@@ -32,9 +32,9 @@ whose claim came back short has nothing claimable: it is not asked again until a
 `wake()` or `poll_s` later, so capacity wake-ups under sync traffic cost no store
 transaction.
 
-The store calls run inline on the event loop: each is one short SQLite transaction (a few
-milliseconds at most, an fsync for writes) and the loop thread already does the same for
-`submit` on the request path; a thread hop per call would cost about as much as the call.
+The store calls go through `io` (`floodway.jobs.store_thread`): the router passes the
+store's own thread, so that no claim, renewal or completion holds up the event loop (a
+commit can wait for the store's lock or a WAL checkpoint); the default runs them inline.
 """
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ from floodway.http.clock import within
 from floodway.http.protocols import SYSTEM_CLOCK, Clock
 from floodway.jobs.job import Job
 from floodway.jobs.store import JobStore
+from floodway.jobs.store_thread import inline
 
 log = logging.getLogger("floodway.jobs")
 
@@ -64,15 +65,18 @@ class JobRunner:
     sooner after `wake()`. `endpoints`: only these (None: all). `room`: jobs each endpoint
     may take now (None: only `concurrency` bounds the claims; see the module docstring).
     `clock`: what its polls, lease renewals, back-offs and grace period wait on (the store
-    keeps its own clock for the times it records)."""
+    keeps its own clock for the times it records). `io(fn, *args)`: runs a store call and
+    returns its future (`floodway.jobs.store_thread`; default inline)."""
 
     def __init__(self, store: JobStore, run: Callable[[Job], Awaitable[list[Any]]], *,
                  owner: str, lease_s: float = 30.0, concurrency: int = 4, poll_s: float = 0.2,
                  endpoints: Iterable[str] | None = None, clock: Clock = SYSTEM_CLOCK,
-                 room: Callable[[], Mapping[str, int]] | None = None):
+                 room: Callable[[], Mapping[str, int]] | None = None,
+                 io: Callable[..., asyncio.Future[Any]] = inline):
         if lease_s <= 0 or concurrency < 1 or poll_s <= 0:
             raise ValueError("lease_s and poll_s must be > 0, concurrency >= 1")
         self.store, self.run, self.owner, self.clock = store, run, owner, clock
+        self.io = io
         self.lease_s, self.concurrency, self.poll_s = lease_s, concurrency, poll_s
         self.endpoints = None if endpoints is None else list(endpoints)
         self.room = room
@@ -122,14 +126,14 @@ class JobRunner:
         await asyncio.gather(*left, return_exceptions=True)
         if release:
             for job_id in left.values():   # our stop, not the job's doing: uncharged
-                self.store.release(job_id, self.owner, uncharge=True)
+                await self.io(self.store.release, job_id, self.owner, uncharge=True)
 
     # ------------------------------------------------------------------ internals
     async def _claim_loop(self) -> None:
         while not self._stopping:
             # Cleared before claiming: a wake() during the claim is not lost.
             self._wake.clear()
-            if self.clock.monotonic() >= self._paused_until and self._claim_all():
+            if self.clock.monotonic() >= self._paused_until and await self._claim_all():
                 await asyncio.sleep(0)   # let the new jobs take their room, then look again
                 continue
             with contextlib.suppress(TimeoutError):
@@ -147,7 +151,7 @@ class JobRunner:
                 if n > 0 and now - self._drained.get(ep, -math.inf) >= self.poll_s
                 and (self.endpoints is None or ep in self.endpoints)]
 
-    def _claim_all(self) -> bool:
+    async def _claim_all(self) -> bool:
         """Claim what `_wants` asks for and start each job; True when every claim came back
         full (there may be more to claim at once)."""
         full = False
@@ -157,8 +161,8 @@ class JobRunner:
                 break
             max_rows = want if self.room is not None else None
             try:
-                jobs = self.store.claim(self.owner, lease_s=self.lease_s, endpoints=eps,
-                                        limit=limit, max_rows=max_rows)
+                jobs = await self.io(self.store.claim, self.owner, lease_s=self.lease_s,
+                                     endpoints=eps, limit=limit, max_rows=max_rows)
             except Exception:   # a locked or broken store must not end the loop
                 log.exception("claiming jobs failed; retrying in %.1fs", self.poll_s)
                 return False
@@ -176,19 +180,17 @@ class JobRunner:
     def started(self, job_ids: Iterable[str]) -> None:
         """The work of these jobs reached a model: count their attempts (`JobStore.start`).
         A store that cannot be written now is logged: the jobs run on, uncharged. Nothing
-        once stopping: what is in flight then is handed back uncharged (`stop`)."""
+        once stopping: what is in flight then is handed back uncharged (`stop`). The write
+        is made at once (`io`, in order before the jobs' completion) and not awaited."""
         if self._stopping:
             return
-        try:
-            self.store.start(job_ids, self.owner)
-        except Exception:
-            log.exception("recording that jobs started failed; their attempts not counted")
+        self.io(self.store.start, list(job_ids), self.owner).add_done_callback(_start_recorded)
 
     async def _renew(self, job_id: str) -> None:
         while True:
             await self.clock.sleep(self.lease_s / 3)
             try:
-                if not self.store.renew(job_id, self.owner, self.lease_s):
+                if not await self.io(self.store.renew, job_id, self.owner, self.lease_s):
                     # Taken over or finished elsewhere; our result may still win (first
                     # completion wins), so keep running but stop renewing.
                     log.warning("job %s: lease lost while running", job_id)
@@ -210,7 +212,7 @@ class JobRunner:
                 outputs = await (self.run(job) if work is None else work)
             finally:
                 renewer.cancel()
-            self._settle(job, outputs)
+            await self._settle(job, outputs)
             self._failures = 0
         except asyncio.CancelledError:
             raise   # abandoned: the lease expires, or stop() releases it
@@ -221,37 +223,44 @@ class JobRunner:
             self._paused_until = self.clock.monotonic() + delay_s
             # No capacity is not a failed attempt: back to the queue, attempts unchanged
             # (work that started and was lost with its container counted at its start).
-            if not self.store.release(job.id, self.owner, delay_s=delay_s, error=str(e)):
+            if not await self.io(self.store.release, job.id, self.owner, delay_s=delay_s,
+                                 error=str(e)):
                 log.info("job %s: no longer ours; not released: %s", job.id, e)
         except EndpointError as e:
             partial = None if e.outputs is None else {"outputs": e.outputs,
                                                       "item_errors": e.item_errors}
-            self._fail(job, str(e), retry=False, partial=partial)
+            await self._fail(job, str(e), retry=False, partial=partial)
         except RequestError as e:
-            self._fail(job, str(e), retry=False)
+            await self._fail(job, str(e), retry=False)
         except Exception as e:
-            self._fail(job, f"{type(e).__name__}: {e}", retry=True)
+            await self._fail(job, f"{type(e).__name__}: {e}", retry=True)
         finally:
             self._inflight.pop(asyncio.current_task(), None)  # type: ignore[arg-type]
             self._wake.set()   # a slot is free
 
-    def _settle(self, job: Job, outputs: Any) -> None:
+    async def _settle(self, job: Job, outputs: Any) -> None:
         if not isinstance(outputs, list):
             raise EndpointError(f"job {job.id}: run returned {type(outputs).__name__}, "
                                 "expected a list of outputs")
         try:
-            done = self.store.complete(job.id, self.owner, outputs)
+            done = await self.io(self.store.complete, job.id, self.owner, outputs)
         except (TypeError, ValueError) as e:
             raise EndpointError(f"job {job.id}: outputs are not JSON: {e}") from e
         if not done:
             log.info("job %s: already finished elsewhere; result dropped", job.id)
 
-    def _fail(self, job: Job, error: str, *, retry: bool, delay_s: float = 0.0,
-              partial: dict[str, Any] | None = None) -> None:
+    async def _fail(self, job: Job, error: str, *, retry: bool, delay_s: float = 0.0,
+                    partial: dict[str, Any] | None = None) -> None:
         try:
-            if not self.store.fail(job.id, self.owner, error, retry=retry, delay_s=delay_s,
-                                   partial=partial):
+            if not await self.io(self.store.fail, job.id, self.owner, error, retry=retry,
+                                 delay_s=delay_s, partial=partial):
                 log.info("job %s: no longer ours; failure not recorded: %s", job.id, error)
         except Exception:
             log.exception("job %s: recording its failure failed; its lease will expire",
                           job.id)
+
+
+def _start_recorded(done: asyncio.Future[Any]) -> None:
+    if not done.cancelled() and done.exception() is not None:
+        log.error("recording that jobs started failed; their attempts not counted",
+                  exc_info=done.exception())

@@ -17,8 +17,12 @@ Algorithm (all times in seconds, on the snapshot's clock):
    rate), capped as above; the batcher groups similar lengths, so the batch is costed at the
    request's own row length. A request finishes with its whole batch, so under load this
    tends to a full batch, and at light load to the request alone.
-2. `budget` = (deadline - now) x HEADROOM (0.85: estimates are means; a miss costs a 504,
-   an early spill only a 202). No budget left -> shed (deadline). A budget shorter than
+2. `budget` = (deadline - now - LAG_FACTOR x loop lag) x HEADROOM (0.85: estimates are
+   means; a miss costs a 504, an early spill only a 202). The router's event-loop lag
+   (`Snapshot.loop_lag_s`, the worst of the last seconds) counts twice: a request may have
+   waited that long before the router read it, and its answer waits for the loop again on
+   the way out; a router that runs late is overloaded itself, and spills or sheds sooner.
+   No budget left -> shed (deadline, or the router's lag). A budget shorter than
    `alone` can never be met synchronously -> the spill targets that do not keep the caller
    waiting (step 6: async), else shed.
 3. `wait` = when this request would start if it joined the queue: water-filling of the work
@@ -85,6 +89,9 @@ QUEUE_SHARE = (0.5, 0.9, 1.0)
 TENANT_SHARE = 0.5
 RETRY_AFTER_S = (1.0, 60.0)
 HEADROOM = 0.85   # share of the deadline budget a plan may use (the rest absorbs noise)
+# The router's loop lag counts twice against a request's time left: once before the router
+# read it, once on its answer's way out (step 2 of the module docstring).
+LAG_FACTOR = 2.0
 
 
 class Action(enum.StrEnum):
@@ -136,6 +143,7 @@ class Snapshot:
     queued_rows_by_priority: tuple[int, int, int] | None = None
     queued_by_priority: tuple[int, int, int] | None = None   # requests, as above
     arrival_rows_per_s: float = 0.0   # recent arrival rate, rows per second
+    loop_lag_s: float = 0.0           # the router's recent event-loop lag (step 2)
     batch_wait_s: float = 0.0         # the batcher's wait for more rows (Batching.wait_ms)
     # (low, normal, high) queued tokens, each item at its estimated tokens (the batcher
     # groups similar lengths, so they are about the padded tokens); None: unknown, each
@@ -219,6 +227,20 @@ def _row_cap(snap: Snapshot, row_tokens: float) -> int:
 def _batch_s(snap: Snapshot, rows: int, row_tokens: float) -> float:
     """Seconds of one batch of `rows` rows padded to `row_tokens` tokens each."""
     return snap.service.seconds(rows, rows * row_tokens)
+
+
+def time_left_s(deadline_s: float, now_s: float, loop_lag_s: float) -> float:
+    """Seconds a plan has until `deadline_s`: what is left less LAG_FACTOR x the router's
+    event-loop lag (step 2 of the module docstring)."""
+    return deadline_s - now_s - LAG_FACTOR * max(0.0, loop_lag_s)
+
+
+def late_shed(left_s: float, loop_lag_s: float) -> Decision:
+    """The shed of a request with no time left (`time_left_s` <= 0): its deadline passed
+    (`left_s` seconds to it <= 0), or the router's lag took what was left."""
+    why = "deadline already passed" if left_s <= 0 else \
+        f"no time left once the router's event-loop lag ({loop_lag_s * 1000:.0f} ms) is counted"
+    return Decision(Action.SHED, why, retry_after_s=RETRY_AFTER_S[0], status=503)
 
 
 def retry_after(wait_s: float) -> float:
@@ -333,10 +355,9 @@ def decide(snap: Snapshot, req: Request) -> Decision:
     """Dispatch, queue, spill or shed `req` (see the module docstring for the algorithm)."""
     length = _row_tokens(snap, req)
     alone = _batch_s(snap, min(req.rows, _row_cap(snap, length)), length)
-    budget = req.deadline_s - snap.now_s
+    budget = time_left_s(req.deadline_s, snap.now_s, snap.loop_lag_s)
     if budget <= 0:
-        return Decision(Action.SHED, "deadline already passed", retry_after_s=RETRY_AFTER_S[0],
-                        status=503)
+        return late_shed(req.deadline_s - snap.now_s, snap.loop_lag_s)
     # Plan to finish with headroom: the estimates are means, and a miss costs a 504 where an
     # early spill only costs a 202.
     budget *= HEADROOM

@@ -11,8 +11,8 @@ KV-cache budget per container after vLLM, Kwon et al., SOSP 2023): a container r
 
 The deadline (`X-Deadline-Ms`, else `Route.timeout_s`) bounds the time to the first token
 (TTFT): once a stream has started it runs to its end. `Decision.est_wait_s` is the estimated
-TTFT. Algorithm (seconds on the snapshot's clock; `budget` = (deadline - now) x HEADROOM, as
-in `decide()`):
+TTFT. Algorithm (seconds on the snapshot's clock; `budget` = (deadline - now - 2 x the
+router's loop lag) x HEADROOM, as in `decide()`):
 
 1. No time left -> shed (503). A request whose sequence cannot fit a container's KV budget at
    all (prompt + max_new_tokens > kv_cache_tokens) -> shed with status 413: no wait helps.
@@ -72,7 +72,6 @@ from floodway.routers.decide import (
     HEADROOM,
     LIVE,
     QUEUE_SHARE,
-    RETRY_AFTER_S,
     SPILLS,
     TENANT_SHARE,
     WARM,
@@ -80,7 +79,9 @@ from floodway.routers.decide import (
     Decision,
     SpillContext,
     SpillTarget,
+    late_shed,
     spill_or_shed,
+    time_left_s,
 )
 
 
@@ -189,6 +190,7 @@ class StreamSnapshot:
     spill: tuple[str, ...] = ("cold", "async")
     queue: SequenceQueue = SequenceQueue()
     async_accepting: bool = True
+    loop_lag_s: float = 0.0   # the router's recent event-loop lag (`decide.time_left_s`)
 
 
 @dataclass(frozen=True)
@@ -322,10 +324,9 @@ STREAM_SPILLS: Mapping[str, SpillTarget] = MappingProxyType(
 
 def decide_stream(snap: StreamSnapshot, req: StreamRequest) -> Decision:
     """Dispatch, queue, spill or shed `req` (see the module docstring for the algorithm)."""
-    budget = req.deadline_s - snap.now_s
+    budget = time_left_s(req.deadline_s, snap.now_s, snap.loop_lag_s)
     if budget <= 0:
-        return Decision(Action.SHED, "deadline already passed", retry_after_s=RETRY_AFTER_S[0],
-                        status=503)
+        return late_shed(req.deadline_s - snap.now_s, snap.loop_lag_s)
     if req.kv_need > snap.kv_cache_tokens:
         return Decision(Action.SHED, f"prompt_tokens {req.prompt_per_sequence} + "
                         f"max_new_tokens {req.max_new_tokens} = {req.kv_need} exceeds the "

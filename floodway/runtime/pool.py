@@ -37,12 +37,10 @@ import functools
 import itertools
 import logging
 import math
-import os
 from collections import Counter
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from floodway.build.prefetch import THREADS_ENV
 from floodway.build.store import ArtifactStore
 from floodway.config import VALIDATED_ENV
 from floodway.core.reconcile import Do, Plan
@@ -63,6 +61,7 @@ from floodway.runtime.pool_jobs import JobLink
 from floodway.runtime.pool_lanes import job_backlog, lane_readiness, lanes_of, resolve
 from floodway.runtime.pool_readiness import readiness
 from floodway.runtime.pool_replace import Recycler, roll
+from floodway.runtime.share import Share
 from floodway.warmers.history import TrafficHistory
 from floodway.warmers.predictive import PredictiveParams
 
@@ -97,15 +96,10 @@ class Pool:
         total = sum(containers if containers is not None else
                     max(1, ep.warm.min_containers + ep.warm.buffer_containers)
                     for ep in (u.endpoint for u in self.endpoints.values()))
-        # Share the cores: each container's ONNX Runtime gets cpu_count / containers threads
-        # (containers of the configured warm pool: min + buffer), unless the router's own
-        # environment sets FLOODWAY_ORT_THREADS.
-        cores = os.cpu_count() or 1
-        self.threads = int(os.environ.get(THREADS_ENV) or 0) or max(1, cores // max(1, total))
-        # Locally a container is a process that needs its cores: more containers than the
-        # machine has cores for add no capacity, they slow the warm ones (measured with
-        # benchmarks/burst.py on 2 cores). On Modal each container has its own GPU.
-        self.machine_cap = max(1, cores // self.threads)
+        # The machine's cores shared (`floodway.runtime.share`): threads per container,
+        # the most containers the cores run at once, the containers' lower priority.
+        self.share = Share.of(total)
+        self.threads, self.machine_cap = self.share.threads, self.share.machine_cap
         self.store = ArtifactStore(store_root)
         self._make = make_container or self._container
         self._builds_checked_s = -math.inf
@@ -133,9 +127,9 @@ class Pool:
     # ------------------------------------------------------------------ containers
     def worker_env(self) -> dict[str, str]:
         """What a container process's environment adds to the router's: this pool's share of
-        the cores as ONNX Runtime threads, no Modal objects, and the definition marked as
-        already validated (by this process)."""
-        return {THREADS_ENV: str(self.threads), NO_MODAL_ENV: "1", VALIDATED_ENV: "1"}
+        the machine (`Share.worker_env`: threads, priority), no Modal objects, and the
+        definition marked as already validated (by this process)."""
+        return {**self.share.worker_env(), NO_MODAL_ENV: "1", VALIDATED_ENV: "1"}
 
     def _build_of(self, endpoint: str) -> str | None:
         """The key of the endpoint's latest published build (None if unreadable now); every

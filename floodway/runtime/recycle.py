@@ -6,7 +6,7 @@
 
 Pure functions of what the router measured (each worker's resident memory, its calls) and
 the warm floor; the pool measures, and carries out what they say
-(`floodway.runtime.pool_recycle`). Rules:
+(`floodway.runtime.pool_replace`). Rules:
 
 1. Candidates are warm containers (ready, busy) that answered at least one call: one past
    its limit before any call would be replaced by one as large (the limit is below the
@@ -23,6 +23,18 @@ the warm floor; the pool measures, and carries out what they say
 4. It is drained (no new work; its in-flight work finishes) once `keep` other containers
    are warm: at once when they already are (new before old only when the floor needs it).
    It serves on until then. A marked container that exited meanwhile ends the recycle.
+
+What this promises for `max_rss_mib`: a container is marked at the first pool tick at which
+its resident memory, or that memory projected at its measured growth rate over the
+endpoint's cold-start estimate (the slowest start measured) and one more tick
+(`Usage.rss_ahead_mib`), is past the limit; its replacement starts in that tick and it is
+drained the moment the replacement is warm (the calls already sent to it still run). So it
+never passes its size when marked by more than its growth during its replacement's cold
+start plus those calls; a steady growth, measured over a tick before the container nears
+the limit, is marked while still under it, and then the container stays under
+`max_rss_mib` plus that growth, and under `max_rss_mib` itself only while the replacement
+starts within the estimate (one warming beside a busy container can start slower than any
+measured before) and the growth keeps its measured rate.
 """
 
 from __future__ import annotations
@@ -41,8 +53,8 @@ class Usage:
     `busy`: work in flight; `started_s`: when it was started (any clock; older first);
     `rss_ahead_mib`: its memory projected from its growth to when a replacement started
     now would be ready (None: not projected). A container is past `max_rss_mib` once
-    either is, so a steady leak is caught a cold start early and the memory stays under the
-    limit while the replacement warms (new before old)."""
+    either is, so a steady leak is caught a cold start early: the replacement warms while
+    the container is still under the limit (what that bounds: the module's docstring)."""
 
     id: str
     state: str

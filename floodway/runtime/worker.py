@@ -235,23 +235,48 @@ def _die_with_parent() -> None:
         os._exit(1)
 
 
-def _warmup_inputs(ep, model) -> list:
-    """The warm-up batch: ``FLOODWAY_WARMUP_INPUTS`` (a JSON list of items as the function
-    receives them), else one sample item of the function's declared type ("warm-up" for str,
-    a pair of them, a gray image, zeros of an array's shape); for an undeclared type (Any),
-    one the build's task takes (`floodway.tasks.base.Task.sample_item`), or "warm-up" for an
-    endpoint with its own runtime; else none."""
+# A warm-up text of the longest shape: this many words per token of the build's
+# max_seq_len is past it whatever the tokenizer (it truncates).
+WARMUP_WORDS_PER_TOKEN = 1
+# The most rows a warm-up batch holds (the batcher's max_batch_rows, up to this).
+WARMUP_MAX_ROWS = 32
+
+
+def _warmup_batches(ep, model) -> list[list]:
+    """The warm-up batches: ``FLOODWAY_WARMUP_INPUTS`` (a JSON list of items as the function
+    receives them: one batch), else a sample item of the function's declared type
+    ("warm-up" for str, a pair of them, a gray image, zeros of an array's shape); for an
+    undeclared type (Any), one the build's task takes (`floodway.tasks.base.Task.
+    sample_item`), or "warm-up" for an endpoint with its own runtime; else none.
+
+    A text endpoint with a built graph (not streaming, not its own runtime) is warmed
+    over the shapes its batcher cuts, so that its first request runs at warm speed: one
+    row at the sample's length, at a quarter of the build's `max_seq_len` and at the whole
+    of it (the sequence axis), and a batch of the batcher's `max_batch_rows` (at most
+    WARMUP_MAX_ROWS) short rows (the batch axis): tens of milliseconds on a core, not a
+    full batch at the longest length."""
     raw = os.environ.get(WARMUP_INPUTS_ENV)
     if raw:
-        return loads(raw)
+        return [loads(raw)]
     if ep.input_type is Any and not ep.own_runtime:
         from floodway import tasks
 
-        return [tasks.get(model.task).sample_item(model)]
-    from floodway.functions.items import sample_item
+        item = tasks.get(model.task).sample_item(model)
+    else:
+        from floodway.functions.items import sample_item
 
-    item = sample_item(ep.fn)
-    return [] if item is None else [item]
+        item = sample_item(ep.fn)
+    if item is None:
+        return []
+    seq = getattr(ep.build, "max_seq_len", None)
+    if not isinstance(item, str) or not seq or ep.streaming or ep.own_runtime:
+        return [[item]]
+
+    def text(tokens: int) -> str:
+        return " ".join([item, *(["warm"] * max(0, tokens * WARMUP_WORDS_PER_TOKEN - 1))])
+
+    rows = max(1, min(ep.batching.max_batch_rows, WARMUP_MAX_ROWS))
+    return [[item], [text(max(2, seq // 4))], [text(seq)], [item] * rows]
 
 
 def boot(app_spec: str, ep_name: str, store_root: str, send: Send) -> tuple[Any, Any] | None:
@@ -293,8 +318,8 @@ def boot(app_spec: str, ep_name: str, store_root: str, send: Send) -> tuple[Any,
             from floodway.runtime.stream_worker import configure
 
             configure(ep, model)
-        warm = _warmup_inputs(ep, model)
-        if warm:       # the batch contract, checked as for requests: names a None return
+        for warm in _warmup_batches(ep, model):
+            # the batch contract, checked as for requests: names a None return
             try:
                 if ep.streaming:   # on the loop that will serve it (a stream's engine)
                     from floodway.runtime.stream_worker import warm_up
@@ -314,6 +339,9 @@ def boot(app_spec: str, ep_name: str, store_root: str, send: Send) -> tuple[Any,
         if early is not None:
             early.join()
         return None
+    from floodway.runtime.share import serving_priority
+
+    serving_priority()   # ready: no longer below the serving containers
     send([Ready(timings, backend, "torch" in sys.modules, os.getpid())])
     return ep.fn, model
 
@@ -375,6 +403,11 @@ def sender(out, *, max_line_bytes: int | None = None,
 
 def main(argv: list[str]) -> int:
     app_spec, ep_name, store_root = argv
+    # Below the router's priority before anything heavy runs, and below serving containers
+    # while it starts (floodway.runtime.share).
+    from floodway.runtime.share import BOOT_NICE_EXTRA, lower_priority
+
+    lower_priority(extra=BOOT_NICE_EXTRA)
     # Ctrl-C reaches the whole process group; the parent drains and stops its containers.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     proto = os.fdopen(os.dup(1), "wb")

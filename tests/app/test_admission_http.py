@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 
 import httpx
+import pytest
 
 import floodway as fw
 from floodway.http.app import make_asgi_app
@@ -312,3 +314,37 @@ def test_a_job_waits_for_capacity_without_spending_an_attempt(tmp_path):
     queued, done = asyncio.run(go())
     assert queued["attempts"] == 0
     assert done["outputs"] == ["A"] and done["attempts"] == 1
+
+
+def test_the_deadline_runs_from_arrival_so_a_slow_body_spends_it_too():
+    """A body that takes 0.3 s to arrive leaves the queue 0.2 s of the 0.5 s deadline, and
+    the decision plans with that much."""
+    clock, backend, _, asgi = setup()
+    body = json.dumps({"inputs": ["a"]}).encode()
+    sent: list[dict] = []
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
+             "method": "POST", "scheme": "http", "path": "/v1/upper", "raw_path": b"/v1/upper",
+             "query_string": b"", "root_path": "", "server": ("router", 80),
+             "client": ("client", 1), "headers": [(b"content-type", b"application/json"),
+                                                  (b"content-length", str(len(body)).encode())]}
+
+    given = asyncio.Event()
+
+    async def receive() -> dict:
+        if given.is_set():               # then the client just waits for its answer
+            await asyncio.Event().wait()
+        given.set()
+        clock.advance(0.3)               # the body trickles in
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    async def go() -> None:
+        async with asyncio.timeout(20):   # a guard against a hang, not a wait
+            await asgi(scope, receive, send)
+
+    asyncio.run(go())
+    assert sent[0]["status"] == 200
+    (_, _, timeout_s), = backend.calls
+    assert timeout_s == pytest.approx(0.2)

@@ -81,7 +81,9 @@ def test_a_submit_whose_answer_was_lost_makes_one_job_and_gets_its_result(tmp_pa
         c = client_over(wire, t)
         job = await c.submit("upper", ["a", "b"])
         async with running(jobs):
-            return job, await c.result(job), jobs.counts()
+            outputs = await c.result(job)
+            await jobs.refresh()
+            return job, outputs, jobs.counts()
 
     job, outputs, counts = asyncio.run(go())
     assert outputs == ["A", "B"]
@@ -110,7 +112,9 @@ def test_a_call_spilled_to_a_job_whose_202_was_lost_finds_that_job_again(tmp_pat
             await asyncio.sleep(0)
         backend.free, backend.snapshot = 4, plain   # capacity is back: the job can run
         async with running(jobs):
-            return await call, jobs.counts()
+            outputs = await call
+            await jobs.refresh()
+            return outputs, jobs.counts()
 
     outputs, counts = asyncio.run(go())
     assert outputs == ["X"]

@@ -16,6 +16,11 @@ import pytest
 
 from tests.conftest import MODAL_APP, ROOT, free_port
 
+# How long a test waits for what the product must do in the end (a container replaced, a
+# count reached, a stream stopped): a guard against a hang, far beyond what a slow, busy
+# machine needs, never a bound on how fast it happens.
+PATIENCE_S = 120.0
+
 
 def wait_until(predicate, timeout_s: float, what: str, interval_s: float = 0.1):
     """Poll `predicate` until it returns a truthy value; fail naming `what` on timeout."""

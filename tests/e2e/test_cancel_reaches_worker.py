@@ -11,18 +11,21 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.conftest import running_server, wait_until
+from tests.e2e.conftest import PATIENCE_S, running_server, wait_until
 from tests.e2e.test_router import TIMED_APP, env
 from tests.e2e.timed_app import RUN_LOG_ENV
 
 pytestmark = pytest.mark.e2e
-HOLD_MS = 1500     # the batch that runs while the flood arrives and leaves
+# The batch that runs while the flood arrives and leaves (below timed_app's stuck_after_s,
+# 3 s: the container is not taken for stuck meanwhile).
+HOLD_MS = 2000
 GIVE_UP_S = 0.5    # each flooding caller's client-side timeout: far shorter than HOLD_MS
 CALLERS = 6        # 4 rows each: more than the queue's next batch and the pipe's one
-# The router hears a hang-up and writes the Cancel within milliseconds; an item that starts
-# this long after its caller left was run for no one (the pipe's batch would start about
-# HOLD_MS - GIVE_UP_S after its callers left if cancellation stopped at the router).
-SLACK_S = 0.4
+# The router hears a hang-up and writes the Cancel at once; the pipe's batch would start
+# about HOLD_MS - GIVE_UP_S after its callers left if cancellation stopped at the router.
+# An item that starts half that long after its caller left was run for no one: the Cancel
+# had time to arrive however busy the machine (a loaded router answers a hang-up late).
+SLACK_S = (HOLD_MS / 1000 - GIVE_UP_S) / 2
 
 
 def ran(log: Path) -> dict[str, float]:
@@ -45,7 +48,7 @@ def test_items_handed_to_a_worker_are_not_run_for_callers_who_left(built_store, 
                         env={**env(tmp_path), RUN_LOG_ENV: str(log)}) as srv:
         hold = ThreadPoolExecutor(1).submit(httpx.post, f"{srv.base}/v1/embed", timeout=30,
                                             json={"inputs": [f"log:hold:{HOLD_MS}"]})
-        wait_until(lambda: "hold" in ran(log), 20, "the long batch to start")
+        wait_until(lambda: "hold" in ran(log), PATIENCE_S, "the long batch to start")
 
         def caller(i: int) -> float | None:
             """Post 4 rows and give up after GIVE_UP_S -> when it left (None: answered)."""
@@ -60,7 +63,7 @@ def test_items_handed_to_a_worker_are_not_run_for_callers_who_left(built_store, 
             left = dict(enumerate(pool.map(caller, range(CALLERS))))
         assert hold.result().status_code == 200
         assert sum(t is not None for t in left.values()) >= 2   # the flood did leave
-        wait_until(lambda: all(c["inflight"] == 0 for c in srv.containers()), 20,
+        wait_until(lambda: all(c["inflight"] == 0 for c in srv.containers()), PATIENCE_S,
                    "every container idle")
         started = ran(log)
         late = {}
@@ -71,5 +74,5 @@ def test_items_handed_to_a_worker_are_not_run_for_callers_who_left(built_store, 
         assert late == {}, f"items run for callers who had left (seconds after): {late}"
         # The batch in the pipe behind "hold" (a whole caller's 4 rows) was skipped, and
         # counted as dropped at the worker.
-        wait_until(lambda: dropped(srv, "cancelled_at_worker") >= 4, 10,
+        wait_until(lambda: dropped(srv, "cancelled_at_worker") >= 4, PATIENCE_S,
                    "the pipe's batch counted as dropped at the worker")

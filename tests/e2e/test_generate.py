@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import ROOT
-from tests.e2e.conftest import openai_chat_stream, running_server, wait_until
+from tests.e2e.conftest import PATIENCE_S, openai_chat_stream, running_server, wait_until
 
 pytestmark = pytest.mark.e2e
 APP = ROOT / "examples" / "generate_app.py"
@@ -103,7 +103,7 @@ def active(srv) -> int:
 def test_the_endpoints_generation_limits_reach_the_engine(gen_server):
     # generate_app.py: max_sequences=8 with no kv_cache_tokens -> 8 x Build.max_seq_len (512)
     wait_until(lambda: gen_server.metric(
-        'floodway_kv_cache_capacity_tokens{endpoint="generate"}') == 8 * 512, 10,
+        'floodway_kv_cache_capacity_tokens{endpoint="generate"}') == 8 * 512, PATIENCE_S,
         "the engine's KV capacity as the endpoint configures it")
     over = gen_server.client.post("/v1/generate",
                                   json={"inputs": [{"prompt": "x", "max_new_tokens": 129}]})
@@ -120,9 +120,10 @@ def test_a_client_that_leaves_mid_stream_stops_its_sequence(gen_server):
                      headers={"Accept": "application/x-ndjson"}) as r:
         first = json.loads(next(r.iter_lines()))
         assert "chunk" in first
-    wait_until(lambda: active(gen_server) == 0, 30, "the sequences stopped after the disconnect")
+    wait_until(lambda: active(gen_server) == 0, PATIENCE_S,
+               "the sequences stopped after the disconnect")
     wait_until(lambda: gen_server.metric(
-        'floodway_cancelled_sequences_total{endpoint="generate"}') > before, 10,
+        'floodway_cancelled_sequences_total{endpoint="generate"}') > before, PATIENCE_S,
         "cancelled count")
     # The slots are free again: the endpoint still answers.
     ok = gen_server.client.post("/v1/generate", json={"inputs": [{"prompt": "still here"}]})

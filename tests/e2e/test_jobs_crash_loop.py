@@ -1,5 +1,5 @@
 """Async jobs survive a crash-looping router: real `floodway serve` processes on one job store,
-each SIGKILLed a random 0-300 ms after jobs start coming in, then one left to run. Every job
+each SIGKILLed a random 0-300 ms after it accepted its first job, then one left to run. Every job
 accepted (202) ends succeeded with its own result, and none ran to completion twice.
 
 The app is tests/e2e/timed_app.py: an output is [len(text), pid]; "sleep:<ms>" items keep a
@@ -18,13 +18,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.conftest import running_server, wait_until
+from tests.e2e.conftest import PATIENCE_S, running_server, wait_until
 
 pytestmark = pytest.mark.e2e
 TIMED_APP = Path(__file__).with_name("timed_app.py")
 CYCLES = 10
 JOBS_PER_CYCLE = 20
-MAX_KILL_DELAY_S = 0.3
+MAX_KILL_DELAY_S = 0.3      # after the cycle's first 202: kills land while jobs come in
 
 
 def _text(rng: random.Random) -> str:
@@ -70,11 +70,16 @@ def test_accepted_jobs_survive_a_crash_looping_router(built_store, tmp_path):
                                       args=(srv.base, texts, accepted, outcomes))
             killer = threading.Timer(rng.uniform(0, MAX_KILL_DELAY_S), os.kill,
                                      (srv.proc.pid, signal.SIGKILL))
+            before = len(accepted)
             sender.start()
+            # However long this machine takes to answer a submit: the kill comes after one.
+            wait_until(lambda before=before, sender=sender: len(accepted) > before
+                       or not sender.is_alive(), PATIENCE_S, "the cycle's first accepted job",
+                       interval_s=0.01)
             killer.start()
             killer.join()
-            srv.proc.wait(10)
-            sender.join(10)
+            srv.proc.wait(PATIENCE_S)
+            sender.join(PATIENCE_S)
             assert srv.proc.returncode == -signal.SIGKILL
             kills += 1
     loop_s = time.monotonic() - t0
@@ -84,7 +89,7 @@ def test_accepted_jobs_survive_a_crash_looping_router(built_store, tmp_path):
         def unfinished() -> float:
             return srv.metric('floodway_jobs{state="queued"}') + \
                 srv.metric('floodway_jobs{state="running"}')
-        wait_until(lambda: unfinished() == 0, 45, "every job finished")
+        wait_until(lambda: unfinished() == 0, PATIENCE_S, "every job finished")
         answers = {job_id: srv.client.get(f"/v1/jobs/{job_id}").json() for job_id in accepted}
     total_s = time.monotonic() - t0
     with sqlite3.connect(db) as conn:

@@ -4,13 +4,16 @@ import asyncio
 import os
 import signal
 import textwrap
+import time
 
 import pytest
 
 import modal_app
+from floodway.runtime import health
 from floodway.runtime.pool import Pool
 from floodway.runtime.server import build_server, is_loopback
 from tests.conftest import MODAL_APP
+from tests.e2e.conftest import PATIENCE_S
 
 pytestmark = pytest.mark.e2e
 
@@ -37,7 +40,9 @@ def test_not_ready_until_a_container_has_warmed_up(built_store):
 
 def test_container_that_cannot_load_fails_without_crash_loop(tmp_path, built_store):
     # An endpoint whose function raises at warm-up: containers fail, get replaced with
-    # backoff, and the pool never reports ready.
+    # backoff, and the pool never reports ready. Each replacement starts no sooner than the
+    # backoff after the failure before it (0.5 s, then 1 s: `health.backoff_s`), read from
+    # the containers' own state histories (the pool's clock), however long each start took.
     app_file = tmp_path / "broken_app.py"
     app_file.write_text(textwrap.dedent("""
         import floodway as fw
@@ -46,27 +51,35 @@ def test_container_that_cannot_load_fails_without_crash_loop(tmp_path, built_sto
         def embed(model, texts: list[str]) -> list[str]:
             raise RuntimeError("cannot warm up")
     """))
+    failed_starts = 3
 
     async def go():
         from floodway.functions.discover import load_app
 
         app, _ = load_app(str(app_file))
         pool = Pool(app, str(app_file), str(built_store), containers=1)
+        seen: list = []
         await pool.start()
-        await asyncio.sleep(0)   # let the first container start
-        for _ in range(200):
-            if pool.endpoints["embed"].failures >= 2:
-                break
-            await asyncio.sleep(0.05)
-        detail = pool.readiness()
-        failures = pool.endpoints["embed"].failures
-        await pool.stop()
-        return detail, failures
+        try:
+            end = time.monotonic() + PATIENCE_S
+            while pool.endpoints["embed"].failures < failed_starts:
+                assert time.monotonic() < end, "timed out waiting for failed starts"
+                seen += [c for c in pool.containers["embed"] if c not in seen]
+                await asyncio.sleep(0.01)   # each lives for its whole failing start
+            detail = pool.readiness()
+        finally:
+            await pool.stop()
+        return detail, pool.endpoints["embed"].failures, seen
 
-    detail, failures = asyncio.run(go())
+    detail, failures, seen = asyncio.run(go())
     assert detail["ready"] is False
-    assert failures >= 2   # replaced at least once, with backoff between attempts
-    assert failures <= 4   # ... but not in a tight loop (backoff 0.5 s, 1 s, ...)
+    assert failures >= failed_starts   # replaced again and again ...
+    gone = [c for c in seen if str(c.history[-1][1]) in ("failed", "stopped")]
+    assert len(gone) >= failed_starts - 1, [c.history for c in seen]
+    for n, (before, after) in enumerate(zip(gone, seen[1:], strict=False)):
+        # ... but not in a tight loop: a start waits out the backoff after the last failure
+        waited = after.history[0][0] - before.history[-1][0]
+        assert waited >= health.backoff_s(n), (n, waited, before.history, after.history)
 
 
 def test_a_container_killed_above_the_floor_does_not_block_new_starts(built_store):

@@ -4,18 +4,29 @@ built artifacts, and a scripted endpoint function (tests/e2e/timed_app.py) for t
 from __future__ import annotations
 
 import contextlib
+import json
+import math
 import os
 import signal
+import socket
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.e2e.conftest import running_server, wait_until
+from floodway.runtime.pool import TICK_S
+from tests.e2e import timed_app
+from tests.e2e.conftest import PATIENCE_S, running_server, wait_until
 
 pytestmark = pytest.mark.e2e
 TIMED_APP = Path(__file__).with_name("timed_app.py")
+ROUTE = timed_app.app["embed"].route
+# A batch that keeps one of the only container's two slots busy. The worker runs one batch
+# at a time, so two of them hold both slots for 2 x HOLD_MS; the first ends well before
+# `stuck_after_s` (3 s), so the container is never taken for stuck.
+HOLD_MS = 1500
 
 
 @pytest.fixture
@@ -42,14 +53,41 @@ def post_many(base: str, bodies: list[dict], headers: dict | None = None,
         return list(ex.map(one, bodies))
 
 
+def queued_rows(srv) -> int:
+    return srv.readiness()["queues"]["embed"]["queued_rows"]
+
+
+def hold_both_slots(srv, pool: ThreadPoolExecutor) -> list:
+    """Fill both slots of the only container, one HOLD_MS batch each (polled, never slept
+    for) -> their futures."""
+    futs = []
+    for n in (1, 2):
+        futs.append(pool.submit(httpx.post, f"{srv.base}/v1/embed",
+                                json={"inputs": [f"sleep:{HOLD_MS}"]}, timeout=60))
+        wait_until(lambda n=n: srv.containers()[0]["inflight"] >= n, PATIENCE_S,
+                   f"{n} batches")
+    return futs
+
+
 def test_batches_by_rows_and_maps_each_output_to_its_request(serve):
-    with serve() as srv:
+    # Requests that wait together share batches of up to max_batch_rows: the twelve are all
+    # queued (seen on /readyz) while both slots of the only container are held, however
+    # long this machine took to send them, and are cut into batches once a slot frees.
+    with serve() as srv, ThreadPoolExecutor(2) as holders:
+        held = hold_both_slots(srv, holders)
         bodies = [{"inputs": ["x" * n]} for n in range(1, 13)]
-        rs = post_many(srv.base, bodies)
+        with ThreadPoolExecutor(1) as burst:
+            sent = burst.submit(post_many, srv.base, bodies)
+            seen: list[int] = []
+            wait_until(lambda: (seen.append(queued_rows(srv)) or seen[-1] == 12)
+                       or all(f.done() for f in held), PATIENCE_S, "the twelve queued")
+            rs = sent.result()
+        assert 12 in seen, f"the held slots freed before the twelve were queued: {seen}"
+        assert all(f.result().status_code == 200 for f in held)
         assert [r.status_code for r in rs] == [200] * 12
         assert [r.json()["outputs"][0][0] for r in rs] == list(range(1, 13))
-        batches = srv.metric('floodway_batch_rows_count{endpoint="embed"}')
-        rows = srv.metric('floodway_batch_rows_sum{endpoint="embed"}')
+        batches = srv.metric('floodway_batch_rows_count{endpoint="embed"}') - len(held)
+        rows = srv.metric('floodway_batch_rows_sum{endpoint="embed"}') - len(held)
         assert rows == 12 and batches < 12   # several requests shared a batch
 
 
@@ -68,11 +106,20 @@ def test_a_bad_item_fails_alone_while_its_batch_mates_succeed(serve):
 
 
 def test_burst_spills_to_a_cold_container_then_scales_down(serve):
+    row_s = 0.6
     with serve() as srv:
         # Teach the service-time fit that a row takes about 0.6 s.
-        assert srv.client.post("/v1/embed", json={"inputs": ["sleep:600"]}).status_code == 200
-        burst = post_many(srv.base, [{"inputs": ["sleep:600"]}] * 10,
-                          headers={"X-Deadline-Ms": "4000"})
+        assert srv.client.post("/v1/embed", json={"inputs": [f"sleep:{row_s * 1000:.0f}"]}
+                               ).status_code == 200
+        # The deadline leaves a container cold-started for the burst (as slow to start as
+        # the first one was on this machine: the pool's cold-start estimate) time to answer
+        # a few rows, and the burst holds more rows than the first container finishes in it.
+        cold_s = srv.containers()[0]["cold_start_s"]["total"]
+        deadline_s = max(4.0, cold_s + 4 * row_s)
+        burst = post_many(srv.base,
+                          [{"inputs": [f"sleep:{row_s * 1000:.0f}"]}] *
+                          (math.ceil(deadline_s / row_s) + 4),
+                          headers={"X-Deadline-Ms": f"{deadline_s * 1000:.0f}"})
         codes = [r.status_code for r in burst]
         assert set(codes) <= {200, 202, 503}, [r.text for r in burst]
         assert codes.count(200) >= 3
@@ -87,7 +134,7 @@ def test_burst_spills_to_a_cold_container_then_scales_down(serve):
                 assert int(r.headers["retry-after"]) >= 1
         # Idle past the 2 s scale-down window: back to the floor of one container.
         wait_until(lambda: len(srv.containers()) == 1 and srv.containers()[0]["state"]
-                   == "ready", 30, "scale-down to the floor")
+                   == "ready", PATIENCE_S, "scale-down to the floor")
         assert srv.metric('floodway_container_events_total{endpoint="embed",'
                           'event="scale_down",lane=""}') == 1
 
@@ -104,7 +151,7 @@ def test_async_jobs_idempotency_and_prefer_respond_async(serve):
                        headers={"Idempotency-Key": "k1"})
         assert clash.status_code == 409 and clash.json()["error"]["field"] == "Idempotency-Key"
         done = wait_until(lambda: (j := c.get(a.headers["location"]).json())["status"]
-                          == "succeeded" and j, 30, "job done")
+                          == "succeeded" and j, PATIENCE_S, "job done")
         assert done["outputs"][0][0] == 3
         pref = c.post("/v1/embed", json={"inputs": ["hello"]},
                       headers={"Prefer": "respond-async"})
@@ -112,37 +159,46 @@ def test_async_jobs_idempotency_and_prefer_respond_async(serve):
         assert c.get("/v1/jobs/" + "0" * 32).status_code == 404
 
 
+def dropped_cancelled(srv) -> float:
+    """Rows dropped because their caller left: from the queue, or skipped at the worker."""
+    return sum(float(line.rsplit(" ", 1)[1]) for line in srv.client.get("/metrics").text
+               .splitlines() if line.startswith('floodway_dropped_total{endpoint="embed"')
+               and ('reason="cancelled"' in line or 'reason="cancelled_at_worker"' in line))
+
+
 def test_work_of_a_client_that_left_never_reaches_a_model(serve):
-    with serve() as srv:
+    with serve() as srv, ThreadPoolExecutor(2) as holders:
         # Fill both slots of the only container (one batch each), then queue one request and
-        # hang up on it.
-        busy = ThreadPoolExecutor(2)
-        futs = []
-        for n in (1, 2):
-            futs.append(busy.submit(httpx.post, f"{srv.base}/v1/embed",
-                                    json={"inputs": ["sleep:1500"]}, timeout=30))
-            wait_until(lambda n=n: srv.containers()[0]["inflight"] >= n, 10, f"{n} batches")
-        with pytest.raises(httpx.TimeoutException):
-            httpx.post(f"{srv.base}/v1/embed", json={"inputs": ["sleep:1500"] * 4},
-                       timeout=0.3)
+        # hang up on it once /readyz shows it queued.
+        futs = hold_both_slots(srv, holders)
+        body = json.dumps({"inputs": [f"sleep:{HOLD_MS}"] * 4}).encode()
+        with socket.create_connection(("127.0.0.1", int(srv.base.rsplit(":", 1)[1]))) as s:
+            s.sendall(b"POST /v1/embed HTTP/1.1\r\nhost: x\r\ncontent-type: "
+                      b"application/json\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body))
+            wait_until(lambda: queued_rows(srv) == 4 or all(f.done() for f in futs),
+                       PATIENCE_S, "the request queued")
+            assert not all(f.done() for f in futs), "the held slots freed before it queued"
         assert all(f.result().status_code == 200 for f in futs)
-        wait_until(lambda: srv.metric('floodway_dropped_total{endpoint="embed",lane="",'
-                                      'reason="cancelled"}') >= 4, 10, "dropped rows")
+        wait_until(lambda: dropped_cancelled(srv) >= 4, PATIENCE_S, "dropped rows")
         assert srv.metric('floodway_batch_rows_sum{endpoint="embed"}') <= 2
 
 
 def test_stuck_container_is_replaced(serve):
     with serve() as srv:
-        pid = srv.containers()[0]["pid"]
+        (first,) = srv.containers()
+        pid = first["pid"]
         # stuck_after_s is 3: the container is killed and another one takes its place; the
         # batch is retried once there, hangs it too, and the request fails (503) long before
-        # its 20 s deadline would hand it to the async queue.
+        # its deadline would hand it to the async queue: two stuck waits and a cold start,
+        # the deadline four times that (as slow a start as the first one measured here).
+        deadline_s = max(20.0, 4 * (2 * ROUTE.stuck_after_s + first["cold_start_s"]["total"]))
         r = srv.client.post("/v1/embed", json={"inputs": ["hang"]},
-                            headers={"X-Deadline-Ms": "20000"}, timeout=60)
+                            headers={"X-Deadline-Ms": f"{deadline_s * 1000:.0f}"},
+                            timeout=deadline_s + 60)
         assert r.status_code == 503 and "died" in r.json()["error"]["message"]
         assert srv.readiness()["container_events"]["embed"]["stuck"] == 2
         wait_until(lambda: any(c["pid"] != pid and c["state"] == "ready"
-                               for c in srv.containers()), 30, "replacement container")
+                               for c in srv.containers()), PATIENCE_S, "replacement container")
         ok = srv.client.post("/v1/embed", json={"inputs": ["fine"]})
         assert ok.status_code == 200 and ok.json()["outputs"][0][1] != pid
 
@@ -153,7 +209,8 @@ def test_a_hung_idle_container_is_found_by_its_liveness_ping_and_replaced(serve)
         os.kill(pid, signal.SIGSTOP)          # idle, alive, and silent
         try:
             wait_until(lambda: any(c["pid"] != pid and c["state"] == "ready"
-                                   for c in srv.containers()), 30, "replacement container")
+                                   for c in srv.containers()), PATIENCE_S,
+                          "replacement container")
         finally:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
@@ -170,7 +227,7 @@ def test_jobs_survive_a_router_kill(serve):
         srv.proc.wait(10)
     with serve() as again:
         job = wait_until(lambda: (j := again.client.get(r.headers["location"]).json())[
-            "status"] == "succeeded" and j, 60, "job re-run after the kill")
+            "status"] == "succeeded" and j, PATIENCE_S, "job re-run after the kill")
         assert [o[0] for o in job["outputs"]] == [10, 1] and job["attempts"] >= 1
 
 
@@ -181,18 +238,27 @@ def test_buffer_container_only_while_active_and_probes_do_not_count(built_store,
         assert len(srv.containers()) == 1                    # idle: min_containers only
         for _ in range(20):                                   # probes are not traffic
             srv.client.get("/readyz"), srv.client.get("/metrics")
-        assert srv.readiness()["warm_targets"]["embed"]["buffer_containers"] == 0
-        # The first request finds the endpoint idle: no buffer yet. Then it is active.
-        assert srv.client.post("/v1/embed", json={"inputs": ["a"]}).status_code == 200
-        wait_until(lambda: srv.readiness()["warm_targets"]["embed"]["buffer_containers"] == 1,
-                   10, "the buffer target while active")
+        target = srv.readiness()["warm_targets"]["embed"]
+        assert target["buffer_containers"] == 0
+        # The first request finds the endpoint idle: no buffer yet. Then it is active, for
+        # the scale-down window after it: the buffer target, recomputed at each tick, must
+        # still hold when the next request comes (sent again on a machine slow to show it).
+        end = time.monotonic() + PATIENCE_S
+        while True:
+            sent_s = time.monotonic()
+            assert srv.client.post("/v1/embed", json={"inputs": ["a"]}).status_code == 200
+            wait_until(lambda: srv.readiness()["warm_targets"]["embed"]
+                       ["buffer_containers"] == 1, PATIENCE_S, "the buffer target while active")
+            if time.monotonic() - sent_s < target["scaledown_window_s"] - TICK_S:
+                break
+            assert time.monotonic() < end, "the buffer target never showed within the window"
         # The next batch makes the container busy, for milliseconds only: one idle container
         # starts on top of it at once (max(min 1, busy 1 + buffer 1)), not at a later tick.
         assert srv.client.post("/v1/embed", json={"inputs": ["b"]}).status_code == 200
-        wait_until(lambda: sum(c["state"] == "ready" for c in srv.containers()) == 2, 30,
-                   "a buffer container started by a busy one")
+        wait_until(lambda: sum(c["state"] == "ready" for c in srv.containers()) == 2,
+                   PATIENCE_S, "a buffer container started by a busy one")
         # No traffic for the 2 s window: the buffer is released and the extra one stops.
-        wait_until(lambda: len(srv.containers()) == 1, 30, "back to min_containers")
+        wait_until(lambda: len(srv.containers()) == 1, PATIENCE_S, "back to min_containers")
 
 
 def test_a_new_build_rolls_out_without_dropping_below_the_floor(built_store, tmp_path):
@@ -219,7 +285,7 @@ def test_a_new_build_rolls_out_without_dropping_below_the_floor(built_store, tmp
             return any(c["build"] == new_key and c["state"] == "ready" for c in cs) and \
                 all(c["pid"] != old["pid"] for c in cs)
 
-        wait_until(rolled, 60, "the rollout", interval_s=0.05)
+        wait_until(rolled, PATIENCE_S, "the rollout", interval_s=0.05)
         assert min(warm_counts) >= 1     # the floor held throughout
         assert srv.client.post("/v1/embed", json={"inputs": ["x"]}).status_code == 200
         assert srv.metric('floodway_container_events_total{endpoint="embed",'

@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from tests.e2e.conftest import wait_until
+from tests.e2e.conftest import PATIENCE_S, wait_until
 
 pytestmark = pytest.mark.e2e
 # Requests that must reach a model although an earlier one had the same text.
@@ -34,11 +34,12 @@ def test_ready_detail_shows_two_torch_free_containers(server):
         for _ in range(2):
             pool.submit(keep_busy)
         try:
-            wait_until(lambda: len(server.containers()) >= 2, 60, "a buffer container start")
+            wait_until(lambda: len(server.containers()) >= 2, PATIENCE_S,
+                       "a buffer container start")
         finally:
             stop.set()
-    wait_until(lambda: sum(c["state"] == "ready" for c in server.containers()) >= 2, 60,
-               "the buffer container ready")
+    wait_until(lambda: sum(c["state"] == "ready" for c in server.containers()) >= 2,
+               PATIENCE_S, "the buffer container ready")
     detail = server.readiness()
     (containers,) = detail["endpoints"].values()
     assert detail["ready"] is True and len(containers) >= 2
@@ -101,7 +102,7 @@ def test_killed_container_is_replaced(server):
         live = [c for c in cs if c["state"] == "ready"]
         return len(live) >= 1 and not {c["id"] for c in before} & {c["id"] for c in cs}
 
-    wait_until(replaced, 60, "a replacement container")
+    wait_until(replaced, PATIENCE_S, "a replacement container")
     r = server.client.post("/v1/embed", json={"inputs": ["after the crash"]})
     assert r.status_code == 200
 

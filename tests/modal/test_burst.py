@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import re
 import time
 from collections import Counter
 from pathlib import Path
 
 import httpx
+from modal._serialization import deserialize_data_format
 
 from tests.modal.support import API_KEY, deploy_example, embed_rows, run_async
 from tests.modal_fake import Timing
@@ -26,11 +28,28 @@ AUTH = {"Authorization": f"Bearer {API_KEY}"}
 DEADLINE_S = 0.8            # the endpoint's Route.timeout_s
 SERVICE_S = 0.1             # one batch on the GPU
 REQUESTS = 48               # one row each, all at once: ~4x what the deadline lets through
-# A spill or shed answered before the deadline was decided on arrival: a request that had
-# waited in the queue is answered at the deadline hand-off (a 202 marked as one, counted
-# late). The bound is the deadline itself, not a tighter figure, so a loaded machine does
-# not fail the test; the slowest refusal is printed.
-QUICK_S = DEADLINE_S
+# A spill or shed is decided on arrival (its decision header says so, and it carries no
+# hand-off mark): a request that had waited in the queue is answered at the deadline
+# hand-off (a 202 marked as one, counted late). How long a refusal took is printed, not
+# judged: wall time here is the fake's, the router's and the client's in one process.
+ROW = re.compile(r"row (\d+)")
+
+
+def _rows(value) -> set[int]:
+    """The burst's request numbers ("row <i>") found anywhere in an input's arguments."""
+    if isinstance(value, str):
+        return {int(m.group(1)) for m in ROW.finditer(value)}
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (list, tuple)):
+        return set().union(*(_rows(v) for v in value))
+    return set()
+
+
+def _requests_of(state, inp) -> set[int]:
+    """Which burst requests a Modal input of the fake carries rows of."""
+    raw = inp.input.args or state.blobs[inp.input.args_blob_id]
+    return _rows(deserialize_data_format(raw, inp.input.data_format, None))
 
 
 def _kind(r: httpx.Response) -> str:
@@ -85,10 +104,12 @@ def test_burst_spills_or_sheds_instead_of_queueing(fake_modal, monkeypatch):
     refusals = [s for r, s in results if _kind(r) in ("spilled", "shed")]
     served = [s for r, s in results if _kind(r) == "served"]
     # Inputs Modal ran after their caller's deadline had passed: queued inside Modal.
-    burst_fn = fake_modal.state.function("Burst.*", app="floodway-burst").function_id
-    stale = sum(1 for c in fake_modal.state.calls.values() if c.function_id == burst_fn
-                for i in c.inputs
-                if i.started_at is not None and i.started_at - i.enqueued_at > DEADLINE_S)
+    state = fake_modal.state
+    burst_fn = state.function("Burst.*", app="floodway-burst").function_id
+    stale_inputs = [i for c in state.calls.values() if c.function_id == burst_fn
+                    for i in c.inputs
+                    if i.started_at is not None and i.started_at - i.enqueued_at > DEADLINE_S]
+    stale = len(stale_inputs)
     print(f"\nburst of {REQUESTS} x 1 row, deadline {DEADLINE_S}s, {SERVICE_S}s/batch, "
           f"max 2 containers: served={kinds['served']} spilled={kinds['spilled']} "
           f"shed={kinds['shed']} late={kinds['late']} "
@@ -98,9 +119,15 @@ def test_burst_spills_or_sheds_instead_of_queueing(fake_modal, monkeypatch):
     assert set(kinds) <= {"served", "spilled", "shed", "late"}, kinds
     assert kinds["served"] > 0
     assert kinds["spilled"] + kinds["shed"] > 0, "the burst never exceeded capacity"
-    # Nothing waited inside Modal past its deadline: what the router could not place in time
-    # it spilled or shed on arrival.
-    assert stale == 0
+    # Nothing waited inside Modal past its deadline but the work of a request the router
+    # placed and then handed off (below: its service estimate was off, as on a loaded
+    # machine): what it could not place in time it spilled or shed on arrival.
+    late = {i for i, (r, _) in enumerate(results) if _kind(r) == "late"}
+    ran = set().union(*(_requests_of(state, i) for c in state.calls.values()
+                        if c.function_id == burst_fn for i in c.inputs))
+    assert {i for i, (r, _) in enumerate(results) if _kind(r) == "served"} <= ran
+    stale_of = set().union(*(_requests_of(state, i) for i in stale_inputs))
+    assert stale_of <= late, (sorted(stale_of - late), stale)
     # A request the router placed on a container (queued, or dispatched at once) and that then
     # missed its deadline (the service estimate was off, e.g. on a loaded machine) is still
     # answered honestly: its work handed off as a job (202 + Location), never a 504 or a lost
@@ -110,8 +137,7 @@ def test_burst_spills_or_sheds_instead_of_queueing(fake_modal, monkeypatch):
         decision = r.headers.get("x-floodway-decision")
         if _kind(r) == "late":
             assert decision in placed and r.headers.get("location"), (decision, r.headers)
-        if _kind(r) == "spilled":
+        if _kind(r) in ("spilled", "shed"):
             assert decision not in placed, (decision, r.headers)
     assert kinds["served"] + kinds["late"] == sum(decisions[d] for d in placed), \
         (kinds, decisions)
-    assert max(refusals) < QUICK_S, sorted(refusals)

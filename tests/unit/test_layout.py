@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 PKG = Path(__file__).resolve().parents[2] / "floodway"
-MAX_MODULE_LINES = 400
+MAX_MODULE_LINES = 600
 MAX_FUNCTION_LINES = 80
 # The numba kernel is one compiled loop by design (floodway/sim/kernel.py says why).
 EXEMPT = {"sim/kernel.py"}

@@ -76,3 +76,13 @@ def test_goodput_refuses_mismatched_lengths_and_bad_capacity():
         goodput([0.0, 1.0], [True])
     with pytest.raises(ValueError, match="capacity_rps"):
         goodput([0.0], [True], capacity_rps=0)
+
+
+def test_honest_in_time_allows_a_job_or_a_shed_50_ms_past_the_deadline_not_a_200():
+    from floodway.bench.outcomes import HONEST_SLACK_S, honest
+
+    assert honest(200, 1.5, 1.5) and not honest(200, 1.51, 1.5)
+    for status in (202, 429, 503):
+        assert honest(status, 1.5 + HONEST_SLACK_S, 1.5)
+        assert not honest(status, 1.5 + HONEST_SLACK_S + 0.001, 1.5)
+    assert not honest(504, 0.1, 1.5) and not honest(0, 0.1, 1.5)

@@ -168,13 +168,13 @@ def test_the_pytorch_fallback_rebuilds_the_module_from_its_factory(torch_store, 
 
 
 def test_an_untyped_endpoint_warms_up_with_an_item_its_task_takes(torch_store, monkeypatch):
-    from floodway.runtime.worker import WARMUP_INPUTS_ENV, _warmup_inputs
+    from floodway.runtime.worker import WARMUP_INPUTS_ENV, _warmup_batches
 
     monkeypatch.delenv(WARMUP_INPUTS_ENV, raising=False)
     app = torch_app()
     for name in ("classify", "tag"):
         ep, model = app[name], load(ArtifactStore(torch_store).latest(name))
-        warm = _warmup_inputs(ep, model)
+        (warm,) = _warmup_batches(ep, model)
         assert len(ep.fn(model, warm)) == 1
-    (item,) = _warmup_inputs(app["tag"], model)
+    ((item,),) = _warmup_batches(app["tag"], model)
     assert item["ids"].shape == (1,) and item["weights"].dtype == np.float32

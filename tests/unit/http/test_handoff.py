@@ -114,3 +114,28 @@ def test_a_client_that_leaves_withdraws_the_work():
 def test_what_the_work_raised_is_raised():
     got, _, _ = run(answer(Unavailable("not started")))
     assert isinstance(got, Unavailable)
+
+
+def test_the_hand_off_fires_earlier_by_twice_the_lag_read_as_it_waits():
+    """The lag is read again at each wake-up: a lag that grows while the request waits
+    moves its hand-off earlier."""
+    clock = ManualClock()
+    lag = [0.0]
+
+    async def go():
+        pending = ScriptedPending(forever(), clock=clock, timeout_s=2.0)
+        gone = asyncio.get_running_loop().create_future()
+        waiting = asyncio.ensure_future(DeadlineHandoff(clock, lag=lambda: lag[0]).wait(
+            pending, gone, budget_s=2.0, may_hand_off=True))
+        await settle()
+        clock.advance(1.0)           # at 1.0 s: not yet (fires at 1.9 s without lag)
+        await settle()
+        assert not waiting.done()
+        lag[0] = 0.3                 # due at 1.9 - 0.6 = 1.3 s: seen at its next wake-up
+        clock.advance(0.5)           # 1.5 s, before the 1.9 s it was due at without lag
+        await settle()
+        assert waiting.done()
+        return await waiting
+
+    assert isinstance(asyncio.run(go()), HandOff)
+    assert DeadlineHandoff(ManualClock()).after_s(2.0, lag_s=0.3) == pytest.approx(1.3)

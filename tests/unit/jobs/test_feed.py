@@ -9,6 +9,7 @@ import asyncio
 
 import floodway as fw
 from floodway.jobs.local import LocalJobs
+from floodway.jobs.store_thread import inline
 from floodway.routers.decide import Action, Request, decide
 from floodway.runtime.container import State
 from floodway.runtime.pool import Pool
@@ -32,7 +33,8 @@ def _pool_and_jobs(tmp_path, *, containers: int, rows: int, jobs: int, ready: bo
     pool.machine_cap = max_containers          # whatever this machine's cores
     for ep in pool.endpoints.values():
         pool._retarget(ep, clock.wall())       # the floor under that cap
-    lj = LocalJobs(app, pool, tmp_path / "jobs.sqlite3", clock=clock, capacity=pool)
+    lj = LocalJobs(app, pool, tmp_path / "jobs.sqlite3", clock=clock, capacity=pool,
+                   io=inline)   # the manual clock steps the runner: no store thread
     # Queued by an earlier run in the same store: one text each, as a burst's spills.
     for i in range(jobs):
         lj.store.submit("embed", [f"t{i}"], tenant="anonymous", priority="normal")

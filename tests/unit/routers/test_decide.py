@@ -211,3 +211,18 @@ def test_queued_async_jobs_keep_no_sync_request_from_an_idle_container():
     assert d.action == Action.DISPATCH and d.reason == "an idle warm container"
     # A job (low priority itself) still queues behind them.
     assert decide(snap(warm("a"), **jobs_queued), req(priority=0)).action == Action.QUEUE
+
+
+def test_the_routers_loop_lag_counts_twice_against_the_time_left():
+    """A wait that fits the deadline on a punctual router spills once the router's own lag
+    (twice: before it read the request and on the answer's way out) takes that time; a lag
+    that takes all of it sheds, and says so."""
+    busy = warm("a", free=0, backlog_s=1.4)   # fits 2 s x 0.85, not (2 - 2 x 0.2) x 0.85
+    assert decide(snap(busy), req(budget_s=2.0)).action == Action.QUEUE
+    d = decide(snap(busy, loop_lag_s=0.2), req(budget_s=2.0, allow_async=True))
+    assert d.action in (Action.SPILL_COLD, Action.SPILL_ASYNC)
+    shed = decide(snap(warm("a"), loop_lag_s=1.1), req(budget_s=2.0))
+    assert shed.action == Action.SHED and shed.status == 503
+    assert "event-loop lag (1100 ms)" in shed.reason
+    late = decide(snap(warm("a")), req(budget_s=-0.1))
+    assert late.action == Action.SHED and late.reason == "deadline already passed"

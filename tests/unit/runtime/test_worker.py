@@ -509,3 +509,20 @@ def test_the_inbox_reads_a_pipe_ahead_on_a_thread_in_order():
     assert got == [Batch(1, (("a", "x"),)), Ping()]
     assert inbox.cancelled == {(2, "b")}
     assert "not a JSON line" in str(bad) and end is None
+
+
+def test_a_text_endpoint_warms_up_over_the_lengths_and_rows_its_batcher_cuts(monkeypatch):
+    monkeypatch.delenv(worker.WARMUP_INPUTS_ENV, raising=False)
+    app = fw.App("warm")
+
+    @app.endpoint(model=fw.HFModel("org/m", revision="0" * 40), build=fw.Build(max_seq_len=128),
+                  batching=fw.Batching(max_batch_rows=16))
+    def embed(model: fw.Loaded, texts: list[str]) -> list[int]:
+        return [len(t) for t in texts]
+
+    batches = worker._warmup_batches(app["embed"], None)
+    words = [len(b[0].split()) for b in batches]
+    assert words[0] == 1 and 128 // 4 <= words[1] < 128 <= words[2]   # the sequence axis
+    assert len(batches[-1]) == 16                                       # the batch axis
+    monkeypatch.setenv(worker.WARMUP_INPUTS_ENV, '["only this"]')
+    assert worker._warmup_batches(app["embed"], None) == [["only this"]]
