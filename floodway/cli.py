@@ -12,6 +12,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from floodway import cli_help as opts
@@ -36,7 +37,7 @@ def _no_modal() -> None:
 
 
 def _fail(e: Exception) -> typer.Exit:
-    console.print(f"[bold red]error:[/] {e}")
+    console.print(f"[bold red]error:[/] {escape(str(e))}")
     return typer.Exit(code=2)
 
 

@@ -27,8 +27,10 @@ BENCH_HELP = (
     "Requests go out at the trace's times (divided by --time-scale) whatever the answers, "
     "each with X-Deadline-Ms and one item: a text about ContextTokens tokens long when the "
     "trace has that column, else a short text, or --input-json. Prints the outcomes (200 "
-    "within the deadline, 200 late, 202, 429, 503, 504, other), the 200s' latency "
-    "percentiles and the goodput; writes requests.csv, bench.png, batch_times.json (the "
+    "within the deadline, 200 late, 202, 429, 503, 504, other), the share answered honestly "
+    "in time, the 200s' latency percentiles, the goodput and the router's event-loop lag; "
+    "then follows every 202's job to its end (jobs succeeded, the backlog's drain). Writes "
+    "requests.csv, bench.png, batch_times.json (the "
     "batch times the router measured and their fit on padded tokens, rows and batches, for "
     "simulate) and run.json (what was replayed against what: simulate --bench-run) to --out.")
 SIMULATE_HELP = (

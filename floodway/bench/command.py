@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from floodway.errors import FloodwayError
 
@@ -392,7 +393,7 @@ def bench(app: Annotated[str, typer.Argument(
         run(app, trace, endpoint, time_scale, duration_s, deadline_ms, out, api_key,
             input_json, capacity_rps, max_words, store, start_s, containers, follow_jobs)
     except FloodwayError as e:
-        console.print(f"[bold red]error:[/] {e}")
+        console.print(f"[bold red]error:[/] {escape(str(e))}")
         raise typer.Exit(code=2) from None
 
 

@@ -5,7 +5,7 @@ Outcomes, in the order they are reported (`OUTCOMES`):
 
     ok      200 answered within the request's deadline (send -> answer, client-side)
     late    200 answered after it
-    async   202: the router made it an async job (the job is not followed)
+    async   202: the router made it an async job (bench follows it: `floodway.bench.jobs`)
     429     shed by the tenant's rate limit
     503     shed (no capacity within the deadline)
     504     deadline exceeded

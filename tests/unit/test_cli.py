@@ -169,3 +169,12 @@ def test_cli_refuses_options_that_do_not_apply(tmp_path) -> None:
                                                         "COLUMNS": "200"})
         assert r.returncode != 0 and needle in " ".join(r.stderr.split()), (args, r.stderr)
         assert "Traceback" not in r.stderr
+
+
+def test_an_error_keeps_its_brackets_it_is_not_read_as_markup(capsys):
+    from floodway.cli import _fail
+    from floodway.errors import FloodwayError
+
+    _fail(FloodwayError("takes list[np.ndarray]; use fw.Array[np.float32, (3, 224, 224)]"))
+    err = capsys.readouterr().err
+    assert "list[np.ndarray]" in err and "fw.Array[np.float32, (3, 224, 224)]" in err
