@@ -23,7 +23,7 @@ import httpx
 import typer
 from rich.console import Console
 
-from floodway.bench.server import free_port
+from floodway.bench.server import free_port, stop
 
 ROOT = Path(__file__).resolve().parents[1]
 console = Console()
@@ -64,12 +64,7 @@ def one_start(app: str, words: int, deadline_ms: float, work: Path, k: int) -> d
                     "decision": r.headers.get("x-floodway-decision", ""),
                     "starting": starting}
     finally:
-        proc.terminate()
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc)
 
 
 def main(app: Annotated[str, typer.Option(help="the app served")] = str(ROOT / "modal_app.py"),

@@ -70,13 +70,18 @@ def serving(app: str, store: Path | None, work: Path, log: Path,
                 time.sleep(POLL_S)
         yield base
     finally:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(STOP_S)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop(proc)
 
 
-__all__ = ["free_port", "serving"]
+def stop(proc: subprocess.Popen) -> None:
+    """End a `floodway serve` process: SIGTERM (it drains), SIGKILL after STOP_S."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(STOP_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+__all__ = ["free_port", "serving", "stop"]
