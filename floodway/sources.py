@@ -48,18 +48,23 @@ class HFModel(Config):
     ``HF_HUB_OFFLINE`` and ``HF_HUB_CACHE``. `allow_pickle` opts in to ``*.bin``/``*.pt`` weights,
     which are then loaded with ``torch.load(weights_only=True)``. `task` picks what is exported
     and how inputs are prepared (`floodway.tasks`; default: feature-extraction).
+    `allow_random_head`: build a task whose head (a classifier) the checkpoint lacks, with
+    that head initialised at random, seeded by the build (refused otherwise: its outputs
+    would mean nothing).
     """
 
     repo_id: str
     revision: str
     allow_pickle: bool = False
     task: str = FEATURE_EXTRACTION
+    allow_random_head: bool = False
 
     def _check(self, out: list[Problem], p: str) -> None:
         if not isinstance(self.repo_id, str) or not REPO_RE.match(self.repo_id):
             out.append(Problem(f"{p}.repo_id", self.repo_id, "a Hub repo id such as 'org/name'"))
         check_sha(out, f"{p}.revision", self.revision)
         check_bool(out, f"{p}.allow_pickle", self.allow_pickle)
+        check_bool(out, f"{p}.allow_random_head", self.allow_random_head)
         _check_task(out, p, self.task)
 
     @property
@@ -78,11 +83,13 @@ def in_modal_container() -> bool:
 @dataclass(frozen=True)
 class LocalModel(Config):
     """A local folder in Hugging Face format (config.json, tokenizer files or
-    preprocessor_config.json, *.safetensors). `task` as for `HFModel`."""
+    preprocessor_config.json, *.safetensors). `task` and `allow_random_head` as for
+    `HFModel`."""
 
     path: str | Path
     allow_pickle: bool = False
     task: str = FEATURE_EXTRACTION
+    allow_random_head: bool = False
 
     def _check(self, out: list[Problem], p: str) -> None:
         if not isinstance(self.path, (str, Path)) or not str(self.path):
@@ -90,6 +97,7 @@ class LocalModel(Config):
         elif not Path(self.path).is_dir() and not in_modal_container():
             out.append(Problem(f"{p}.path", str(self.path), "a path to an existing folder"))
         check_bool(out, f"{p}.allow_pickle", self.allow_pickle)
+        check_bool(out, f"{p}.allow_random_head", self.allow_random_head)
         _check_task(out, p, self.task)
 
     @property

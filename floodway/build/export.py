@@ -17,6 +17,7 @@ installed regardless, fails on import (transformers 5 removed
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -27,36 +28,75 @@ from floodway.build.manifest import ParityCheck
 from floodway.errors import BuildError
 from floodway.tasks.base import Case
 
+log = logging.getLogger("floodway.build")
 
-def load_torch_model(folder: Path, *, allow_pickle: bool, model_class: str = "AutoModel") -> Any:
+
+def load_torch_model(folder: Path, *, allow_pickle: bool, model_class: str = "AutoModel",
+                     seed: int = 0, allow_random_head: bool = False,
+                     warnings: list[str] | None = None) -> Any:
     """An eval-mode transformers `model_class` (e.g. ``AutoModelForSequenceClassification``)
-    from a Hugging Face folder, in float32 with eager attention (traceable)."""
+    from a Hugging Face folder, in float32 with eager attention (traceable).
+
+    Weights the checkpoint lacks are initialised by transformers at random: under `seed`
+    (torch's global generator is left as it was), so that one build key always yields the same
+    weights. For a task model (a `model_class` other than ``AutoModel``) such weights are its
+    untrained head: BuildError unless `allow_random_head`, and then a warning is logged (and
+    appended to `warnings`)."""
+    import torch
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model, missing = _load(folder, allow_pickle, model_class)
+    if missing and model_class != "AutoModel":
+        shown = ", ".join(missing[:4]) + (", ..." if len(missing) > 4 else "")
+        if not allow_random_head:
+            raise BuildError("snapshot", f"{folder} has no trained head for {model_class}: "
+                             f"{len(missing)} weights are missing from the checkpoint "
+                             f"({shown}) and would be initialised at random, so the outputs "
+                             "would mean nothing. Use a model with that head (one fine-tuned "
+                             "for the task), task='feature-extraction' for the base model's "
+                             "outputs, or allow_random_head=True on the model source to "
+                             "build a seeded, untrained head anyway")
+        msg = (f"the {model_class} head is untrained: {len(missing)} weights the checkpoint "
+               f"lacks ({shown}) were initialised at random (seed {seed}); its outputs mean "
+               "nothing until it is trained")
+        log.warning("%s: %s", folder, msg)
+        if warnings is not None:
+            warnings.append(msg)
+    return model.eval()
+
+
+def _load(folder: Path, allow_pickle: bool, model_class: str) -> tuple[Any, list[str]]:
+    """(the model, the weights the checkpoint lacked: initialised at random)."""
     import torch
     import transformers
     from transformers import AutoConfig
 
     cls = getattr(transformers, model_class)
     if list(folder.glob("*.safetensors")):
-        model = cls.from_pretrained(str(folder), attn_implementation="eager",
-                                    use_safetensors=True, dtype=torch.float32)
-    else:
-        if not allow_pickle:
-            raise BuildError("snapshot", f"{folder} has no safetensors weights")
-        config = AutoConfig.from_pretrained(str(folder))
-        config._attn_implementation = "eager"
-        model = cls.from_config(config)
-        state: dict[str, Any] = {}
-        for p in sorted(folder.glob("*.bin")) + sorted(folder.glob("*.pt")):
-            # weights_only=True refuses arbitrary pickled objects (no code runs on load).
-            state.update(torch.load(p, map_location="cpu", weights_only=True))
-        if model_class == "AutoModel":   # a task model's weights keep the base model's prefix
-            prefix = model.base_model_prefix + "."
-            state = {k[len(prefix):] if k.startswith(prefix) else k: v for k, v in state.items()}
-        missing, _ = model.load_state_dict(state, strict=False)
-        if missing:
-            raise BuildError("snapshot", f"pickled weights lack {len(missing)} tensors, "
-                                         f"e.g. {missing[:3]}")
-    return model.eval()
+        model, info = cls.from_pretrained(str(folder), attn_implementation="eager",
+                                          use_safetensors=True, dtype=torch.float32,
+                                          output_loading_info=True)
+        return model, sorted({*info.get("missing_keys", ()),
+                              *(k[0] if isinstance(k, tuple) else k
+                                for k in info.get("mismatched_keys", ()))})
+    if not allow_pickle:
+        raise BuildError("snapshot", f"{folder} has no safetensors weights")
+    config = AutoConfig.from_pretrained(str(folder))
+    config._attn_implementation = "eager"
+    model = cls.from_config(config)
+    state: dict[str, Any] = {}
+    for p in sorted(folder.glob("*.bin")) + sorted(folder.glob("*.pt")):
+        # weights_only=True refuses arbitrary pickled objects (no code runs on load).
+        state.update(torch.load(p, map_location="cpu", weights_only=True))
+    if model_class == "AutoModel":   # a task model's weights keep the base model's prefix
+        prefix = model.base_model_prefix + "."
+        state = {k[len(prefix):] if k.startswith(prefix) else k: v for k, v in state.items()}
+    missing, _ = model.load_state_dict(state, strict=False)
+    if missing and model_class == "AutoModel":
+        raise BuildError("snapshot", f"pickled weights lack {len(missing)} tensors, "
+                                     f"e.g. {missing[:3]}")
+    return model, sorted(missing)
 
 
 def snapshot_weights(model: Any, out_dir: Path, dtype: str = "float32") -> Path:

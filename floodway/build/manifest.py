@@ -25,6 +25,7 @@ class SourceInfo(_Model):
     revision: str | None = None
     factory: str | None = None          # a user's module: "pkg.module:factory"
     files: dict[str, str] = Field(default_factory=dict)   # relative path -> sha256
+    allow_random_head: bool = False     # built with a task head initialised at random
 
 
 class Hardware(_Model):
@@ -147,6 +148,10 @@ class Manifest(_Model):
     timings_s: dict[str, float] = Field(default_factory=dict)
     generation: GenerationInfo | None = None    # text-generation builds only
     precisions: list[PrecisionEntry] = Field(default_factory=list)   # reduced artifacts
+    # Seconds from spawning a fresh process to this build loaded in it, measured as it was
+    # published (`floodway.build.probe`); None: not measured (no graph, or the probe failed).
+    cold_start_s: float | None = Field(default=None, ge=0)
+    warnings: list[str] = Field(default_factory=list)   # what the build went on despite
 
     def write(self, folder: Path) -> Path:
         path = folder / MANIFEST_NAME

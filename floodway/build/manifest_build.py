@@ -36,7 +36,8 @@ def source_info(src: Any, files: dict[str, str]) -> SourceInfo:
         str(src.weights) if isinstance(src, TorchModel) and src.weights_kind == "hf" else None)
     return SourceInfo(kind=kind, display=src.display, repo_id=repo,
                       revision=getattr(src, "revision", None),
-                      factory=src.factory if isinstance(src, TorchModel) else None, files=files)
+                      factory=src.factory if isinstance(src, TorchModel) else None, files=files,
+                      allow_random_head=bool(getattr(src, "allow_random_head", False)))
 
 
 def task_info(task: Any, tolerance: float, labels: tuple[str, ...] = ()) -> TaskInfo:
@@ -72,7 +73,8 @@ def make_manifest(*, ep: Any, key: str, files: dict[str, str], tools: dict[str, 
                   parity: list[dict[str, Any]] | None = None,
                   timings: dict[str, float] | None = None,
                   generation: dict[str, Any] | None = None,
-                  precisions: list[dict[str, Any]] | None = None) -> Manifest:
+                  precisions: list[dict[str, Any]] | None = None,
+                  warnings: list[str] | None = None) -> Manifest:
     """The manifest of the build being published from `staging` (see `Manifest`)."""
     return Manifest(
         endpoint=ep.name, build_key=key, created_at=datetime.now(UTC).isoformat(),
@@ -85,7 +87,7 @@ def make_manifest(*, ep: Any, key: str, files: dict[str, str], tools: dict[str, 
         engines=engines or [], skipped=skipped or {},
         parity=[ParityCheck(**c) for c in parity or []], timings_s=timings or {},
         generation=GenerationInfo(**generation) if generation else None,
-        precisions=[PrecisionEntry(**p) for p in precisions or []])
+        precisions=[PrecisionEntry(**p) for p in precisions or []], warnings=warnings or [])
 
 
 __all__ = ["artifacts_of", "engine_entry", "io_signature", "make_manifest", "source_info",

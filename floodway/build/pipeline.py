@@ -10,6 +10,11 @@ Every stage after fetch is cached by a key over its inputs (`floodway.build.stag
 build as a whole by a build key over all stage keys, the source, the task, the build config and
 the hardware class. When that build is already published, `build_endpoint` only re-points
 LATEST: an unchanged rebuild is a no-op (it hashes the source files and nothing more).
+
+Publish opens a graph build in a fresh process first (`floodway.build.probe`) and records
+the seconds in the manifest, the router's first cold-start estimate. Weights a checkpoint
+lacks (a task's head) are initialised under a seed from the snapshot key, and only where the
+source allows a random head (`floodway.build.export.load_torch_model`).
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ TOOLCHAIN = ("floodway", "torch", "transformers", "onnx", "onnxruntime", "tokeni
              "safetensors", "tensorrt")
 IO_FILE = "io.json"          # the export stage's record of the graph's io signature
 PRECISION_RECORD = "precision.json"     # the precision stage's gate records
+WARNINGS_RECORD = "warnings.json"       # the snapshot stage's warnings (an untrained head)
 
 Report = Callable[[str, str], None]
 
@@ -57,6 +63,7 @@ class BuildResult:
     seconds: float
     stages_cached: tuple[str, ...] = ()
     skipped: dict[str, str] = dataclasses.field(default_factory=dict)
+    warnings: tuple[str, ...] = ()      # what the build went on despite (an untrained head)
 
 
 def toolchain() -> dict[str, str]:
@@ -106,6 +113,8 @@ class _Build:
         self.cached: list[str] = []
         self.skipped: dict[str, str] = {}
         self.folder: Path | None = None
+        self.seed = 0       # weights the checkpoint lacks: initialised under the snapshot key
+        self.warnings: list[str] = []     # what the build goes on despite (an untrained head)
 
     @property
     def atol(self) -> float:
@@ -122,7 +131,9 @@ class _Build:
 
         assert self.folder is not None and self.task is not None
         return export.load_torch_model(self.folder, allow_pickle=self.src.allow_pickle,
-                                       model_class=self.task.model_class)
+                                       model_class=self.task.model_class, seed=self.seed,
+                                       allow_random_head=self.src.allow_random_head,
+                                       warnings=self.warnings)
 
     @cache  # noqa: B019
     def ctx(self) -> Any:
@@ -162,7 +173,8 @@ class _Build:
         snap = stage_key("snapshot", files, b.dtype, t["torch"], t["transformers"],
                          t["safetensors"], getattr(src, "allow_pickle", False), task, module,
                          "own" if self.ep.own_runtime and not isinstance(src, TorchModel)
-                         else "weights")
+                         else "weights",
+                         *(("random-head",) if getattr(src, "allow_random_head", False) else ()))
         exp = stage_key("export", snap, b.opset, t["torch"], t["onnx"], b.max_seq_len)
         opt = stage_key("optimize", exp, t["onnxruntime"])
         comp = stage_key("compile", exp, t["tensorrt"], self.hw.sm, b.max_batch_rows,
@@ -184,6 +196,7 @@ class _Build:
         files = self.fetch()
         self.timings["fetch"] = round(time.perf_counter() - t0, 4)
         keys = self.keys(files)
+        self.seed = int(keys["snapshot"], 16)
         skip = compile_skip_reason(ep, self.hw) if not ep.own_runtime else None
         key = stage_key("build", ep.model.display if ep.model else "none", keys,
                         dataclasses.asdict(ep.build), self.hw.hardware_class, skip is None,
@@ -192,9 +205,10 @@ class _Build:
         if (final / "manifest.json").is_file() and not force:
             self.store.publish(ep.name, key, self.store.staging_dir(ep.name))
             self.say("publish", f"unchanged: {key} is already built")
-            skipped = ManifestView.parse((final / "manifest.json").read_bytes()).skipped
+            raw = (final / "manifest.json").read_bytes()
             return BuildResult(ep.name, key, final, True, time.perf_counter() - t0,
-                               tuple(STAGES), skipped)
+                               tuple(STAGES), ManifestView.parse(raw).skipped,
+                               tuple(json.loads(raw).get("warnings", ())))
         if force:
             shutil.rmtree(final, ignore_errors=True)
             shutil.rmtree(self.cache.root, ignore_errors=True)
@@ -205,16 +219,17 @@ class _Build:
         else:
             path = self._graph_build(key, files, keys, skip)
         return BuildResult(ep.name, key, path, False, time.perf_counter() - t0,
-                           tuple(self.cached), dict(self.skipped))
+                           tuple(self.cached), dict(self.skipped), tuple(self.warnings))
 
     def _graph_build(self, key: str, files: dict[str, str], keys: dict[str, str],
                      skip: str | None) -> Path:
         from floodway.build import export
 
         b = self.ep.build
-        snap = self.stage("snapshot", keys["snapshot"],
-                          lambda d: export.snapshot_weights(self.model(), d, b.dtype),
+        snap = self.stage("snapshot", keys["snapshot"], self._snapshot,
                           f"safetensors in {b.dtype}")
+        if (snap / WARNINGS_RECORD).is_file():   # kept with the weights they are about
+            self.warnings[:] = json.loads((snap / WARNINGS_RECORD).read_text())
         exp = self.stage("export", keys["export"], self._export,
                          f"ONNX opset {b.opset} for {self.task.name}, dynamic axes by name")
         io = json.loads((exp / IO_FILE).read_text())
@@ -260,7 +275,7 @@ class _Build:
         try:
             for part in parts:
                 link_into(part, staging)
-            for name in (IO_FILE, "engine.json", PRECISION_RECORD):
+            for name in (IO_FILE, "engine.json", PRECISION_RECORD, WARNINGS_RECORD):
                 (staging / name).unlink(missing_ok=True)
             if (self.task and self.task.files_dir and self.folder is not None
                     and not self.ep.own_runtime):
@@ -269,11 +284,25 @@ class _Build:
                 for name in self.task.publish_files():
                     if (self.folder / name).is_file():
                         shutil.copyfile(self.folder / name, dst / name)
-            manifest(staging).write(staging)
+            made = manifest(staging)
+            made.write(staging)
+            if made.runtime == "floodway":   # a graph: open it as a container would, timed
+                from floodway.build.probe import probe_cold_start
+
+                self.say("publish", "cold-start probe: the build opened in a fresh process")
+                made.model_copy(update={"cold_start_s": probe_cold_start(staging)}).write(
+                    staging)
             return self.store.publish(self.ep.name, key, staging)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
+
+    def _snapshot(self, d: Path) -> None:
+        from floodway.build import export
+
+        export.snapshot_weights(self.model(), d, self.ep.build.dtype)
+        if self.warnings:
+            (d / WARNINGS_RECORD).write_text(json.dumps(self.warnings))
 
     def _export(self, d: Path) -> None:
         from floodway.build import export
@@ -341,7 +370,8 @@ class _Build:
                              task=task_info(self.task, self.atol, tuple(parity["labels"])),
                              engines=engines, skipped=self.skipped, parity=parity["checks"],
                              timings=self.timings, generation=self._generation_info(),
-                             precisions=record["records"] if prec is not None else [])
+                             precisions=record["records"] if prec is not None else [],
+                             warnings=self.warnings)
 
     def _generation_info(self) -> dict[str, Any] | None:
         info = getattr(self.task, "generation_info", None)

@@ -5,6 +5,7 @@ the simulator; each starts from a prior (`floodway.core.priors`) until it has sa
     service = ServiceEstimator()          # (rows, seconds[, padded tokens]) per batch
                                           #   -> ServiceTime
     cold = ColdStartEstimator()           # seconds per container start -> estimate_s
+    cold = ColdStartEstimator.known(probe_s=..., samples=...)   # seeded from a build
     rate = ArrivalRate()                  # (time, rows) per admitted request -> rows/s
     measured(cold, service, max_batch_rows) -> Measured   (for `desired()`)
 
@@ -16,7 +17,12 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable
 
-from floodway.core.priors import COLD_START_PRIOR_S, SERVICE_PRIOR
+from floodway.core.priors import (
+    COLD_START_PRIOR_S,
+    PROBE_START_FACTOR,
+    PROBE_START_MARGIN_S,
+    SERVICE_PRIOR,
+)
 from floodway.routers.decide import ServiceTime
 from floodway.warmers.target import Measured
 
@@ -38,6 +44,13 @@ def start_remaining_s(measured_s: float, elapsed_s: float) -> float:
     starts slower) is not about to finish: it is assumed to need as long again as it has
     taken, never zero, so that work is not queued for capacity that is not there."""
     return measured_s - elapsed_s if elapsed_s < measured_s else elapsed_s
+
+
+def build_start_s(probe_s: float) -> float:
+    """A container's cold start as the build's cold-start probe implies it, before any start
+    was timed: `PROBE_START_FACTOR` x `probe_s` + `PROBE_START_MARGIN_S` (why those:
+    `floodway.core.priors`)."""
+    return PROBE_START_FACTOR * max(0.0, probe_s) + PROBE_START_MARGIN_S
 
 
 class ServiceEstimator:
@@ -101,6 +114,21 @@ class ColdStartEstimator:
                  samples: int = COLD_SAMPLES):
         self.prior_s, self.boot_s = prior_s, boot_s
         self.samples: deque[float] = deque(maxlen=samples)
+        self.seeded_from = "prior"      # what `prior_s` and the first samples came from
+
+    @classmethod
+    def known(cls, *, probe_s: float | None = None, samples: Iterable[float] = (),
+              boot_s: float = 0.0, keep: int = COLD_SAMPLES) -> ColdStartEstimator:
+        """Seeded with what is known before this router timed a start: `samples`, starts
+        measured earlier of the same build (they count as measured ones), and, without
+        them, the build's cold-start probe (`build_start_s(probe_s)` + `boot_s`); the prior
+        `COLD_START_PRIOR_S` only where neither is known."""
+        prior = COLD_START_PRIOR_S if probe_s is None else boot_s + build_start_s(probe_s)
+        est = cls(prior, boot_s=boot_s, samples=keep)
+        est.replace(samples)
+        est.seeded_from = ("earlier starts" if est.samples else
+                           "prior" if probe_s is None else f"build probe {probe_s:.2f}s")
+        return est
 
     def record(self, seconds: float) -> None:
         self.samples.append(float(seconds))
@@ -151,4 +179,4 @@ def measured(cold: ColdStartEstimator, service: ServiceEstimator, max_batch_rows
 
 
 __all__ = ["RATE_WINDOW_S", "ArrivalRate", "ColdStartEstimator", "ServiceEstimator",
-           "measured", "start_remaining_s"]
+           "build_start_s", "measured", "start_remaining_s"]

@@ -11,7 +11,22 @@ defined here once, for the local runtime, the Modal router and warmers, and the 
   10 s restored (NVIDIA Dynamo's snapshot docs). Too high a guess only delays a spill to a
   cold container that the pool would start anyway; too low would make requests wait past their
   deadlines for capacity that is not there. A local container measures its own start within
-  seconds of the router starting, so the prior matters only until then.
+  seconds of the router starting, so the prior matters only until then. It is used only where
+  nothing better is known: a build's cold-start probe, or starts that earlier `floodway serve`
+  runs measured of the same build, replace it from the router's first request on
+  (`floodway.core.estimators.ColdStartEstimator.known`).
+- `PROBE_START_FACTOR` (1.5) and `PROBE_START_MARGIN_S` (0.25 s): a container's cold start
+  as a build's probe implies it, `PROBE_START_FACTOR` x the probe + `PROBE_START_MARGIN_S`
+  (`floodway.core.estimators.build_start_s`). The probe (`floodway.build.probe`) times a
+  fresh process from its spawn to the build loaded in it, as it was published: the
+  interpreter's start, the imports and the load. A container pays that and imports the
+  app's module and runs its warm-up batches too (benchmarks/cold_start.py: 0.38-0.44 s in
+  all for the ONNX examples), on a machine that may be busier than the build's: half as long
+  again, and a quarter second. An estimate too low makes a request spilled to a cold
+  container wait for it until the deadline hands it to a job (the 202 it would have had at
+  once); the first start the router times replaces it. On Modal the router adds the
+  scheduling and snapshot restore no container can time itself
+  (`floodway.deploy.modal_stats.BOOT_S`, 5 s) as a floor.
 - `SERVICE_PRIOR`: seconds one batch of `rows` rows holds a container, 20 ms + 5 ms per row:
   a conservative CPU-class guess for a small encoder (benchmarks/cold_start.py measures
   all-MiniLM-L6-v2 at about 2-3 ms per row on two cores), replaced by the least-squares fit of
@@ -49,6 +64,8 @@ from __future__ import annotations
 from floodway.routers.decide import ServiceTime
 
 COLD_START_PRIOR_S = 30.0
+PROBE_START_FACTOR = 1.5
+PROBE_START_MARGIN_S = 0.25
 SERVICE_PRIOR = ServiceTime(per_row_s=0.005, per_batch_s=0.02)
 SERVICE_PRIOR_S = SERVICE_PRIOR.seconds(1)
 ROW_TOKENS_PRIOR = 34
@@ -60,5 +77,5 @@ GENERATED_TOKENS_PRIOR = 128
 PROMPT_TOKENS_PRIOR = 256
 
 __all__ = ["COLD_START_PRIOR_S", "DECODE_STEP_PRIOR", "GENERATED_TOKENS_PRIOR", "PREFILL_PRIOR",
-           "PROMPT_TOKENS_PRIOR", "ROW_TOKENS_PRIOR", "SERVICE_PRIOR", "SERVICE_PRIOR_S",
-           "TEXT_SERVICE_PRIOR"]
+           "PROBE_START_FACTOR", "PROBE_START_MARGIN_S", "PROMPT_TOKENS_PRIOR",
+           "ROW_TOKENS_PRIOR", "SERVICE_PRIOR", "SERVICE_PRIOR_S", "TEXT_SERVICE_PRIOR"]

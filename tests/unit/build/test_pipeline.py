@@ -37,6 +37,17 @@ def test_manifest_records_source_toolchain_io_and_parity(built_store):
     assert m.artifacts["model.onnx"].bytes < 1_000_000 < m.artifacts["model.onnx.data"].bytes
 
 
+def test_publish_times_a_cold_load_of_the_build_in_a_fresh_process(built_store):
+    from floodway.build.loader import load
+
+    folder = ArtifactStore(built_store).latest("embed")
+    m = Manifest.read(folder)
+    assert m.cold_start_s is not None and m.cold_start_s > 0
+    assert m.warnings == []
+    # The probe left the build as published: it still loads, every file matching its hash.
+    assert load(folder).backend.startswith("onnxruntime")
+
+
 def test_onnx_graph_has_dynamic_batch_and_sequence_axes(built_store):
     import onnx
 
