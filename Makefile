@@ -10,21 +10,25 @@ PORT   ?= 8000
 # commands find it there too.
 MODEL_REPO := sentence-transformers/all-MiniLM-L6-v2
 MODEL_REV  := $(shell sed -n 's/^MODEL_REVISION = "\(.*\)"/\1/p' modal_app.py)
+# `make gpu-check`: its own venv; GPU_SETUP_ARGS go to benchmarks/gpu_check_setup.py (e.g.
+# --system-site-packages, --torch SPEC), GPU_CHECK_ARGS to benchmarks/gpu_check.py (--only ...).
+GPU_VENV ?= .venv-gpu
 
-.PHONY: help install seed run test lint clean
+.PHONY: help install seed run test lint clean gpu-check
 
 help:
 	@echo "make run    set up .venv, build the example endpoint, serve it on 127.0.0.1:\$$PORT ($(PORT))"
 	@echo "make test   set up .venv, lint, run the whole test suite"
 	@echo "make install  set up .venv only;  make seed  put the example model in the Hub cache"
 	@echo "make lint   ruff only"
-	@echo "make clean  remove .venv and caches (artifacts stay in \$$FLOODWAY_STORE or ~/.cache/floodway)"
+	@echo "make clean  remove .venv, $(GPU_VENV) and caches (artifacts stay in \$$FLOODWAY_STORE or ~/.cache/floodway)"
+	@echo "make gpu-check  on a CUDA machine: set up $(GPU_VENV) (tensorrt, onnxruntime-gpu, CUDA torch), run every GPU path, PASS/FAIL each"
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	# torch pinned in the same command as what pulls it in, so pip takes the CPU build.
-	$(PY) -m pip install -q "torch==2.13.0" -e ".[build,dev]"
+	$(PY) -m pip install -q "torch==2.13.0" -e ".[build,dev,modal]"
 	# Byte-compile as a regular install would: each container start then skips compiling.
 	# Tests and examples too: Python 3.11 before 3.11.8 can raise a spurious SystemError
 	# ("AST constructor recursion depth mismatch", CPython gh-106905) when compiling source
@@ -49,5 +53,9 @@ lint: $(STAMP)
 test: $(STAMP) lint
 	$(PY) -m pytest -q
 
+gpu-check:
+	$(PYTHON) benchmarks/gpu_check_setup.py --venv $(GPU_VENV) $(GPU_SETUP_ARGS)
+	$(GPU_VENV)/bin/python benchmarks/gpu_check.py $(GPU_CHECK_ARGS)
+
 clean:
-	rm -rf $(VENV) .cache .pytest_cache
+	rm -rf $(VENV) $(GPU_VENV) .cache .pytest_cache

@@ -28,6 +28,7 @@ import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from floodway.deploy import MODAL_EXTRA
 from floodway.errors import FloodwayError
 from floodway.routers.admission import API_KEYS_ENV
 
@@ -81,7 +82,9 @@ def credentials_problem(get: Callable[[str], Any] | None = None) -> str | None:
     Mirrors how modal 1.6 builds a client (``modal.client._Client.from_env``): either a token
     id and secret, or OAuth (a refresh token, a client id, and exactly one of a client secret
     or a JWT key, ``oauth_jwt_key``), never both kinds; read from ``MODAL_*`` variables or the
-    active ``~/.modal.toml`` profile. `get`: a config lookup (default Modal's).
+    active ``~/.modal.toml`` profile. With a JWT key, also whether the libraries that sign its
+    assertions are installed (the client raises ImportError when it opens, otherwise).
+    `get`: a config lookup (default Modal's).
     """
     if get is None:
         import modal.config
@@ -97,13 +100,26 @@ def credentials_problem(get: Callable[[str], Any] | None = None) -> str | None:
         if not (refresh and client_id) or secret == jwt:
             return ("incomplete Modal OAuth credentials: need a refresh token, a client id, "
                     "and exactly one of a client secret or a JWT key")
-        return None
+        return jwt_libraries_problem() if jwt else None
     if all(token):
         return None
     if any(token):
         return "incomplete Modal token: need both MODAL_TOKEN_ID and MODAL_TOKEN_SECRET"
     return ("no Modal credentials: run `modal token new`, or set MODAL_TOKEN_ID and "
             "MODAL_TOKEN_SECRET")
+
+
+def jwt_libraries_problem() -> str | None:
+    """What is missing to sign OAuth assertions with a JWT key (modal's ``oauth`` extra:
+    PyJWT and cryptography), or None when both import."""
+    try:        # cryptography first: PyJWT imported without it keeps no RSA algorithms
+        import cryptography.hazmat.primitives.asymmetric.rsa  # noqa: F401
+        import jwt.algorithms  # noqa: F401
+    except ImportError as e:
+        return (f"Modal OAuth with a JWT key (MODAL_OAUTH_JWT_KEY) needs PyJWT and "
+                f"cryptography ({e.name or e} is not installed): {MODAL_EXTRA}, which "
+                f"includes modal[oauth]")
+    return None
 
 
 def credentials_configured(get: Callable[[str], Any] | None = None) -> bool:
@@ -167,5 +183,5 @@ def modal_deploy(module_app: Any) -> None:
 
 __all__ = ["API_KEYS_ENV", "ROUTER_KEYS_SECRET", "Autoscale", "check_router_keys",
            "class_autoscale", "credentials_configured", "credentials_problem",
-           "deployed_autoscale", "modal_deploy", "record_router_keys", "router_keys_secret",
-           "secret_exists", "update_class_autoscaler"]
+           "deployed_autoscale", "jwt_libraries_problem", "modal_deploy", "record_router_keys",
+           "router_keys_secret", "secret_exists", "update_class_autoscaler"]

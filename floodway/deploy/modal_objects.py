@@ -288,7 +288,8 @@ def _add_router(app: modal.App, fw_app: App, module: str, image: modal.Image,
 
         arrivals = ArrivalRecorder(fw_app.name, ModalDictKV(TRAFFIC_DICT))
         builds = DeployedBuilds(_store_root(artifacts_path))
-        return make_asgi_app(fw_app, ModalBackend(fw_app, classes), jobs=ModalJobs(job_fn),
+        backend = ModalBackend(fw_app, classes, store=_store_root(artifacts_path))
+        return make_asgi_app(fw_app, backend, jobs=ModalJobs(job_fn),
                              api_keys=router_api_keys(), on_arrival=arrivals.record,
                              build_key=builds.key, shared_cache=shared_cache(fw_app),
                              # /metrics and /readyz's detail behind a key unless a router

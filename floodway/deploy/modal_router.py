@@ -100,6 +100,7 @@ from floodway.deploy.modal_stream import (
 from floodway.deploy.modal_units import (
     UnitState,
     container_slots,
+    known_cold,
     modal_readiness,
     runner_loads,
 )
@@ -109,7 +110,7 @@ from floodway.functions.lanes import served_units
 from floodway.http.protocols import SYSTEM_CLOCK, BatchListener, Clock
 from floodway.routers.admission import API_KEYS_ENV, ApiKeys
 from floodway.routers.decide import Snapshot
-from floodway.routers.lanes import resolve_unit
+from floodway.routers.lanes import resolve_unit, split_unit
 
 log = logging.getLogger(__name__)
 
@@ -146,18 +147,22 @@ class ModalBackend:
     `clock`: its ``monotonic()`` times the stats, starts and round trips, and request
     timeouts are measured on it (`floodway.http.clock.within`). `stats_ttl_s`: how old the
     cached stats may get before a refresh starts. `stats`: where cold-start samples are
-    read (default: the ``floodway-stats`` Modal Dict).
+    read (default: the ``floodway-stats`` Modal Dict). `store`: the artifact store's root
+    (the Volume's mount), where the builds' cold-start probes are read (None: the prior).
     """
 
     def __init__(self, app: App, classes: Mapping[str, Any], *,
                  clock: Clock = SYSTEM_CLOCK, stats_ttl_s: float = 1.0,
-                 stats: KV | None = None):
+                 stats: KV | None = None, store: str | os.PathLike[str] | None = None):
         self.app, self.clock, self.stats_ttl_s = app, clock, stats_ttl_s
         self._classes = dict(classes)
         self._units = served_units(app)
         self._objs: dict[str, Any] = {}
         self._kv = stats if stats is not None else ModalDictKV(STATS_DICT)
-        self._eps = {key: UnitState() for key in self._classes}
+        # Each unit's cold start starts from its build's probe (`known_cold`) where `store`,
+        # the artifact Volume's root, has one.
+        self._eps = {key: UnitState(cold=known_cold(split_unit(key)[0], store))
+                     for key in self._classes}
         self._tasks: set[asyncio.Task] = set()
 
     def _unit(self, endpoint: str, inputs: list[Any] | None = None) -> str:

@@ -6,6 +6,8 @@ A unit is what one Modal class serves: an endpoint, or one lane of an endpoint w
 containers and autoscaler, so the router keeps one `UnitState` per unit and builds each
 unit's snapshot from its own class's stats (`floodway.deploy.modal_router.ModalBackend`).
 
+- `known_cold(endpoint, store_root)`: a unit's cold-start estimate before any start was
+  published, from its build's probe on the artifact Volume.
 - `container_slots(ep)`: the inputs one container runs at once, declared as the class's
   ``@modal.concurrent`` and modelled by the router, so the two cannot differ.
 - `runner_loads`: Modal's runners as warm `ContainerLoad`s carrying the router's rows.
@@ -19,8 +21,11 @@ import math
 from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from floodway.build.starts import known_starts
+from floodway.build.store import ArtifactStore
 from floodway.core.estimators import (
     SERVICE_SAMPLES,
     ArrivalRate,
@@ -29,7 +34,7 @@ from floodway.core.estimators import (
 )
 from floodway.core.generation import GenerationEstimator
 from floodway.core.snapshot import ContainerLoad, pipeline_slots
-from floodway.deploy.modal_stats import cold_estimator
+from floodway.deploy.modal_stats import BOOT_S, COLD_SAMPLES, cold_estimator
 from floodway.deploy.modal_stream import is_streaming, max_sequences
 from floodway.functions.endpoint import Endpoint
 from floodway.functions.lanes import lanes_section
@@ -44,6 +49,18 @@ def container_slots(ep: Any) -> int:
     if is_streaming(ep):
         return max_sequences(ep)
     return pipeline_slots(ep.route.max_inflight_per_container)
+
+
+def known_cold(endpoint: str, store_root: str | Path | None) -> ColdStartEstimator:
+    """The router's cold-start estimate of `endpoint` before a GPU class has published a
+    start: its build's cold-start probe on the artifact Volume (`floodway.build.starts`),
+    plus `BOOT_S` (Modal's scheduling and snapshot restore, which no container can time:
+    the floor of every estimate on Modal, as the measured starts have); the prior where the
+    Volume knows nothing (`ColdStartEstimator.known`)."""
+    if store_root is None:
+        return cold_estimator()
+    known = known_starts(ArtifactStore(store_root), endpoint)
+    return ColdStartEstimator.known(probe_s=known.probe_s, boot_s=BOOT_S, keep=COLD_SAMPLES)
 
 
 def runner_loads(runners: int, inflight_rows: int, max_batch_rows: int, slots: int
@@ -120,4 +137,4 @@ def modal_readiness(units: Mapping[str, Endpoint], states: Mapping[str, UnitStat
     return out
 
 
-__all__ = ["UnitState", "container_slots", "modal_readiness", "runner_loads"]
+__all__ = ["UnitState", "container_slots", "known_cold", "modal_readiness", "runner_loads"]

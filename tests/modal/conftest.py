@@ -27,7 +27,7 @@ from tests.modal_fake import FakeModalServer
 _loads = itertools.count(1)
 
 
-def _reset_modal_client() -> None:
+def reset_modal_client() -> None:
     """Close and forget the client Modal cached, and the environment it resolved."""
     import modal
     from modal._environments import ENVIRONMENT_CACHE
@@ -54,11 +54,11 @@ def fake_modal(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Fake
     for key in ("MODAL_PROFILE", "MODAL_OAUTH_REFRESH_TOKEN", "MODAL_OAUTH_CLIENT_ID",
                 "MODAL_OAUTH_CLIENT_SECRET", "MODAL_OAUTH_JWT_KEY"):
         monkeypatch.delenv(key, raising=False)
-    _reset_modal_client()
+    reset_modal_client()
     try:
         yield server
     finally:
-        _reset_modal_client()
+        reset_modal_client()
         server.stop()
 
 

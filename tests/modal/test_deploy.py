@@ -4,6 +4,8 @@ volumes, secrets, schedules, the web endpoint)."""
 
 from __future__ import annotations
 
+import sys
+
 import modal
 import pytest
 from modal_proto import api_pb2
@@ -116,3 +118,76 @@ def test_redeploy_resets_the_autoscaler_to_the_decorator(fake_modal):
     mod.app.deploy()
     assert fake_modal.state.function("Embed.*", app=APP_NAME).function_id == embed.function_id
     assert embed.autoscaler.min_containers == 1
+
+
+# ---------------------------------------------------------------- credentials, from the CLI
+
+def _cli(*args: str):
+    from typer.testing import CliRunner
+
+    from floodway import cli
+    from tests.conftest import MODAL_APP
+
+    return CliRunner().invoke(cli.cli, [args[0], str(MODAL_APP), *args[1:]])
+
+
+def _one_error_line(output: str) -> str:
+    """The output's only error line (asserting there is one, and no traceback)."""
+    assert "Traceback" not in output, output
+    [line] = [line for line in output.splitlines() if line.startswith("error:")]
+    return line
+
+
+def _oauth_jwt_env(monkeypatch, key: str) -> None:
+    for name in ("MODAL_TOKEN_ID", "MODAL_TOKEN_SECRET", "MODAL_OAUTH_CLIENT_SECRET"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("MODAL_OAUTH_REFRESH_TOKEN", "rt-0123456789")
+    monkeypatch.setenv("MODAL_OAUTH_CLIENT_ID", "oc-0123456789")
+    monkeypatch.setenv("MODAL_OAUTH_JWT_KEY", key)
+
+
+def test_a_refused_token_is_one_line_and_nothing_is_deployed(fake_modal, monkeypatch):
+    fake_modal.state.add_secret(ROUTER_SECRET, {"FLOODWAY_API_KEYS": "k"})
+    monkeypatch.setenv("MODAL_TOKEN_SECRET", "as-notthisidssecret")
+    r = _cli("deploy")
+    assert r.exit_code == 2, r.output
+    line = _one_error_line(r.output)
+    assert "Modal refused the credentials to deploy: Invalid token ID or secret" in line
+    assert "modal token new" in line
+    assert fake_modal.state.deployed(APP_NAME) is None and fake_modal.tokens.refused
+
+
+@pytest.mark.parametrize("missing", ["jwt", "cryptography"])
+@pytest.mark.parametrize("command", [("deploy",), ("build", "--on-modal")])
+def test_oauth_jwt_key_without_its_libraries_is_one_line_before_contacting_modal(
+        fake_modal, monkeypatch, command, missing):
+    """The client needs PyJWT and cryptography to sign a JWT key's assertions (modal's
+    ``oauth`` extra) and raises ImportError when it opens; floodway says so first."""
+    _oauth_jwt_env(monkeypatch, "-----BEGIN PRIVATE KEY-----\\n...\\n-----END PRIVATE KEY-----")
+    for name in [m for m in sys.modules if m == missing or m.startswith(f"{missing}.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, missing, None)        # as if not installed
+    r = _cli(*command)
+    assert r.exit_code == 2, r.output
+    line = _one_error_line(r.output)
+    assert "MODAL_OAUTH_JWT_KEY" in line and "pip install 'floodway[modal]'" in line
+    assert "contacting Modal" not in r.output
+    assert fake_modal.state.apps == {} and fake_modal.tokens.refused == []
+
+
+def test_oauth_jwt_key_is_signed_and_sent_with_the_modal_extra(fake_modal, monkeypatch):
+    """With the ``modal`` extra installed the client signs the JWT key's assertion and sends
+    it; the fake issues no OAuth clients, so it refuses them, in one line."""
+    pytest.importorskip("jwt")
+    rsa = pytest.importorskip("cryptography.hazmat.primitives.asymmetric.rsa")
+    from cryptography.hazmat.primitives import serialization
+
+    pem = rsa.generate_private_key(public_exponent=65537, key_size=2048).private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption()).decode()
+    _oauth_jwt_env(monkeypatch, pem)
+    fake_modal.state.add_secret(ROUTER_SECRET, {"FLOODWAY_API_KEYS": "k"})
+    r = _cli("deploy")
+    assert r.exit_code == 2, r.output
+    assert "OAuth credentials are not accepted" in _one_error_line(r.output)
+    assert fake_modal.state.deployed(APP_NAME) is None

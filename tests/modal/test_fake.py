@@ -1,12 +1,42 @@
-"""The fake control plane itself, through the real modal client: named objects, Dicts,
-function calls (results, raised exceptions, spawn, map), and RPCs it does not implement."""
+"""The fake control plane itself, through the real modal client: credentials, named objects,
+Dicts, function calls (results, raised exceptions, spawn, map), and RPCs it does not
+implement."""
 
 from __future__ import annotations
 
 import modal
 import pytest
 
+from tests.modal.conftest import reset_modal_client
 from tests.modal.support import deploy_example, run_async
+
+
+def _lookup_with(monkeypatch, token_id: str, token_secret: str) -> None:
+    """A Secret lookup by a fresh client sending `token_id` and `token_secret`."""
+    monkeypatch.setenv("MODAL_TOKEN_ID", token_id)
+    monkeypatch.setenv("MODAL_TOKEN_SECRET", token_secret)
+    reset_modal_client()
+    modal.Secret.from_name("present").hydrate()
+
+
+def test_only_the_token_pairs_the_server_issued_are_answered(fake_modal, monkeypatch):
+    """As Modal's server does: a request without an issued token id and its own secret is
+    refused (UNAUTHENTICATED: the client's AuthError), whatever it asks for."""
+    fake_modal.state.add_secret("present", {"A": "1"})
+    other_id, other_secret = fake_modal.tokens.issue()
+    _lookup_with(monkeypatch, other_id, other_secret)            # any issued pair works
+    refused = [
+        ("ak-fake", "as-fake", "Invalid token ID or secret"),    # well-formed, never issued
+        (fake_modal.token_id, other_secret, "Invalid token ID or secret"),  # another's secret
+        ("tk-" + fake_modal.token_id[3:], fake_modal.token_secret, "Token ID is malformed"),
+        (fake_modal.token_id, "secret", "Token secret is malformed"),
+    ]
+    for token_id, token_secret, why in refused:
+        with pytest.raises(modal.exception.AuthError, match=why):
+            _lookup_with(monkeypatch, token_id, token_secret)
+    assert len(fake_modal.tokens.refused) == len(refused)
+    assert all(got.startswith(why) for got, (_, _, why) in zip(
+        fake_modal.tokens.refused, refused, strict=True))
 
 
 def test_secret_lookups_answer_like_modal(fake_modal):

@@ -6,7 +6,8 @@ wheel, 1.6.4), for what deploying, calling, spawning, polling, Dicts, Volumes, S
 function stats and autoscaler updates need. Every other RPC answers
 ``UNIMPLEMENTED "<Rpc> not in the fake"`` and is recorded in ``state.unimplemented``.
 The client is pointed here through Modal's own configuration: ``MODAL_SERVER_URL`` and a
-throwaway ``MODAL_TOKEN_ID``/``MODAL_TOKEN_SECRET`` (`FakeModalServer.env`).
+``MODAL_TOKEN_ID``/``MODAL_TOKEN_SECRET`` pair the server issued (`FakeModalServer.env`);
+as on Modal, a request with any other credentials answers UNAUTHENTICATED (`auth`).
 
 Using it (``tests/modal/conftest.py`` has the ``fake_modal`` fixture doing all of this,
 including resetting the client Modal caches in ``modal.client._Client._client_from_env``):
@@ -29,6 +30,8 @@ Modules, one concern each:
 - `server`: `FakeModal` (the servicer: the parts below over ``ModalClientBase``) and
   `FakeModalServer` (start/stop on loopback, ``env()``, ``handle``, ``set_timing``,
   ``run(coro)`` on the server loop; a small HTTP server for blob uploads/downloads).
+- `auth`: `Tokens`, the token pairs the server issued, checked before every RPC (a
+  container's requests carry none).
 - `state`: `State`, everything received, readable by tests (apps, functions with their
   definitions, classes, images, mounts, secrets, volumes, Dicts, autoscaler updates, calls
   with their inputs and outputs).

@@ -1,7 +1,7 @@
 """The fake control plane's servicer and its lifecycle on loopback.
 
     server = FakeModalServer().start()        # own thread + event loop, free ports
-    os.environ.update(server.env())           # MODAL_SERVER_URL, throwaway token, ...
+    os.environ.update(server.env())           # MODAL_SERVER_URL, a token it issued, ...
     server.state.add_secret("keys", {...})    # tests.modal_fake.state.State
     server.handle("Embed.predict", fn)        # tests.modal_fake.calls
     server.set_timing("Embed", Timing(service_s=0.05, cold_start_s=0.3))
@@ -12,7 +12,8 @@
 `GeneratorSide`, `ObjectsSide`) over ``modal_proto.api_grpc.ModalClientBase``, every other
 RPC answering UNIMPLEMENTED (`tests.modal_fake.stubs.complete`). Blob uploads and downloads
 go to a small aiohttp server on another loopback port (``PUT``/``GET /blobs/<id>``, ETag = md5
-as S3 does).
+as S3 does). Every RPC's credentials are checked first (`tests.modal_fake.auth`): only the
+token pairs the fake issued get an answer.
 """
 
 from __future__ import annotations
@@ -24,9 +25,11 @@ from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 from aiohttp import web
+from grpclib.events import RecvRequest, listen
 from grpclib.server import Server
 from modal_proto.api_grpc import ModalClientBase
 
+from tests.modal_fake.auth import Tokens
 from tests.modal_fake.calls import CallSide, Handler
 from tests.modal_fake.container import ContainerSide
 from tests.modal_fake.deploy import DeploySide
@@ -45,7 +48,7 @@ class FakeModal(ContainerSide, DeploySide, CallSide, GeneratorSide, ObjectsSide,
                 ModalClientBase):
     """The servicer. Attributes the parts share: `state`, `handlers` (key -> callable),
     `timings` (function tag or class name -> Timing), `pools` (function id -> Pool),
-    `blob_url` (``http://127.0.0.1:<port>/blobs``)."""
+    `blob_url` (``http://127.0.0.1:<port>/blobs``), `tokens` (the credentials it accepts)."""
 
     def __init__(self, state: State | None = None) -> None:
         self.state = state or State()
@@ -53,6 +56,7 @@ class FakeModal(ContainerSide, DeploySide, CallSide, GeneratorSide, ObjectsSide,
         self.timings: dict[str, Timing] = {}
         self.pools: dict[str, Pool] = {}
         self.blob_url = ""
+        self.tokens = Tokens()
 
 
 class FakeModalServer:
@@ -60,6 +64,7 @@ class FakeModalServer:
 
     def __init__(self, servicer: FakeModal | None = None) -> None:
         self.servicer = servicer or FakeModal()
+        self.token_id, self.token_secret = self.servicer.tokens.issue()
         self.loop: asyncio.AbstractEventLoop | None = None
         self.port = self.blob_port = 0
         self._thread: threading.Thread | None = None
@@ -71,14 +76,18 @@ class FakeModalServer:
         return self.servicer.state
 
     @property
+    def tokens(self) -> Tokens:
+        return self.servicer.tokens
+
+    @property
     def url(self) -> str:
         return f"http://{HOST}:{self.port}"
 
     def env(self) -> dict[str, str]:
-        """The environment that points the real modal client here: server URL, a throwaway
-        token (``modal.client._Client.from_env`` needs one), no config file profile."""
-        return {"MODAL_SERVER_URL": self.url, "MODAL_TOKEN_ID": "ak-fake",
-                "MODAL_TOKEN_SECRET": "as-fake", "MODAL_ENVIRONMENT": "main"}
+        """The environment that points the real modal client here: server URL, the token
+        pair this server issued (any other is refused), no config file profile."""
+        return {"MODAL_SERVER_URL": self.url, "MODAL_TOKEN_ID": self.token_id,
+                "MODAL_TOKEN_SECRET": self.token_secret, "MODAL_ENVIRONMENT": "main"}
 
     # ------------------------------------------------------------ setup
 
@@ -121,6 +130,7 @@ class FakeModalServer:
 
     async def _serve(self) -> None:
         self._grpc = Server([self.servicer])
+        listen(self._grpc, RecvRequest, self.servicer.tokens.on_request)
         await self._grpc.start(HOST, 0)
         self.port = self._grpc._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
         app = web.Application(client_max_size=1 << 30)
