@@ -54,6 +54,7 @@ from rich.table import Table
 from floodway.bench import command
 from floodway.bench.plan import Inputs, plan_requests
 from floodway.bench.server import serving
+from floodway.bench.target import target_of
 from floodway.sim.trace import read_trace
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -242,7 +243,7 @@ def main(trace: Annotated[Path, typer.Option(help="the per-request trace")] = DE
                           [p.inputs[0] for p in plan]))
     out.mkdir(parents=True, exist_ok=True)
     rows: list[Row] = []
-    endpoint = command._target(app, None, None, deadline_ms, 200).endpoint
+    endpoint = target_of(app, None, None, deadline_ms, 200).endpoint
     for cond in conds:
         with hog(cond == "hog"):
             with tempfile.TemporaryDirectory(prefix="floodway-scenarios-") as work, \

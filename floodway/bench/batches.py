@@ -231,13 +231,15 @@ class BatchSampler:
 
 async def watch(client: httpx.AsyncClient, sampler: BatchSampler, stop: asyncio.Event,
                 clock: Callable[[], float], interval_s: float = INTERVAL_S,
-                t0: float | None = None, local: bool = False) -> None:
+                t0: float | None = None, local: bool = False,
+                started: asyncio.Event | None = None) -> None:
     """Sample ``GET /metrics`` into `sampler` every `interval_s` until `stop` is set, and
-    once more after; times are `clock() - t0` (`t0`: the replay's start, default the first
-    call). Each sample also reads ``GET /readyz`` for the containers running a batch and
-    their CPU seconds (`floodway.bench.contention`), this process's CPU seconds and, with
-    `local` (the router runs on this machine), the machine's. Failed scrapes are skipped
-    (the next one covers their interval)."""
+    once more after (`started` is set once the first sample is in: what runs after it
+    falls within the intervals); times are `clock() - t0` (`t0`: the replay's start,
+    default the first call). Each sample also reads ``GET /readyz`` for the containers
+    running a batch and their CPU seconds (`floodway.bench.contention`), this process's CPU
+    seconds and, with `local` (the router runs on this machine), the machine's. Failed
+    scrapes are skipped (the next one covers their interval)."""
     from floodway.bench.contention import busy_of_readiness, cpu_of_readiness
     from floodway.runtime.procstat import machine_cpu_s
 
@@ -257,6 +259,8 @@ async def watch(client: httpx.AsyncClient, sampler: BatchSampler, stop: asyncio.
 
     while not stop.is_set():
         await scrape()
+        if started is not None:
+            started.set()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), interval_s)
     await scrape()

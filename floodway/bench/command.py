@@ -15,7 +15,6 @@ replay measures the endpoint, not its response cache.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import tempfile
 import time
@@ -27,10 +26,12 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from floodway.bench.service_choice import LAST_RUN_DIR, app_file
 from floodway.errors import FloodwayError
 
 if TYPE_CHECKING:
     from floodway.bench.report import Summary
+    from floodway.bench.target import Target
 
 API_KEY_ENV = "FLOODWAY_API_KEY"
 # The client waits this long for any answer (a router answers within the deadline plus its
@@ -39,79 +40,6 @@ CLIENT_TIMEOUT_S = 30.0
 WARMUP_REQUESTS = 3
 console = Console(stderr=True, soft_wrap=True)
 _table_console = Console()
-
-
-@dataclass(frozen=True)
-class Target:
-    """Where to replay: `url` (None: serve `app` locally), the endpoint, how its items are
-    made and the deadline in ms; for an app, its endpoint's config (`floodway.bench.
-    runfile.config_doc`: max_seq_len sizes the texts' token estimates)."""
-
-    app: str | None
-    url: str | None
-    endpoint: str
-    inputs: Any
-    deadline_ms: float
-    config: dict | None = None
-
-
-def _app_target(app: str, endpoint: str | None, input_json: Any,
-                deadline_ms: float | None, max_words: int) -> Target:
-    """The Target of an app file: its endpoint (the only one, or `endpoint`), its item kind
-    from the function's annotation, its Route.timeout_s as the default deadline."""
-    from floodway.bench.plan import Inputs
-    from floodway.config import Generation
-    from floodway.deploy import NO_MODAL_ENV
-    from floodway.functions.discover import load_app
-    from floodway.functions.prompts import Prompt
-
-    os.environ.setdefault(NO_MODAL_ENV, "1")      # the app's Modal objects are not used
-    spec = app if endpoint is None or "::" in app else f"{app}::{endpoint}"
-    _, eps = load_app(spec)
-    if len(eps) != 1:
-        raise FloodwayError(f"{app} has {len(eps)} endpoints ({', '.join(e.name for e in eps)})"
-                            "; pick one with --endpoint NAME")
-    ep = eps[0]
-    if input_json is not None:
-        inputs = Inputs("json", input_json, max_words)
-    elif ep.input_type is str:
-        inputs = Inputs("text", max_words=max_words)
-    elif ep.input_type is Prompt:
-        inputs = Inputs("prompt", max_words=max_words,
-                        max_new_tokens=(ep.generation or Generation()).max_new_tokens)
-    else:
-        kind = getattr(ep.input_type, "__name__", ep.input_type)
-        raise FloodwayError(f"endpoint {ep.name} takes {kind} items, not text: give one "
-                            "with --input-json")
-    from floodway.bench.runfile import config_doc
-
-    return Target(spec, None, ep.name, inputs,
-                  deadline_ms if deadline_ms is not None else ep.route.timeout_s * 1000,
-                  config_doc(ep))
-
-
-def _target(app: str, endpoint: str | None, input_json: str | None,
-            deadline_ms: float | None, max_words: int) -> Target:
-    from floodway.bench.plan import Inputs
-    from floodway.config import Route
-
-    item = None
-    if input_json is not None:
-        try:
-            item = json.loads(input_json)
-        except json.JSONDecodeError as e:
-            raise FloodwayError(f"--input-json is not JSON ({e.msg} at {e.pos}): give one "
-                                "item, e.g. '\"a text\"' or '{\"prompt\": \"hi\"}'") from None
-    if deadline_ms is not None and not 0 < deadline_ms <= 3_600_000:
-        raise FloodwayError(f"--deadline-ms: give a number in (0, 3600000], got {deadline_ms}")
-    if not app.startswith(("http://", "https://")):
-        return _app_target(app, endpoint, item, deadline_ms, max_words)
-    if endpoint is None:
-        raise FloodwayError(f"{app} is a URL: name the endpoint with --endpoint NAME")
-    inputs = Inputs("json", item, max_words) if item is not None else \
-        Inputs("text", max_words=max_words)
-    return Target(None, app.rstrip("/"), endpoint, inputs,
-                  deadline_ms if deadline_ms is not None else Route().timeout_s * 1000)
 
 
 async def _ready_containers(client, endpoint: str) -> int | None:
@@ -155,22 +83,19 @@ async def _replay(base: str, target: Target, plan: list, headers: dict[str, str]
     """Warm-up (local servers only, not counted), then the replay with /metrics sampled
     beside it (on the replay's clock), then (`follow_jobs`) its 202s followed to their
     end (`floodway.bench.jobs`)."""
-    import aiohttp
     import httpx
     from rich.progress import Progress
 
     from floodway.bench.batches import BatchSampler, watch
     from floodway.bench.jobs import follow
-    from floodway.bench.replay import replay
+    from floodway.bench.replay import replay, sessions
     from floodway.bench.routerlag import lag_between
 
     sampler = BatchSampler(target.endpoint)
     # aiohttp sends the load (cheap per request: floodway.bench.replay says why); the
     # samples of /readyz and /metrics, a few a second, go through httpx.
-    session = aiohttp.ClientSession(
-        base_url=base + "/", headers=headers, connector=aiohttp.TCPConnector(limit=0),
-        timeout=aiohttp.ClientTimeout(total=CLIENT_TIMEOUT_S))
-    async with session as client, \
+    session, fresh = sessions(base, headers, CLIENT_TIMEOUT_S)
+    async with session as client, fresh, \
             httpx.AsyncClient(base_url=base, headers=headers, timeout=5) as side:
         if target.url is None:       # a fresh router's first batches pay for warming up
             for k, p in enumerate(plan[:WARMUP_REQUESTS]):
@@ -179,17 +104,21 @@ async def _replay(base: str, target: Target, plan: list, headers: dict[str, str]
                     await r.read()
         at_start = await _ready_containers(side, target.endpoint)
         before = await _scrape(side)
-        stop = asyncio.Event()
+        stop, sampled = asyncio.Event(), asyncio.Event()
         # One origin for the samples and the answers (the replay's own starts within
-        # microseconds of it), so that answers fall into the intervals they ended in.
+        # milliseconds of it), so that answers fall into the intervals they ended in; the
+        # replay starts once the first sample is in, so that its first batches are counted.
         watcher = asyncio.create_task(watch(side, sampler, stop, time.perf_counter,
-                                            t0=time.perf_counter(), local=target.url is None))
+                                            t0=time.perf_counter(), local=target.url is None,
+                                            started=sampled))
+        await asyncio.wait([asyncio.ensure_future(sampled.wait()), watcher],
+                           return_when=asyncio.FIRST_COMPLETED)
         wall0 = time.time() - time.perf_counter()   # the replay's clock on the wall clock
         with Progress(console=console, transient=True) as progress:
             task = progress.add_task(f"replaying {len(plan):,} requests", total=len(plan))
             t0 = time.perf_counter()
             results = await replay(client, target.endpoint, plan, target.deadline_ms,
-                                   on_answer=lambda _: progress.advance(task))
+                                   on_answer=lambda _: progress.advance(task), fresh=fresh)
         stop.set()
         await watcher
         lag = lag_between(before, await _scrape(side))
@@ -212,6 +141,25 @@ def _answered(target: Target, plan: list, results: list) -> list[tuple[float, in
             for p, r in zip(plan, results, strict=True) if r.status == 200]
 
 
+def _failures(target: Target, results: list) -> None:
+    """Print the answers other than 200/202 by status, each with its first error message.
+    Raises FloodwayError when every request was refused with a 4xx."""
+    from floodway.bench.report import all_refused, failures
+
+    found = failures(results)
+    if all_refused(results):
+        sent = "the --input-json item" if target.inputs.kind == "json" else \
+            f"a {target.inputs.kind} item; --input-json ITEM sends one of your own"
+        raise FloodwayError(
+            f"every request was refused: {'; '.join(f.describe() for f in found)}. The "
+            f"endpoint {target.endpoint} does not take what bench sent ({sent}), or the "
+            "key (--api-key)")
+    if found:
+        console.print("answers other than 200/202, by status (the first one's error):")
+        for f in found:
+            console.print(f"  {escape(f.describe())}")
+
+
 def _cores() -> int:
     """The cores this process (and so a local router and its containers) may run on."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
@@ -230,6 +178,7 @@ def _write(out: Path, target: Target, summary, sampler, title: str,
         raise FloodwayError(f"no request was answered (the first: {summary.results[0].error}); "
                             f"is {target.url or 'the server'} a floodway router?")
     console.print(f"requests: {write_requests_csv(summary, out / 'requests.csv')}")
+    _failures(target, summary.results)
     console.print("plot: " + str(plot_bench(
         [r.send_s for r in summary.results], [r.latency_s for r in summary.results],
         summary.outcomes, summary.deadline_s, out / "bench.png", title)))
@@ -278,11 +227,15 @@ def run(app: str, trace: Path, endpoint: str | None, time_scale: float,
     from floodway.bench.plan import plan_requests
     from floodway.bench.report import summarize
     from floodway.bench.server import serving
+    from floodway.bench.target import target_of
     from floodway.sim.trace import read_trace
 
     if capacity_rps is not None and not capacity_rps > 0:
         raise FloodwayError(f"--capacity-rps must be > 0, got {capacity_rps}")
-    target = _target(app, endpoint, input_json, deadline_ms, max_words)
+    key = api_key or os.environ.get(API_KEY_ENV)
+    # The replay measures the endpoint, not its response cache (a --input-json item repeats).
+    headers = {"Cache-Control": "no-cache", **({"Authorization": f"Bearer {key}"} if key else {})}
+    target = target_of(app, endpoint, input_json, deadline_ms, max_words, headers)
     if containers is not None and (target.url or containers < 1):
         raise FloodwayError(f"--containers {containers}: give a number >= 1, for an APP "
                             "served locally (a URL's router scales itself)")
@@ -291,9 +244,6 @@ def run(app: str, trace: Path, endpoint: str | None, time_scale: float,
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise FloodwayError(f"--out {out}: cannot create it ({e.strerror or e})") from None
-    key = api_key or os.environ.get(API_KEY_ENV)
-    # The replay measures the endpoint, not its response cache (a --input-json item repeats).
-    headers = {"Cache-Control": "no-cache", **({"Authorization": f"Bearer {key}"} if key else {})}
     console.print(f"{len(plan):,} requests over {plan[-1].send_s:.1f} s to {target.endpoint} "
                   f"(time scale {time_scale:g}, deadline {target.deadline_ms:g} ms)")
     with tempfile.TemporaryDirectory(prefix="floodway-bench-") as work, \
@@ -341,7 +291,8 @@ def _write_run(out: Path, target: Target, trace: Path, plan: list,
     inp = target.inputs
     time_scale, duration_s, start_s = timing
     console.print("run: " + str(write_run(
-        out / "run.json", app=target.app, url=target.url, endpoint=target.endpoint,
+        out / "run.json", app=target.app, app_resolved=app_file(target.app),
+        url=target.url, endpoint=target.endpoint,
         trace=str(trace), trace_resolved=str(trace.resolve()), start_s=start_s,
         time_scale=time_scale, duration_s=duration_s, requests=len(plan),
         first_row=plan[0].index, last_row=plan[-1].index, deadline_ms=target.deadline_ms,
@@ -368,8 +319,9 @@ def bench(app: Annotated[str, typer.Argument(
           deadline_ms: Annotated[float | None, typer.Option(
               help="X-Deadline-Ms of every request (default: the app's Route.timeout_s; "
                    "2000 for a URL)")] = None,
-          out: Annotated[Path, typer.Option(help="folder for the files written")]
-          = Path("bench-out"),
+          out: Annotated[Path, typer.Option(
+              help="folder for the files written (simulate reads the default one's "
+                   "batch times)")] = LAST_RUN_DIR,
           api_key: Annotated[str | None, typer.Option(
               help=f"bearer key for a URL (default: ${API_KEY_ENV})")] = None,
           input_json: Annotated[str | None, typer.Option(

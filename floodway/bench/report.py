@@ -3,6 +3,7 @@ CSV, batch-times JSON).
 
     summarize(results, deadline_s, capacity_rps=None, span_s=None, lag=None) -> Summary
     summary_table(summary, title) -> rich.table.Table
+    failures(results) -> list[Failure]    the answers other than 200/202, by status
     write_requests_csv(summary, path); write_json(doc, path)
 
 The CSV has one row per request: index, send_s (planned, from the replay's start), lag_s
@@ -64,6 +65,45 @@ class Summary:
     def requests(self) -> int:
         return len(self.results)
 
+    @property
+    def reconnected(self) -> int:
+        """Requests sent again on a fresh connection (`floodway.bench.replay`)."""
+        return sum(1 for r in self.results if r.reconnected)
+
+
+@dataclass(frozen=True)
+class Failure:
+    """The requests answered `status` >= 400 (0: no answer, then `kind` names the error's
+    type): how many, and the first one's error message."""
+
+    status: int
+    kind: str
+    count: int
+    first_error: str
+
+    def describe(self) -> str:
+        return f"{self.kind} x {self.count:,}: {self.first_error or '(no message)'}"
+
+
+def failures(results: Sequence[Result]) -> list[Failure]:
+    """The requests not answered 200 or 202, by status (no answers by their error's type),
+    most first, each kind with its first request's error message."""
+    groups: dict[str, list[Result]] = {}
+    for r in results:
+        if r.status in (200, 202):
+            continue
+        kind = str(r.status) if r.status else \
+            f"no answer ({r.error.split(':', 1)[0] or 'unknown'})"
+        groups.setdefault(kind, []).append(r)
+    out = [Failure(rs[0].status, k, len(rs), rs[0].error) for k, rs in groups.items()]
+    return sorted(out, key=lambda f: (-f.count, f.kind))
+
+
+def all_refused(results: Sequence[Result]) -> bool:
+    """Whether every request was answered with a 4xx (the endpoint refused what was
+    sent: a wrong item, endpoint or key, not a load it could not bear)."""
+    return bool(results) and all(400 <= r.status < 500 for r in results)
+
 
 def summarize(results: Sequence[Result], deadline_s: float, capacity_rps: float | None = None,
               span_s: float | None = None, lag: Lag | None = None) -> Summary:
@@ -111,6 +151,9 @@ def summary_rows(s: Summary) -> list[tuple[str, str]]:
                     f"deadline; 202/429/503 within it + {HONEST_SLACK_S * 1000:.0f} ms)"))
     lag = percentile([r.lag_s for r in s.results], 99)
     rows.append(("client send lag p99 (ms)", _ms(lag)))
+    if s.reconnected:
+        rows.append(("reconnected (an idle connection the server closed; sent again)",
+                     f"{s.reconnected:,}"))
     if s.lag is not None:
         rows.append(("router event-loop lag p50 / p99 / max (ms, bucket bounds)",
                      f"{_ms(s.lag.p50_s)} / {_ms(s.lag.p99_s)} / {_ms(s.lag.max_s)} "
@@ -162,5 +205,5 @@ def write_json(doc: dict, path: Path) -> Path:
     return path
 
 
-__all__ = ["CSV_COLUMNS", "PERCENTILES", "Summary", "summarize", "summary_rows",
-           "summary_table", "write_json", "write_requests_csv"]
+__all__ = ["CSV_COLUMNS", "PERCENTILES", "Failure", "Summary", "all_refused", "failures",
+           "summarize", "summary_rows", "summary_table", "write_json", "write_requests_csv"]

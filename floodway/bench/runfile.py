@@ -6,7 +6,8 @@
     run.trace(max_seq_len) -> Trace             the requests sent, on the replay's clock
     run.sim_config(endpoint, service=..., ...) -> SimConfig
 
-The JSON (format ``floodway.bench.run/1``): the app (or URL) and endpoint; the trace as
+The JSON (format ``floodway.bench.run/1``): the app (``app``, and ``app_resolved``: its file's
+absolute path, or null) or ``url``, and the endpoint; the trace as
 given and resolved, ``start_s`` (trace seconds skipped), ``time_scale``, ``duration_s``;
 the rows sent (``requests``, ``first_row``, ``last_row``); ``deadline_ms`` (every request's
 X-Deadline-Ms); how items were made (``inputs``: kind, max_words, max_new_tokens); the

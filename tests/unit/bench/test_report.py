@@ -66,3 +66,50 @@ def test_plot_writes_a_png(tmp_path):
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with pytest.raises(ValueError, match="one length"):
         plot_bench([0.0], [], [], 1.0, tmp_path / "x.png")
+
+
+def test_failures_are_reported_by_status_with_the_first_message():
+    from floodway.bench.report import failures
+
+    rs = [Result(0, 0.0, status=200, latency_s=0.1),
+          *[Result(i, 0.1 * i, status=422, latency_s=0.01,
+                   error=f"inputs[0]: expected an array of float32 (request {i})")
+            for i in range(1, 4)],
+          Result(4, 0.5, status=503, latency_s=0.01, error="over capacity"),
+          Result(5, 0.6, latency_s=1.0, error="ServerDisconnectedError: Server disconnected"),
+          Result(6, 0.7, status=202, latency_s=0.01)]
+    got = failures(rs)
+    assert [(f.kind, f.count) for f in got] == [("422", 3), ("503", 1),
+                                                ("no answer (ServerDisconnectedError)", 1)]
+    assert got[0].describe() == "422 x 3: inputs[0]: expected an array of float32 (request 1)"
+
+
+def test_every_request_refused_with_a_4xx_fails_the_run():
+    from types import SimpleNamespace
+
+    from floodway.bench.command import _failures
+    from floodway.bench.report import all_refused
+    from floodway.errors import FloodwayError
+
+    refused = [Result(i, 0.0, status=422 if i else 401, latency_s=0.01, error="bad item")
+               for i in range(5)]
+    assert all_refused(refused) and not all_refused([*refused, Result(9, 1.0, status=200)])
+    assert not all_refused([])
+    t = SimpleNamespace(endpoint="classify", inputs=SimpleNamespace(kind="text"))
+    with pytest.raises(FloodwayError, match=r"every request was refused: 422 x 4: bad item; "
+                                            r"401 x 1: bad item\. The endpoint classify"):
+        _failures(t, refused)
+    _failures(t, [*refused, Result(9, 1.0, status=200)])     # some answered: printed only
+
+
+def test_reconnected_requests_are_counted_apart_from_the_outcomes():
+    rs = _results()
+    rs[0].reconnected = rs[1].reconnected = True
+    s = summarize(rs, deadline_s=1.0)
+    rows = dict(summary_rows(s))
+    assert s.reconnected == 2
+    assert rows["reconnected (an idle connection the server closed; sent again)"] == "2"
+    assert rows["200 within deadline"] == "3 (33.3%)" and rows["other / no answer"] == \
+        "1 (11.1%)"
+    assert not any(k.startswith("reconnected") for k, _ in summary_rows(summarize(
+        _results(), 1.0)))
