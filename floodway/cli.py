@@ -36,6 +36,13 @@ def _no_modal() -> None:
     os.environ.setdefault(NO_MODAL_ENV, "1")
 
 
+def _no_hub_progress_bars() -> None:
+    """No Hugging Face progress bars (downloads, transformers loading weights) under
+    floodway's own: the hub and transformers read this at import, workers inherit it; a
+    value the user set wins."""
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+
+
 def _fail(e: Exception) -> typer.Exit:
     console.print(f"[bold red]error:[/] {escape(str(e))}")
     return typer.Exit(code=2)
@@ -46,9 +53,11 @@ def _modal_app(app: str, what: str):
 
     Clears ``FLOODWAY_NO_MODAL`` first: left set in the shell, it would make `to_modal` skip
     building the Modal objects that deploying and building on Modal need."""
+    from floodway.deploy import NO_MODAL_ENV, require_modal
+
+    require_modal(what)
     import modal
 
-    from floodway.deploy import NO_MODAL_ENV
     from floodway.functions.discover import import_target, load_app
 
     os.environ.pop(NO_MODAL_ENV, None)
@@ -76,21 +85,37 @@ def _talking_to_modal(what: str) -> Iterator[None]:
     except modal.exception.ConnectionError as e:
         raise FloodwayError(f"could not reach Modal to {what} ({e}); check the network, and "
                             f"MODAL_SERVER_URL if it is set") from None
+    except modal.exception.AuthError as e:
+        raise FloodwayError(f"Modal refused the credentials to {what}: {e} (run `modal "
+                            f"token new`, or check the MODAL_TOKEN_* or MODAL_OAUTH_* "
+                            f"variables)") from None
     except modal.exception.Error as e:
         raise FloodwayError(f"Modal refused to {what}: {type(e).__name__}: {e}") from None
+
+
+def _check_credentials() -> None:
+    """Raise FloodwayError, before anything is sent to Modal, when the Modal credentials are
+    missing or incomplete, or a JWT key's libraries are not installed (`credentials_problem`,
+    looked up on `modal_warmers` as `deploy_and_apply` does)."""
+    from floodway.deploy import modal_warmers
+
+    problem = modal_warmers.credentials_problem()
+    if problem is not None:
+        raise FloodwayError(problem)
+
+
+# What the ``build`` extra installs (pyproject.toml): a build without them names the extra.
+_BUILD_EXTRA_MODULES = frozenset({"torch", "transformers", "onnx", "onnxscript"})
 
 
 def _build_on_modal(app: str, force: bool) -> None:
     """Run the app's Modal build functions (one per GPU type) and print what they did.
     Raises FloodwayError, before contacting Modal, when no credentials are configured."""
-    from floodway.deploy.modal_deploy import credentials_problem
-    from floodway.deploy.modal_objects import run_builds_on_modal
-
     endpoint = app.partition("::")[2]
     fw_app, module_app = _modal_app(app, "build on Modal")
-    problem = credentials_problem()
-    if problem is not None:
-        raise FloodwayError(problem)
+    _check_credentials()
+    from floodway.deploy.modal_objects import run_builds_on_modal
+
     with _talking_to_modal("build"):
         results = run_builds_on_modal(module_app, fw_app, endpoint or None, force)
     for res in results:
@@ -119,6 +144,7 @@ def build(app: AppArg, store: StoreOpt = None,
             raise _fail(e) from None
         return
     _no_modal()
+    _no_hub_progress_bars()
     try:
         _, eps = load_app(app)
         st = ArtifactStore(store)
@@ -137,10 +163,28 @@ def build(app: AppArg, store: StoreOpt = None,
             console.print(f"{ep.name}: {verdict} {res.path} in {res.seconds:.2f}s")
             for stage, why in res.skipped.items():
                 console.print(f"{ep.name}: stage {stage} skipped: {why}")
+            for warning in res.warnings:
+                console.print(f"{ep.name}: warning: {warning}", style="yellow", markup=False)
             if res.stages_cached and not res.cached:
                 console.print(f"{ep.name}: reused cached stages: {', '.join(res.stages_cached)}")
     except FloodwayError as e:
         raise _fail(e) from None
+    except ModuleNotFoundError as e:
+        if (e.name or "").partition(".")[0] not in _BUILD_EXTRA_MODULES:
+            raise
+        raise _fail(FloodwayError(
+            f"floodway build needs the build extra ({e.name} is not installed): pip install "
+            f"'floodway[build]' (the README's install section says how to get torch's CPU "
+            f"wheel)")) from None
+
+
+def serve_logging(level: str) -> None:
+    """`floodway serve`'s log: floodway's loggers at `level` (uvicorn's get it too); httpx's
+    at WARNING at least (its line per request repeats the access log's)."""
+    number = logging.getLevelName(level.upper())
+    logging.basicConfig(level=number, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("floodway").setLevel(number)
+    logging.getLogger("httpx").setLevel(max(number, logging.WARNING))
 
 
 @cli.command(help=SERVE_HELP)
@@ -158,18 +202,25 @@ def serve(app: AppArg, host: Annotated[str, typer.Option()] = "127.0.0.1",
           job_ttl_s: Annotated[float, typer.Option(min=1, help=opts.JOBS_HELP["ttl"])] = 86400.0,
           job_max_mib: Annotated[int, typer.Option(min=1, help=opts.JOBS_HELP["max"])] = 1024,
           job_tenant_mib: Annotated[int, typer.Option(min=1, help=opts.JOBS_HELP["tenant"])] = 256,
+          allow_stale: Annotated[bool, typer.Option(
+              "--allow-stale", help="serve builds made from another definition of their "
+                                    "endpoint (a warning instead of the refusal)")] = False,
+          log_level: Annotated[opts.LogLevel, typer.Option(
+              case_sensitive=False, help=opts.LOG_LEVEL_OPT)] = opts.LogLevel.info,
           ) -> None:
     """Serve endpoints locally (`SERVE_HELP`)."""
     from floodway.routers.admission import ApiKeys
     from floodway.runtime.server import serve as run
 
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    serve_logging(log_level.value)
     _no_modal()
+    _no_hub_progress_bars()
     try:
         run(app, host=host, port=port, store=store, containers=containers,
             show_example=show_example, api_keys=ApiKeys.from_env(extra=api_key or ()),
             jobs_db=jobs_db, job_ttl_s=job_ttl_s, job_max_bytes=job_max_mib << 20,
-            job_tenant_max_bytes=job_tenant_mib << 20)
+            job_tenant_max_bytes=job_tenant_mib << 20, allow_stale=allow_stale,
+            log_level=log_level.value)
     except FloodwayError as e:
         raise _fail(e) from None
 
@@ -190,6 +241,7 @@ def deploy(app: Annotated[str, typer.Argument(
         if "::" in app:
             raise FloodwayError("deploy takes the whole app: drop the ::ENDPOINT part")
         fw_app, module_app = _modal_app(app, "deploy")
+        _check_credentials()
         with _talking_to_modal("deploy"):
             applied = modal_warmers.deploy_and_apply(module_app, fw_app)
     except FloodwayError as e:
@@ -248,8 +300,8 @@ def _plot_path(out: Path) -> Path:
 def _sim_models(cold_start_s: str, service_ms: str | None, per_row_ms: float,
                batch_times: Path | None = None):
     """`simulate`'s cold-start and service-time options as the simulator's models
-    (`ColdStartModel`, `ServiceModel`); FloodwayError names the option that is wrong."""
-    from floodway.core.priors import SERVICE_PRIOR
+    (`ColdStartModel`, `ServiceModel`: None when they give none); FloodwayError names the
+    option that is wrong."""
     from floodway.sim import ColdStartModel, ServiceModel
 
     cold = ColdStartModel.of(_numbers(cold_start_s, "--cold-start-s", 3600.0))
@@ -260,8 +312,8 @@ def _sim_models(cold_start_s: str, service_ms: str | None, per_row_ms: float,
     if service_ms is None:
         if per_row_ms:
             raise FloodwayError("--per-row-ms applies with a single --service-ms value "
-                                "(without it, the prior: 20 ms + 5 ms per row)")
-        return cold, ServiceModel(SERVICE_PRIOR)
+                                "(without it, the last bench run's fit or the prior)")
+        return cold, None
     ms = _numbers(service_ms, "--service-ms", 3_600_000.0)
     if per_row_ms and len(ms) > 1:
         raise FloodwayError(f"--per-row-ms applies with a single --service-ms value, "
@@ -318,8 +370,9 @@ def simulate(app: AppArg,
              cold_start_s: Annotated[str, typer.Option(
                  help="measured cold starts, seconds: N, N,N,... or a file of numbers")] = "30",
              service_ms: Annotated[str | None, typer.Option(
-                 help="batch service time, ms: N, N,N,... (samples) or a file (default: the "
-                      "local router's prior, 20 ms + 5 ms per row)")] = None,
+                 help="batch service time, ms: N, N,N,... (samples) or a file (default: "
+                      "the batch times of the last bench run of the endpoint, in "
+                      "./bench-out, else the prior: 20 ms + 5 ms per row)")] = None,
              per_row_ms: Annotated[float, typer.Option(
                  min=0, help="with a single --service-ms: ms added per row")] = 0.0,
              batch_times: Annotated[Path | None, typer.Option(help=opts.BATCH_TIMES_OPT)] = None,
@@ -330,6 +383,7 @@ def simulate(app: AppArg,
              ) -> None:
     """Simulate an endpoint's pool over a trace (`SIMULATE_HELP`)."""
     from floodway.bench.runfile import BenchRun
+    from floodway.bench.service_choice import choose_service
     from floodway.functions.discover import load_app
     from floodway.routers.tokens import TokenCost
     from floodway.sim import SimConfig, read_trace
@@ -347,6 +401,8 @@ def simulate(app: AppArg,
             trace, function=function, column=column, spread=spread, seed=seed)
         cold, svc = _sim_models(cold_start_s, service_ms, per_row_ms,
                                 bench.batch_times if bench else batch_times)
+        service = choose_service(svc, app, ep.name, batch_times=batch_times, bench=bench,
+                                 service_ms=service_ms)
         if spread not in ("uniform", "poisson"):
             raise FloodwayError(f"--spread must be uniform or poisson, got {spread!r}")
         if out is not None:
@@ -367,7 +423,8 @@ def simulate(app: AppArg,
         took = prepare()
     if took > 2:
         console.print(f"compiled the simulator's fast path in {took:.1f} s (cached for next time)")
-    kw = {"cold": cold, "service": svc, "usd_per_gpu_s": usd_per_gpu_s, "seed": seed}
+    console.print(escape(service.said))
+    kw = {"cold": cold, "service": service.model, "usd_per_gpu_s": usd_per_gpu_s, "seed": seed}
     res = run(tr, bench.sim_config(ep, **kw) if bench else SimConfig(
         route=ep.route, warm=ep.warm, batching=ep.batching, max_seq_len=text and text.max_seq_len,
         **kw))

@@ -2,6 +2,8 @@
 list shows it), then one paragraph per line (typer shows a later paragraph's line breaks
 as they are written)."""
 
+from enum import Enum
+
 CLI_HELP = ("Serverless GPU model endpoints that survive traffic spikes: batched endpoints, "
             "streaming ones (SSE or NDJSON; text generation with continuous batching), async "
             "jobs and OpenAI-compatible routes.")
@@ -26,10 +28,13 @@ BENCH_HELP = (
     "\n\n"
     "Requests go out at the trace's times (divided by --time-scale) whatever the answers, "
     "each with X-Deadline-Ms and one item: a text about ContextTokens tokens long when the "
-    "trace has that column, else a short text, or --input-json. Prints the outcomes (200 "
+    "trace has that column, else a short text, or --input-json (a URL's /openapi.json is "
+    "read first: no text goes to an endpoint that does not take text). Prints the outcomes (200 "
     "within the deadline, 200 late, 202, 429, 503, 504, other), the share answered honestly "
     "in time, the 200s' latency percentiles, the goodput and the router's event-loop lag; "
-    "then follows every 202's job to its end (jobs succeeded, the backlog's drain). Writes "
+    "then follows every 202's job to its end (jobs succeeded, the backlog's drain); lists "
+    "the answers other than 200/202 by status with the first one's error, and exits "
+    "non-zero when every request was refused with a 4xx. Writes "
     "requests.csv, bench.png, batch_times.json (the "
     "batch times the router measured and their fit on padded tokens, rows and batches, for "
     "simulate) and run.json (what was replayed against what: simulate --bench-run) to --out.")
@@ -41,6 +46,11 @@ SIMULATE_HELP = (
     "GeneratedTokens), or any endpoint with --generation, runs the generation simulator "
     "(decide_stream, iteration-level containers at the priors' speed): time to first token, "
     "tokens/s, first tokens within the deadline."
+    "\n\n"
+    "It prints the service model it runs: --batch-times, --bench-run or --service-ms when "
+    "given; else the batch times of the last `floodway bench` run of the same app and "
+    "endpoint in ./bench-out (bench's default --out), when there is one; else the prior "
+    "every router starts from, 20 ms + 5 ms per row."
     "\n\n"
     "--batch-times takes the service model a `floodway bench` run measured (its "
     "batch_times.json): decide() plans with its fit, and each batch runs the time measured for "
@@ -65,6 +75,11 @@ GENERATION_OPT = ("simulate token generation (a streaming endpoint's sequences) 
 BENCH_RUN_OPT = ("a floodway bench --out folder: simulate the requests that run replayed, "
                  "as it served them, with the batch times it measured (not with --trace or "
                  "--batch-times)")
+# `floodway serve --log-level`: floodway's loggers and uvicorn's.
+LogLevel = Enum("LogLevel", {name: name for name in ("debug", "info", "warning", "error")},
+                type=str)
+LOG_LEVEL_OPT = ("the server log's level: floodway's and uvicorn's loggers (a traceback of "
+                 "the endpoint's own code failing is logged at error)")
 # `floodway serve`'s job queue options (the quotas: floodway.jobs.quota).
 JOBS_HELP = {
     "db": "SQLite file of async jobs (default: $FLOODWAY_JOBS_DB, else "
@@ -76,4 +91,5 @@ JOBS_HELP = {
 }
 
 __all__ = ["BATCH_TIMES_OPT", "BENCH_HELP", "BENCH_RUN_OPT", "BUILD_HELP", "CLI_HELP",
-           "GENERATION_OPT", "JOBS_HELP", "SERVE_HELP", "SIMULATE_HELP", "TRACE_OPT"]
+           "GENERATION_OPT", "JOBS_HELP", "LOG_LEVEL_OPT", "LogLevel", "SERVE_HELP",
+           "SIMULATE_HELP", "TRACE_OPT"]

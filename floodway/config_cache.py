@@ -24,7 +24,11 @@ class Cache(_Config):
     least recently used first out, each for at most `ttl_s` seconds after it was stored.
     `shared`: on Modal, also a `modal.Dict` shared by every router container (keys hashed,
     values of at most `shared_max_item_bytes` bytes, entries older than `ttl_s` ignored);
-    locally it has no effect. Passed as ``@app.endpoint(cache=fw.Cache(...))``, or
+    locally it has no effect. With API keys configured, each tenant (API key) has entries
+    of its own, in both tiers: a hit, or how fast it came, would otherwise tell one tenant
+    what another asked. `shared_across_tenants`: every tenant reads and writes the same
+    entries, for an endpoint whose inputs are no secret (public text, a fixed catalogue);
+    off by default. Passed as ``@app.endpoint(cache=fw.Cache(...))``, or
     ``cache=False`` for an endpoint whose outputs are not a function of its input (it
     samples); on by default except on streaming endpoints.
     """
@@ -33,11 +37,13 @@ class Cache(_Config):
     ttl_s: float = 3600.0
     shared: bool = False
     shared_max_item_bytes: int = 256 * 1024
+    shared_across_tenants: bool = False
 
     def _check(self, out: list[Problem], p: str) -> None:
         check_int(out, f"{p}.max_bytes", self.max_bytes, 1024, MAX_CACHE_BYTES)
         check_num(out, f"{p}.ttl_s", self.ttl_s, 0, MAX_CACHE_TTL_S, lo_open=True)
         check_bool(out, f"{p}.shared", self.shared)
+        check_bool(out, f"{p}.shared_across_tenants", self.shared_across_tenants)
         check_int(out, f"{p}.shared_max_item_bytes", self.shared_max_item_bytes, 1,
                   MAX_SHARED_ITEM_BYTES)
 

@@ -7,6 +7,7 @@
     ├── RequestError     a client request is invalid (maps to a 4xx answer)
     │   └── Unauthorized no or wrong API key (401 with WWW-Authenticate: Bearer)
     ├── Unavailable      no container can take the work now (503 with Retry-After)
+    │   └── StartFailing an endpoint's containers keep failing to start (its load error)
     ├── EndpointError    the endpoint function raised or broke its contract (500; 422 when
     │                    the item failed on its input)
     └── ProtocolError    a message between the router and a worker process is malformed
@@ -50,20 +51,61 @@ class Problem:
     value: object
     allowed: str
 
-    def describe(self, endpoint: str) -> str:
-        return (f"endpoint {endpoint!r}: {self.field} = {self.value!r} is not allowed; "
+    def describe(self, endpoint: str | None) -> str:
+        return (f"{_where(endpoint)}{self.field} = {self.value!r} is not allowed; "
                 f"allowed: {self.allowed}")
 
 
-class ConfigError(FloodwayError):
-    """An endpoint definition has one or more problems; all of them are listed at once."""
+@dataclass(frozen=True)
+class UnknownKeyword(Problem):
+    """A keyword that `owner` (``fw.WarmPool``, ``@app.endpoint``) does not take, a typo:
+    `field` is dotted from the endpoint (``warm.min_container``), `value` what was given,
+    `allowed` the closest valid name and every valid one (`floodway.checks.unknown_keyword`)."""
 
-    def __init__(self, endpoint: str, problems: list[Problem]):
+    owner: str = ""
+
+    def describe(self, endpoint: str | None) -> str:
+        where, _, name = self.field.rpartition(".")
+        return (f"{_where(endpoint)}{where + ': ' if where else ''}{self.owner} takes no "
+                f"keyword {name!r} (given {self.value!r}); {self.allowed}")
+
+
+def _where(endpoint: str | None) -> str:
+    return "" if endpoint is None else f"endpoint {endpoint!r}: "
+
+
+class ConfigError(FloodwayError):
+    """An endpoint definition has one or more problems; all of them are listed at once.
+    `endpoint` None: a config object that could not be made at all (its owner is named in
+    each problem). `errors`: each endpoint's own ConfigError when this one lists several
+    (`combine`: an app file's)."""
+
+    def __init__(self, endpoint: str | None, problems: list[Problem]):
         self.endpoint = endpoint
         self.problems = list(problems)
         lines = [p.describe(endpoint) for p in self.problems]
-        head = f"{len(lines)} problem(s) in the definition of endpoint {endpoint!r}:"
-        super().__init__("\n  ".join([head, *lines]))
+        what = "a floodway config" if endpoint is None else f"the definition of endpoint " \
+            f"{endpoint!r}"
+        super().__init__("\n  ".join([f"{len(lines)} problem(s) in {what}:", *lines]))
+
+    @property
+    def errors(self) -> list[ConfigError]:
+        return self.__dict__.get("_parts") or [self]
+
+    @classmethod
+    def combine(cls, errors: list[ConfigError], where: str) -> ConfigError:
+        """One error listing the problems of every endpoint of `errors` (non-empty), each
+        line naming its endpoint; `where`: what defines them (``app.py``)."""
+        if len(errors) == 1:
+            return errors[0]
+        err = cls.__new__(cls)
+        err.endpoint = errors[0].endpoint
+        err.problems = [p for e in errors for p in e.problems]
+        err._parts = list(errors)
+        lines = [p.describe(e.endpoint) for e in errors for p in e.problems]
+        head = f"{len(lines)} problem(s) in {len(errors)} endpoint definitions of {where}:"
+        FloodwayError.__init__(err, "\n  ".join([head, *lines]))
+        return err
 
 
 class BuildError(FloodwayError):
@@ -111,6 +153,12 @@ class Unavailable(FloodwayError):
     def __init__(self, message: str, *, retry_after_s: float = 1.0):
         self.retry_after_s = retry_after_s
         super().__init__(message)
+
+
+class StartFailing(Unavailable):
+    """An endpoint cannot serve: its containers keep failing to start (a `load` hook that
+    raises); the message names the endpoint and the last start's error. A request gets a
+    503 with Retry-After (a later start may succeed); a job of it fails."""
 
 
 class EndpointError(FloodwayError):

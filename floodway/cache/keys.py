@@ -1,6 +1,6 @@
 """Cache keys: which endpoint, which build, which item, as one digest.
 
-    item_key(endpoint, build, item) -> bytes         32 bytes (SHA-256)
+    item_key(endpoint, build, item, tenant=None) -> bytes     32 bytes (SHA-256)
     canonical(item) -> bytes                         the item's canonical JSON
 
 An item is keyed in its validated wire form (`floodway.routers.schema`: plain JSON, an image
@@ -14,7 +14,9 @@ items mean the same after validation (`{"a":1,"b":2}` and `{"b":2,"a":1}`) share
 The digest hashes the endpoint name, the build key and the canonical bytes with their
 lengths in front, so no two different triples collide by concatenation; SHA-256 makes an
 accidental collision of different items negligible. The build key in it means a new build
-never finds an older build's outputs.
+never finds an older build's outputs. A `tenant` (the caller's key id, when API keys are
+configured) is hashed in as a fourth part: one tenant's entries are never found under
+another's, so no tenant learns from a hit what another asked (`floodway.cache.response`).
 """
 
 from __future__ import annotations
@@ -37,11 +39,15 @@ def canonical(item: Any) -> bytes:
                           separators=(",", ":")).encode()
 
 
-def item_key(endpoint: str, build: str, item: Any) -> bytes:
-    """The cache key of `item` sent to `endpoint` while build `build` serves it: SHA-256
-    over the three, each preceded by its length. Raises TypeError as `canonical`."""
+def item_key(endpoint: str, build: str, item: Any, tenant: str | None = None) -> bytes:
+    """The cache key of `item` sent to `endpoint` while build `build` serves it (for
+    `tenant` only, when given): SHA-256 over the parts, each preceded by its length.
+    Raises TypeError as `canonical`."""
     h = hashlib.sha256()
-    for part in (endpoint.encode(), build.encode(), canonical(item)):
+    parts = [endpoint.encode(), build.encode(), canonical(item)]
+    if tenant is not None:
+        parts.append(tenant.encode())
+    for part in parts:
         h.update(len(part).to_bytes(8, "big"))
         h.update(part)
     return h.digest()

@@ -2,7 +2,8 @@
 answered, and the outputs of the rest once they are.
 
     cache = ResponseCache(app, build_key, monotonic=..., wall=..., shared=None)
-    found = await cache.lookup(endpoint, inputs, read=True, write=True)    # a Lookup
+    found = await cache.lookup(endpoint, inputs, read=True, write=True,
+                               tenant=None)    # a Lookup
     found.run                 the items still to run (their indices: found.run_indices)
     outputs = found.merge(results_of_run)      # one per input, in the request's order
     cache.store(found, results_of_run)         # successful outputs only
@@ -11,9 +12,12 @@ An endpoint caches when its `Endpoint.cache` is set (`floodway.config.Cache`: on
 except for streaming endpoints) and `build_key(endpoint)` names the one build serving it
 now: with no build known, or two serving at once (a rollout), nothing is read or stored, so
 an output is only ever found under the build that made it. The key of each item is
-`floodway.cache.keys.item_key`. An item repeated within one request runs once. Outputs are
-kept encoded (`floodway.codec`): their size is exact, and a cached output can never be
-changed through a reference a caller kept.
+`floodway.cache.keys.item_key`, scoped by the caller's `tenant` when one is given (the
+router gives it when API keys are configured) unless the endpoint has
+``Cache(shared_across_tenants=True)``: otherwise a tenant would learn from a hit, or from
+how fast it came, what another tenant asked. An item repeated within one request runs
+once. Outputs are kept encoded (`floodway.codec`): their size is exact, and a cached output
+can never be changed through a reference a caller kept.
 
 Tiers: the router's own memory (`LruStore`, `Cache.max_bytes` and `Cache.ttl_s` per
 endpoint), then, for endpoints with ``Cache(shared=True)`` and a `shared` store given, the
@@ -120,16 +124,20 @@ class ResponseCache:
         return endpoint in self.configs
 
     async def lookup(self, endpoint: str, inputs: list[Any], *, read: bool = True,
-                     write: bool = True) -> Lookup:
+                     write: bool = True, tenant: str | None = None) -> Lookup:
         """The items of a request to `endpoint` answered from the cache (`read`: look them
         up; False for ``Cache-Control: no-cache``), and what still runs. `write`: whether
-        the outputs of what runs may be stored (False for ``no-store``)."""
+        the outputs of what runs may be stored (False for ``no-store``). `tenant`: the
+        caller, whose own entries only are read and written (None, or an endpoint with
+        ``Cache(shared_across_tenants=True)``: every caller's)."""
         look = Lookup(endpoint, inputs)
         build = self.build_key(endpoint) if endpoint in self.configs else None
         if build is None:
             return _plan(look)
         look.build, look.write = build, write
-        look.keys = [_key(endpoint, build, x) for x in inputs]
+        cfg = self.configs[endpoint]
+        scope = None if cfg.shared_across_tenants else tenant
+        look.keys = [_key(endpoint, build, x, scope) for x in inputs]
         counts = self.counts[endpoint]
         if not read:
             counts["bypassed"] += len(inputs)
@@ -142,7 +150,6 @@ class ResponseCache:
                 look.found[i] = loads(value)
             elif key is not None:
                 missing[i] = key
-        cfg = self.configs[endpoint]
         if missing and cfg.shared and self.shared is not None:
             for i, value in (await self.shared.get_many(missing, cfg.ttl_s)).items():
                 look.found[i] = loads(value)
@@ -191,9 +198,9 @@ class ResponseCache:
         return out
 
 
-def _key(endpoint: str, build: str, item: Any) -> bytes | None:
+def _key(endpoint: str, build: str, item: Any, tenant: str | None) -> bytes | None:
     try:
-        return item_key(endpoint, build, item)
+        return item_key(endpoint, build, item, tenant)
     except (TypeError, ValueError):
         return None   # not JSON (a backend's own item type): runs uncached
 

@@ -6,8 +6,9 @@ reads and writes (on Modal a `modal.Dict`; any object with the async ``get`` / `
     await tier.get_many(keys, ttl_s) -> {index: value bytes}    (misses absent)
     tier.put(key, value, max_item_bytes=...)                    (in the background)
 
-Keys are the local tier's digests as hex text (`floodway.cache.keys.item_key`): no item
-content leaves the router, and every key has the same small size. A value is stored as
+Keys are the local tier's digests as hex text (`floodway.cache.keys.item_key`, with the
+tenant in it where the local tier has it): no item content leaves the router, every key has
+the same small size, and no tenant finds another's entries here either. A value is stored as
 ``[unix seconds stored, value bytes]`` and ignored once older than the endpoint's `ttl_s`
 (the Dict keeps entries 7 days after their last use, so the age is checked here); values
 over `max_item_bytes` are not shared. The tier is an optimisation: a lookup that fails or

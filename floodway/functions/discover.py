@@ -12,8 +12,8 @@ import importlib.util
 import sys
 from pathlib import Path
 
-from floodway.errors import FloodwayError
-from floodway.functions.app import App
+from floodway.errors import ConfigError, FloodwayError
+from floodway.functions.app import App, collecting
 from floodway.functions.endpoint import Endpoint
 
 
@@ -41,13 +41,17 @@ def import_target(target: str):  # -> module
 def load_app(spec: str) -> tuple[App, list[Endpoint]]:
     """Resolve ``FILE_OR_MODULE[:VAR][::ENDPOINT]`` to an App and the endpoints it selects.
 
-    Raises FloodwayError naming what was not found and what exists instead.
+    Raises FloodwayError naming what was not found and what exists instead; ConfigError
+    listing the problems of every endpoint the file defines wrongly (not only the first).
     """
     target, _, ep_name = spec.partition("::")
     var = None
     if ":" in target and not Path(target).exists():
         target, _, var = target.rpartition(":")
-    module = import_target(target)
+    with collecting() as errors:
+        module = import_target(target)
+    if errors:
+        raise ConfigError.combine(errors, target)
     if var:
         app = getattr(module, var, None)
         if not isinstance(app, App):

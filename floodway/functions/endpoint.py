@@ -6,6 +6,7 @@ build pipeline, the local runtime and the Modal deployer consume it.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import re
 import typing
@@ -13,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from floodway.checks import unknown_keyword
 from floodway.config import Batching, Build, Cache, Generation, Recycle, Route, WarmPool
 from floodway.errors import ConfigError, Problem
 from floodway.functions.items import (
@@ -33,6 +35,12 @@ RESERVED_NAMES = frozenset({"models", "embeddings", "completions", "chat", "jobs
 MODAL_GPUS = ("T4", "L4", "A10", "A10G", "A100", "A100-40GB", "A100-80GB", "L40S",
               "H100", "H100!", "H200", "B200")
 _GPU_RE = re.compile(r"^(?P<kind>[A-Za-z0-9!-]+?)(:(?P<count>[1-8]))?$")
+# The keywords `@app.endpoint(...)` takes (`floodway.functions.app.App.endpoint`), and the
+# config whose fields a keyword it does not take may belong to.
+KEYWORDS = ("model", "name", "build", "gpu", "warm", "route", "batching",
+            "gpu_memory_snapshot", "load", "generation", "cache", "recycle")
+_NESTED = (("warm", WarmPool), ("route", Route), ("batching", Batching), ("build", Build),
+           ("generation", Generation), ("cache", Cache), ("recycle", Recycle))
 
 
 @dataclass(frozen=True)
@@ -300,17 +308,31 @@ def _check_lanes(fn: Callable[..., Any], route: object, warm: object,
                                "when the lane sets none)"))
 
 
+def _unknown_keywords(unknown: dict[str, object], out: list[Problem]) -> None:
+    """A problem per keyword the decorator does not take: the closest one it does, else the
+    config field it looks like (``min_containers`` -> ``warm=fw.WarmPool(...)``)."""
+    places: dict[str, list[str]] = {}
+    for label, kind in _NESTED:
+        for f in dataclasses.fields(kind):
+            places.setdefault(f.name, []).append(f"{label}=fw.{kind.__name__}({f.name}=...)")
+    elsewhere = {name: " or ".join(where) for name, where in places.items()}
+    for key, value in unknown.items():
+        out.append(unknown_keyword(key, value, "@app.endpoint", KEYWORDS, elsewhere))
+
+
 def make_endpoint(fn: Callable[..., Any], *, name: str | None, model: object, build: object,
                   gpu: object, warm: object, route: object, batching: object,
                   gpu_memory_snapshot: object = False, load: object = None,
                   generation: object = None, cache: object = None,
-                  recycle: object = None) -> Endpoint:
-    """Validate everything about one definition and return its Endpoint.
+                  recycle: object = None, unknown: dict[str, object] | None = None) -> Endpoint:
+    """Validate everything about one definition and return its Endpoint. `unknown`: the
+    keywords given to the decorator that it does not take.
 
     Raises ConfigError listing every problem found (not just the first).
     """
     ep_name = name if name is not None else getattr(fn, "__name__", repr(fn))
     out: list[Problem] = []
+    _unknown_keywords(unknown or {}, out)
     if not isinstance(ep_name, str) or not NAME_RE.match(ep_name):
         out.append(Problem("name", ep_name,
                            "lowercase letters, digits, '-' or '_', starting with a letter, "

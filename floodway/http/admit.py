@@ -1,12 +1,15 @@
 """Admission over HTTP: what a request must pass before any work, in order.
 
-    unknown endpoint                      404 not_found
     Authorization (bearer API key)        401 unauthorized          (`tenant_of`)
+    unknown endpoint                      404 not_found (after the key: a caller without
+                                          one never learns the endpoints)
     X-Priority, X-Deadline-Ms             400 invalid_request       (`parse_priority`, ...)
     the tenant's token bucket             429 rate_limited + Retry-After (`TenantLimiter`)
     the body: size, arrival, payload      413 too_large, 408 request_timeout, 400/422
-    a streaming endpoint's sequences      413 too_large (more than it can ever hold,
-                                          `check_sequences`), 422 (max_new_tokens)
+    a streaming endpoint's sequences      413 too_large (more than its priority can
+                                          ever be admitted with, `check_sequences`; the
+                                          backend's own cap: `decide_stream`), 422
+                                          (max_new_tokens)
 
 The body is read last, and never buffered beyond the route's limit: a refused request costs
 no upload. Every refusal is raised (`floodway.http.errors` answers it).
@@ -21,6 +24,7 @@ and parsed, then the endpoint named (404), its own body limit (413), the tenant'
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import threading
 from collections.abc import Callable
@@ -47,6 +51,8 @@ from floodway.routers.admission import (
     parse_priority,
     tenant_of,
 )
+from floodway.routers.decide import QUEUE_SHARE
+from floodway.routers.decide_stream import PRIORITY_NAMES
 from floodway.routers.lanes import unit_of
 from floodway.routers.schema import parse_predict, validate_items
 
@@ -164,8 +170,8 @@ class Admission:
     async def admit(self, request: Request, name: str) -> Admitted:
         """Everything above, in order; raises the first refusal."""
         arrival_s = self.arrival(request)
-        ep = self.endpoint(name)
         tenant = self.tenant(request)
+        ep = self.endpoint(name)
         priority = parse_priority(request.headers.get("x-priority"))
         budget_s = parse_deadline(request.headers.get("x-deadline-ms"),
                                   default_s=ep.route.timeout_s)
@@ -183,7 +189,7 @@ class Admission:
                                              max_inputs=ep.route.max_inputs)
         else:
             inputs = parse_predict(body, ep.input_type, max_inputs=ep.route.max_inputs)
-        check_sequences(ep, len(inputs), "inputs")
+        check_sequences(ep, len(inputs), "inputs", int(priority))
         check_generation(ep, inputs)
         if self.on_arrival is not None:
             # admitted user traffic only, in its lane (each lane has its own warm pool)
@@ -236,7 +242,7 @@ class Admission:
             raise RequestError(f"{items_field}: the request makes {len(raw)} inputs; model "
                                f"{name!r} takes at most {max_inputs} per request (split it)",
                                status=413, field=items_field)
-        check_sequences(ep, len(raw), items_field)
+        check_sequences(ep, len(raw), items_field, int(priority))
         if decodes_images(ep.input_type):
             inputs = await asyncio.get_running_loop().run_in_executor(
                 image_executor(), _validate_images, raw, ep.input_type)
@@ -257,32 +263,38 @@ class Admission:
         return fn(*args, **kw)
 
 
-def most_sequences(ep: Endpoint) -> int | None:
-    """The most sequences one request to streaming endpoint `ep` can ever be admitted with
-    (None: not a streaming endpoint): every container it may run busy with them
-    (`WarmPool.max_containers` x `Generation.max_sequences`) and the rest queued
-    (`Route.max_queue`). A request within this that finds the queue's share for its
-    priority or tenant taken is shed (503, retry); one beyond it never fits."""
+def most_sequences(ep: Endpoint, priority: int = int(Priority.HIGH)) -> int | None:
+    """The most sequences one request at `priority` to streaming endpoint `ep` can ever be
+    admitted with by its definition (None: not a streaming endpoint): dispatched whole onto
+    every container it may run (`WarmPool.max_containers` x `Generation.max_sequences`),
+    or queued whole within its priority's share of the queue (`QUEUE_SHARE` of
+    `Route.max_queue`), as `decide_stream` admits it. A backend that runs fewer containers
+    (the local pool: as many as the cores take) refuses more in `decide_stream`."""
     if ep.generation is None:
         return None
-    return ep.warm.container_cap * ep.generation.max_sequences + ep.route.max_queue
+    share = QUEUE_SHARE[max(0, min(2, priority))]
+    return max(ep.warm.container_cap * ep.generation.max_sequences,
+               math.floor(ep.route.max_queue * share))
 
 
-def check_sequences(ep: Endpoint, count: int, field: str) -> None:
-    """A request of `count` sequences (one per input) to `ep` within `most_sequences`,
-    else RequestError 413 naming `field` (``inputs``; OpenAI's ``n``), the count and the
-    limit: a request no wait would admit is not told to retry."""
-    most = most_sequences(ep)
+def check_sequences(ep: Endpoint, count: int, field: str,
+                    priority: int = int(Priority.HIGH)) -> None:
+    """A request at `priority` of `count` sequences (one per input) to `ep` within
+    `most_sequences`, else RequestError 413 naming `field` (``inputs``; OpenAI's ``n``),
+    the count and the limit: a request no wait would admit is not told to retry."""
+    most = most_sequences(ep, priority)
     if most is None or count <= most:
         return
     gen, warm = ep.generation, ep.warm
     assert gen is not None
     cap = "" if warm.max_containers is not None else " (its default)"
+    p = max(0, min(2, priority))
     raise RequestError(f"{field}: the request makes {count} sequences; endpoint {ep.name!r} "
-                       f"can hold at most {most} at once: WarmPool.max_containers "
-                       f"{warm.container_cap}{cap} x Generation.max_sequences "
-                       f"{gen.max_sequences} running + Route.max_queue {ep.route.max_queue} "
-                       "queued (split the request)", status=413, field=field)
+                       f"admits at most {most} at {PRIORITY_NAMES[p]} priority: "
+                       f"WarmPool.max_containers {warm.container_cap}{cap} x "
+                       f"Generation.max_sequences {gen.max_sequences} running, or "
+                       f"{QUEUE_SHARE[p]:g} of Route.max_queue {ep.route.max_queue} queued "
+                       "(split the request)", status=413, field=field)
 
 
 def check_generation(ep: Endpoint, inputs: list[Any]) -> None:

@@ -8,6 +8,7 @@
     GET  /healthz         200 while the process is up
     GET  /readyz          200 once a container of every endpoint is warm, else 503; with detail
     GET  /metrics         Prometheus metrics (`floodway.http.metrics`)
+    GET  /openapi.json    the OpenAPI document (`floodway.http.openapi`); /docs: Swagger UI
 
     GET  /v1/models, /v1/models/{model}, POST /v1/embeddings, /v1/completions,
          /v1/chat/completions
@@ -95,6 +96,7 @@ def make_asgi_app(app: App, backend: Backend, *, lifespan: Any = None,
     by_model = [Middleware(Observe, metrics=metrics, endpoints=frozenset(app.endpoints),
                            clock=clock, pathless=UNKNOWN_LABEL)]
     oa = OpenAIRoutes(h, clock)
+    page = OpenAPIPage(h)
     routes = [
         Route("/v1/models", oa.models, methods=["GET"]),
         Route("/v1/models/{model}", oa.model, methods=["GET"]),
@@ -108,7 +110,8 @@ def make_asgi_app(app: App, backend: Backend, *, lifespan: Any = None,
         Route("/healthz", h.healthz, methods=["GET"]),
         Route("/readyz", h.readyz, methods=["GET"]),
         Route("/metrics", h.metrics_page, methods=["GET"]),
-        Route("/openapi.json", OpenAPIPage(h).page, methods=["GET"]),
+        Route("/openapi.json", page.page, methods=["GET"]),
+        Route("/docs", page.docs, methods=["GET"]),
     ]
     asgi = Starlette(exception_handlers=EXCEPTION_HANDLERS, lifespan=_lagged(lag, lifespan),
                      routes=routes)

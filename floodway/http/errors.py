@@ -40,7 +40,7 @@ from floodway.errors import EndpointError, FloodwayError, RequestError, Unauthor
 from floodway.http.middleware import notes
 from floodway.http.openai_answers import openai_error
 from floodway.http.responses import JSONResponse
-from floodway.routers.schema import error_body
+from floodway.routers.schema import error_body, printable
 
 # Error types of RequestError by status; any other 4xx is "invalid_request".
 REQUEST_ERROR_TYPES = {401: "unauthorized", 404: "not_found", 408: "request_timeout",
@@ -107,8 +107,11 @@ def error_response(request: Request, status: int, kind: str, message: str,
                    field: str | None = None, *, headers: dict[str, str] | None = None,
                    extra: dict[str, Any] | None = None) -> JSONResponse:
     """The JSON error answer; `extra` adds top-level members beside ``error`` (not in
-    OpenAI's shape, `use_openai_errors`)."""
+    OpenAI's shape, `use_openai_errors`). A lone surrogate a client sent into `message` or
+    `field` is escaped (`floodway.routers.schema.printable`): it could not be encoded."""
     notes(request.scope).error_type = kind
+    message = printable(message)
+    field = None if field is None else printable(field)
     if request.scope.get(OPENAI_ERRORS_KEY):
         status, body = openai_shaped(status, kind, message, field)
         return JSONResponse(body, status_code=status, headers=headers)

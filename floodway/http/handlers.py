@@ -179,9 +179,11 @@ class Handlers:
 
     async def _look_up(self, request: Request, name: str, a: Admitted) -> Lookup:
         """The response cache's answer for `a`'s inputs, as the request's ``Cache-Control``
-        allows (`floodway.http.cache.directives`), noted on the answer."""
+        allows (`floodway.http.cache.directives`), noted on the answer. With API keys
+        configured, only the caller's own entries (`ResponseCache.lookup`'s `tenant`)."""
         read, write = directives(request)
-        look = await self.cache.lookup(name, a.inputs, read=read, write=write)
+        tenant = a.tenant if self.admission.keys else None
+        look = await self.cache.lookup(name, a.inputs, read=read, write=write, tenant=tenant)
         noted(request, look)
         return look
 
@@ -265,9 +267,7 @@ class Handlers:
             self.backend.start_cold(unit)
         if decision.action == Action.SHED and decision.status == 413:
             raise RequestError(f"endpoint {name!r} cannot serve this request: "
-                               f"{decision.reason}; a sequence needs more KV cache than a "
-                               "container has (shorten the prompt or lower max_new_tokens)",
-                               status=413, field="inputs")
+                               f"{decision.reason}", status=413, field="inputs")
         if decision.action == Action.SHED:
             raise Overloaded(f"endpoint {name!r} is over capacity: {decision.reason}",
                              retry_after_s=decision.retry_after_s, status=decision.status or 503)

@@ -17,8 +17,9 @@
     floodway_batch_seconds{endpoint}                    histogram: compute seconds per batch
     floodway_batch_padded_tokens{endpoint}              histogram: padded tokens per text batch
     floodway_connections_open                           gauge: open client connections
-    floodway_connections_closed_total{reason}           counter: header_timeout, over_cap
-                                                        (`floodway serve`)
+    floodway_connections_closed_total{reason}           counter: header_timeout,
+                                                        body_timeout, unread_body, evicted,
+                                                        over_cap (`floodway serve`)
     floodway_batch_service_seconds{endpoint}            histogram: router-side seconds per batch
     floodway_dropped_total{endpoint, lane, reason}      counter: queued rows dropped before a
                                                         model (deadline, cancelled;
@@ -33,7 +34,8 @@
     floodway_job_store_tenant_bytes{tenant}             gauge: the same per tenant
     floodway_job_store_quota_bytes{scope}               gauge: its quotas (total, tenant)
     floodway_job_store_rejections_total{reason}         counter: submits refused (total,
-                                                        tenant: over a quota; disk_full)
+                                                        tenant: over a quota; disk_full),
+                                                        results not stored (result)
     floodway_event_loop_lag_seconds                     histogram: how late the router's event
                                                         loop woke, sampled every 10 ms
                                                         (`floodway.http.looplag`)
@@ -226,7 +228,8 @@ def _job_storage(s: dict[str, Any]) -> Iterator[GaugeMetricFamily | CounterMetri
     for scope, n in s["quota_bytes"].items():
         quota.add_metric([scope], n)
     refused = CounterMetricFamily("floodway_job_store_rejections",
-                                  "Job submits refused: over a quota or the disk full",
+                                  "Job submits refused (over a quota, the disk full) "
+                                  "and results not stored (over a quota)",
                                   labels=["reason"])
     for reason, n in s["rejections"].items():
         refused.add_metric([reason], n)
@@ -246,8 +249,8 @@ class _ConnectionsCollector:
         closed = CounterMetricFamily("floodway_connections_closed",
                                      "Connections the router closed, by reason",
                                      labels=["reason"])
-        for reason in ("header_timeout", "over_cap"):
-            closed.add_metric([reason], now.get("closed", {}).get(reason, 0))
+        for reason, count in now.get("closed", {}).items():
+            closed.add_metric([reason], count)
         yield gauge
         yield closed
 

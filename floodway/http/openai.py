@@ -19,6 +19,7 @@ job), so a request that cannot meet its deadline is shed or spills to a cold con
 
 from __future__ import annotations
 
+import typing
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -42,6 +43,8 @@ from floodway.http.openai_answers import (
     generated,
     model_object,
     models_answer,
+    no_embeddings,
+    output_type,
 )
 from floodway.http.openai_params import PROMPT_PARAMS, input_error, item_error
 from floodway.http.openai_stream import OpenAIStream
@@ -59,6 +62,14 @@ from floodway.http.openai_wire import (
 from floodway.http.protocols import Clock
 from floodway.http.responses import JSONResponse, outputs
 from floodway.http.streaming import ItemFailed, collect_unless_gone
+from floodway.routers.decide_stream import PRIORITY_NAMES, most_sequences
+
+
+def _typename(t: Any) -> str:
+    """`t` as written in code (``str``, ``dict[str, str]``)."""
+    if isinstance(t, type) and not typing.get_args(t):
+        return t.__name__
+    return str(t).replace("typing.", "")
 
 
 def _refuse(ep: Endpoint, wanted: str, route: str) -> RequestError:
@@ -69,9 +80,20 @@ def _refuse(ep: Endpoint, wanted: str, route: str) -> RequestError:
 
 
 def accept_embeddings(ep: Endpoint) -> None:
-    """An embedding endpoint takes str items and returns its outputs (not streamed)."""
+    """An embedding endpoint takes str items and returns its outputs (not streamed), of a
+    type that can be an embedding: one whose ``-> list[R]`` shows that R never is one
+    (`no_embeddings`: ``list[str]``, ``list[dict[str, str]]``, ...) is refused before
+    anything runs. One whose annotation cannot tell runs, and an output that is not an
+    embedding is a 400 then (`floodway.http.openai_answers.embeddings_answer`)."""
     if ep.input_type is not str or ep.streaming:
         raise _refuse(ep, "an embedding model (str items, not streamed)", "/v1/embeddings")
+    r = output_type(ep)
+    if r is not None and no_embeddings(r):
+        raise RequestError(f"model {ep.name!r} is not an embedding model: its function "
+                           f"returns list[{_typename(r)}], one per input, and an "
+                           "embedding is a list of numbers (or an object with one as "
+                           f"\"embedding\"); POST /v1/{ep.name} serves it, not "
+                           "/v1/embeddings", status=400, field="model")
 
 
 def accept_generation(ep: Endpoint) -> None:
@@ -178,6 +200,7 @@ class OpenAIRoutes:
                       req: CompletionRequest | ChatRequest,
                       rename: Callable[[Exception], Exception]) -> Response:
         """The admitted completion request's answer, streamed or buffered."""
+        self._check_choices(ep, a, req)
         # No async spill, hand-off or job: an OpenAI client cannot follow a 202.
         stream = await self.h.open_stream(request, ep.name, a, allow_async=False)
         if isinstance(stream, Response):   # a job's answer: never without allow_async
@@ -198,6 +221,29 @@ class OpenAIRoutes:
         return JSONResponse(completion_answer(
             kind, answer_id=answer_id, created=created, model=ep.name, choices=choices,
             n=req.choices_per_prompt))
+
+    def _check_choices(self, ep: Endpoint, a: Admitted,
+                       req: CompletionRequest | ChatRequest) -> None:
+        """RequestError 413 naming ``n`` (``prompt`` for a list of prompts at n 1) when the
+        request's sequences (n per prompt) are more than the backend can ever admit at its
+        priority (`decide_stream.most_sequences`: on every container it may run, or in its
+        priority's share of the queue): no wait admits it, so no 503 to retry."""
+        snap = self.h.backend.stream_snapshot(ep.name)
+        most = most_sequences(snap, int(a.priority))
+        count, n = len(a.inputs), req.choices_per_prompt
+        if count <= most:
+            return
+        prompts = count // n
+        field = "n" if n > 1 or prompts == 1 else "prompt"
+        made = {(False, False): "1 choice", (True, False): f"{n} choices",
+                (False, True): f"{prompts} prompts",
+                (True, True): f"{prompts} prompts x {n} choices"}[n > 1, prompts > 1]
+        fix = "lower n" if prompts == 1 else "send fewer prompts" if n == 1 \
+            else "lower n or send fewer prompts"
+        raise RequestError(f"{field}: {made} make {count} sequences; model {ep.name!r} "
+                           f"admits at most {most} at "
+                           f"{PRIORITY_NAMES[max(0, min(2, int(a.priority)))]} priority "
+                           f"in one request ({fix})", status=413, field=field)
 
     def _input_errors(self, req: CompletionRequest | ChatRequest
                       ) -> Callable[[Exception], Exception]:

@@ -2,6 +2,7 @@
 times are arguments.
 
     embeddings_answer(model, outputs, encoding_format=, dimensions=)   -> {"object": "list", ...}
+    output_type(ep), no_embeddings(R)        R of ``-> list[R]``; whether R cannot embed
     generated(model, output)                 -> Generated (text, finish_reason, token counts)
     completion_answer(kind, ...)             -> a "text_completion" / "chat.completion"
     StreamAnswer(kind, ...)                  -> the chunks of a streamed one, event by event
@@ -25,11 +26,15 @@ output's summed ``"tokens"``); an engine that yields plain strings reports 0 for
 from __future__ import annotations
 
 import base64
+import collections.abc
 import struct
+import types
+import typing
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, Union
 
 from floodway.errors import EndpointError, RequestError
+from floodway.functions.endpoint import Endpoint
 
 Kind = Literal["completion", "chat"]
 OBJECT = {"completion": "text_completion", "chat": "chat.completion"}
@@ -43,18 +48,90 @@ def _count(value: Any) -> int | None:
 
 
 def _vector(model: str, i: int, output: Any) -> tuple[list[float], int | None]:
-    """An embedding output -> (its numbers, its token count or None); EndpointError when
-    it is not an embedding."""
+    """An embedding output -> (its numbers, its token count or None); RequestError 400
+    naming ``model`` when it is not an embedding."""
     tokens = None
     if isinstance(output, dict) and "embedding" in output:
         tokens = _count(output.get("tokens"))
         output = output["embedding"]
     if not (isinstance(output, list) and output and all(
             isinstance(x, (int, float)) and not isinstance(x, bool) for x in output)):
-        raise EndpointError(f"endpoint {model!r} answered input[{i}] with something that is "
-                            "not an embedding (a non-empty list of numbers, or an object "
-                            "with one as \"embedding\")")
+        # Not a 5xx, though the endpoint is to blame: the openai client retries every 5xx
+        # (and 408, 409, 429) twice, which would run the model twice more for the same
+        # answer. The request named a model that does not embed: a 400 naming "model".
+        raise RequestError(f"model {model!r} is not an embedding model: it answered "
+                           f"input[{i}] with {type(output).__name__}, not an embedding (a "
+                           "non-empty list of numbers, or an object with one as "
+                           f"\"embedding\"); POST /v1/{model} serves it", status=400,
+                           field="model")
     return output, tokens
+
+
+_SCALARS = (str, bytes, bool, int, float, complex, type(None))
+_SEQUENCES = (list, tuple, collections.abc.Sequence, set, frozenset)
+_MAPPINGS = (dict, collections.abc.Mapping)
+
+
+def output_type(ep: Endpoint) -> Any:
+    """R of a non-streaming ``fn(...) -> list[R]``; None otherwise (any output)."""
+    if ep.streaming:
+        return None
+    try:
+        ret = typing.get_type_hints(ep.fn, include_extras=True).get("return")
+    except Exception:  # noqa: BLE001 - unresolvable annotations: described as any output
+        return None
+    args = typing.get_args(ret)
+    return args[0] if typing.get_origin(ret) is list and args else None
+
+
+def _not_a_number(t: Any) -> bool:
+    """Whether a vector's element type `t` is known not to be a number (bool is not one)."""
+    origin, args = typing.get_origin(t), typing.get_args(t)
+    if origin is Annotated:
+        return _not_a_number(args[0])
+    if origin in (Union, types.UnionType):
+        return all(_not_a_number(a) for a in args)
+    if t in (int, float):
+        return False
+    return t in _SCALARS or origin in (*_SEQUENCES, *_MAPPINGS) or t in (*_SEQUENCES, *_MAPPINGS)
+
+
+def no_embeddings(r: Any) -> bool:
+    """Whether outputs of type `r` (R of ``-> list[R]``) can never be embeddings as
+    `embeddings_answer` takes them: text or a number, a sequence of anything but numbers,
+    a mapping whose values are never one, a TypedDict or pydantic model without an
+    ``embedding`` field that is one. False where it cannot be told (None: no annotation,
+    Any, a bare ``dict``, an array or tensor type, a class of its own)."""
+    origin, args = typing.get_origin(r), typing.get_args(r)
+    if origin is Annotated:
+        return no_embeddings(args[0])
+    if origin in (Union, types.UnionType):
+        return all(no_embeddings(a) for a in args)
+    if r in _SCALARS:
+        return True
+    if origin in _SEQUENCES:
+        items = [a for a in args if a is not Ellipsis]
+        return any(_not_a_number(a) for a in items)
+    if origin in _MAPPINGS:
+        return len(args) == 2 and no_embeddings(args[1])
+    fields = _fields(r)
+    if fields is None:
+        return False
+    return "embedding" not in fields or no_embeddings(fields["embedding"])
+
+
+def _fields(r: Any) -> dict[str, Any] | None:
+    """The fields of a TypedDict or pydantic model `r` with their types; None for another
+    type."""
+    if typing.is_typeddict(r):
+        try:
+            return typing.get_type_hints(r)
+        except Exception:  # noqa: BLE001 - unresolvable: cannot be told
+            return None
+    model_fields = getattr(r, "model_fields", None) if isinstance(r, type) else None
+    if isinstance(model_fields, dict):
+        return {name: f.annotation for name, f in model_fields.items()}
+    return None
 
 
 def b64_float32(vector: list[float]) -> str:

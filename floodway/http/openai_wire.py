@@ -40,7 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from floodway.errors import RequestError
 from floodway.functions.items import BAD_ITEM
 from floodway.functions.prompts import MAX_SEED, chat_role
-from floodway.routers.schema import finite_float
+from floodway.routers.schema import check_unicode, finite_float, may_hold_surrogates
 
 # OpenAI's own limit on n (the API reference: "n ... between 1 and 128").
 MAX_N = 128
@@ -183,7 +183,9 @@ def _not_json(literal: str) -> Any:
 
 
 def load_object(body: bytes) -> dict[str, Any]:
-    """The body as a JSON object; RequestError(400) for anything else."""
+    """The body as a JSON object; RequestError(400) for anything else, and for a string or
+    key in it that is not valid Unicode (a lone surrogate), naming where
+    (`floodway.routers.schema.check_unicode`: ``messages[0].content``)."""
     try:
         data = json.loads(body, parse_constant=_not_json, parse_float=finite_float)
     except (ValueError, UnicodeDecodeError) as e:
@@ -192,6 +194,8 @@ def load_object(body: bytes) -> dict[str, Any]:
         raise RequestError("the request body is nested too deeply", status=400) from None
     if not isinstance(data, dict):
         raise RequestError("the request body must be a JSON object", status=400)
+    if may_hold_surrogates(body):
+        check_unicode(data, status=400)
     return data
 
 

@@ -1,5 +1,5 @@
 """``GET /openapi.json``: the router's OpenAPI 3.1 document, built once per app when the
-ASGI app is made (`OpenAPIPage`).
+ASGI app is made (`OpenAPIPage`); ``GET /docs``: Swagger UI over it.
 
     build_openapi(app, keyed=, jobs=, private_detail=) -> dict
 
@@ -17,15 +17,20 @@ The document names the endpoints and their schemas, nothing more: it is open as
 does (401 otherwise). What it says depends on how the router was made: `keyed` (API keys
 configured: the bearer key is required), `jobs` (a job queue: 202 answers, Idempotency-Key;
 without one, 501 for what needs it).
+
+``/docs`` is an HTML page that loads Swagger UI (https://github.com/swagger-api/swagger-ui)
+from the jsDelivr CDN (`SWAGGER_UI`: ``swagger-ui-dist`` 5, as FastAPI's ``/docs`` does),
+so the browser that opens it needs to reach the CDN; the router serves only the page,
+which points it at ``/openapi.json``. It is open, or behind a key, as the document is.
 """
 
 from __future__ import annotations
 
-import typing
+import html
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import HTMLResponse, Response
 
 import floodway
 from floodway.codec import dumps
@@ -34,6 +39,7 @@ from floodway.functions.endpoint import Endpoint
 from floodway.functions.prompts import Prompt
 from floodway.http.handlers import Handlers
 from floodway.http.openai import accept_embeddings, accept_generation
+from floodway.http.openai_answers import output_type
 from floodway.http.openai_wire import IGNORED, ChatRequest, CompletionRequest, EmbeddingsRequest
 from floodway.http.openapi_schemas import (
     COMPONENTS,
@@ -104,7 +110,7 @@ class _Builder:
             "openai.chat": (ChatRequest, "validation")}
         for ep in app:
             types[f"{ep.name}.item"] = (ep.input_type, "validation")
-            if (out := _output_type(ep)) is not None:
+            if (out := output_type(ep)) is not None:
                 types[f"{ep.name}.output"] = (out, "serialization")
         self.schemas, self.defs = type_schemas(types)
 
@@ -218,7 +224,13 @@ class _Builder:
                                       **keyed_page, "summary": "this document",
                                       "responses": {"200": {"description": "OpenAPI 3.1",
                                                             "content": _json({"type": "object"})},
-                                                    **refused}}}}
+                                                    **refused}}},
+            "/docs": {"get": {"operationId": "docs", "tags": ["ops"], **keyed_page,
+                              "summary": "Swagger UI over this document (its scripts from a "
+                              "CDN)", "responses": {"200": {
+                                  "description": "an HTML page",
+                                  "content": {"text/html": {"schema": {"type": "string"}}}},
+                                  **refused}}}}
 
     def _openai_body(self, key: str, models: list[str]) -> dict[str, Any]:
         """An OpenAI request body as floodway takes it: `model` one of `models` (any
@@ -285,18 +297,6 @@ def _accepts(check: Any, ep: Endpoint) -> bool:
     return True
 
 
-def _output_type(ep: Endpoint) -> Any:
-    """R of a non-streaming ``fn(...) -> list[R]``; None otherwise (any output)."""
-    if ep.streaming:
-        return None
-    try:
-        ret = typing.get_type_hints(ep.fn, include_extras=True).get("return")
-    except Exception:  # noqa: BLE001 - unresolvable annotations: described as any output
-        return None
-    args = typing.get_args(ret)
-    return args[0] if typing.get_origin(ret) is list and args else None
-
-
 def build_openapi(app: App, *, keyed: bool, jobs: bool,
                   private_detail: bool = False) -> dict[str, Any]:
     """The OpenAPI 3.1 document of the router serving `app` (see the module): `keyed`,
@@ -329,22 +329,56 @@ def build_openapi(app: App, *, keyed: bool, jobs: bool,
     }
 
 
+# Swagger UI's distribution on the jsDelivr CDN, its major version pinned.
+SWAGGER_UI = "https://cdn.jsdelivr.net/npm/swagger-ui-dist@5"
+
+DOCS_HTML = """<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{title}</title>
+<link rel="stylesheet" href="{cdn}/swagger-ui.css">
+</head>
+<body>
+<div id="swagger-ui"></div>
+<script src="{cdn}/swagger-ui-bundle.js"></script>
+<script>
+window.ui = SwaggerUIBundle({{url: "/openapi.json", dom_id: "#swagger-ui"}});
+</script>
+</body>
+</html>
+"""
+
+
 class OpenAPIPage:
-    """The ``GET /openapi.json`` route of the router made with handlers `h`: its document
-    built (and encoded) once, here."""
+    """The ``GET /openapi.json`` and ``GET /docs`` routes of the router made with handlers
+    `h`: its document built (and encoded) once, here, and the docs page."""
 
     def __init__(self, h: Handlers):
         self.h = h
         self.document = build_openapi(h.app, keyed=bool(h.admission.keys),
                                       jobs=h.jobs is not None, private_detail=h.private_detail)
         self.body = dumps(self.document)
+        self.docs_body = DOCS_HTML.format(
+            title=html.escape(self.document["info"]["title"]), cdn=SWAGGER_UI)
+
+    def _check(self, request: Request) -> None:
+        """With `private_detail`, only a request with a valid key passes (raises
+        Unauthorized, 401, as ``/metrics``)."""
+        if self.h.private_detail:
+            self.h.admission.tenant(request)
 
     async def page(self, request: Request) -> Response:
-        """The document; with `private_detail`, only for a request with a valid key (401
-        otherwise, as ``/metrics``)."""
-        if self.h.private_detail:
-            self.h.admission.tenant(request)   # raises Unauthorized (401)
+        """The document (with `private_detail`, for a valid key only)."""
+        self._check(request)
         return Response(self.body, media_type="application/json")
 
+    async def docs(self, request: Request) -> Response:
+        """Swagger UI's page over ``/openapi.json`` (with `private_detail`, for a valid key
+        only, as the document)."""
+        self._check(request)
+        return HTMLResponse(self.docs_body)
 
-__all__ = ["OPENAPI_VERSION", "OpenAPIPage", "build_openapi"]
+
+__all__ = ["OPENAPI_VERSION", "SWAGGER_UI", "OpenAPIPage", "build_openapi"]

@@ -22,6 +22,13 @@ Unavailable (the runner's bounded backoff, the jobs back in the store): before, 
 without a slot went back to the store for the whole Retry-After (up to 30 s) and the runner
 paused, so a backlog drained in steps of a Retry-After while containers sat idle.
 
+A waiting group never holds up the jobs behind it: while it waits, each of its jobs counts
+one row of the endpoint's claimed rows (`claimed_rows`, which the runner's claims subtract
+from the pool's room), not all its rows, so the next jobs are claimed and decided too (a
+smaller job, or another tenant's, may fit where it does not), and the waiting jobs are
+bounded by the pool's room. A job that can never fit is refused by `decide()` (413) and
+fails at once.
+
 When work starts: a claimed job costs no attempt until its rows go to a container. The pool
 wakes the job queue as each batch is handed to a container (the batcher's send callback,
 `floodway.runtime.pool_jobs.JobLink.wake`), and `capacity_changed()` then looks at each
@@ -69,8 +76,14 @@ class JobCapacity(Protocol):
 
     def watch_jobs(self, backlog: Callable[[], dict[str, int]],
                    wake: Callable[[], None]) -> None:
-        """Call `wake()` whenever job room may have grown; read `backlog()` (rows of jobs
-        not finished, per endpoint) as demand for the warm pool."""
+        """Call `wake()` whenever job room may have grown or an endpoint's failing state
+        changed; read `backlog()` (rows of jobs not finished, per endpoint) as demand for
+        the warm pool."""
+        ...
+
+    def failing(self, endpoint: str) -> Unavailable | None:
+        """The error of an endpoint that cannot serve because its containers keep failing
+        to start (`floodway.errors.StartFailing`), else None."""
         ...
 
 
@@ -87,14 +100,17 @@ class JobFeed:
     `enqueue(endpoint, inputs, tenant)`: its Pending; `start_cold(endpoint)`: ask for a
     container; `grouped(endpoint)`: whether that endpoint's jobs may share a request
     (False for a streaming endpoint); `on_start(job_ids)`: these jobs' work reached a
-    container (see the module). `clock`: the capacity waits."""
+    container (see the module); `on_room()`: a waiting group gave back claimed rows (the
+    runner may claim the jobs behind it). `clock`: the capacity waits."""
 
     def __init__(self, *, decide: Decide, enqueue: Enqueue,
                  start_cold: Callable[[str], Any], grouped: Callable[[str], bool],
                  clock: Clock = SYSTEM_CLOCK,
-                 on_start: Callable[[list[str]], None] | None = None):
+                 on_start: Callable[[list[str]], None] | None = None,
+                 on_room: Callable[[], None] | None = None):
         self.decide, self.enqueue, self.start_cold = decide, enqueue, start_cold
         self.grouped, self.clock, self.on_start = grouped, clock, on_start
+        self.on_room = on_room
         self.claimed_rows: Counter[str] = Counter()   # claimed, not yet in the batcher
         self._groups: dict[tuple[str, str], list[tuple[Job, asyncio.Future]]] = {}
         # Groups in the batcher whose work has not reached a container yet.
@@ -150,11 +166,11 @@ class JobFeed:
 
     async def _feed(self, endpoint: str, tenant: str,
                     members: list[tuple[Job, asyncio.Future]]) -> None:
-        rows = sum(len(job.inputs) for job, _ in members)
+        held = [sum(len(job.inputs) for job, _ in members)]   # its rows in claimed_rows
         try:
-            pending = await self._admitted(endpoint, tenant, members)
+            pending = await self._admitted(endpoint, tenant, members, held)
         except BaseException as e:
-            self.claimed_rows[endpoint] -= rows
+            self.claimed_rows[endpoint] -= held[0]
             for _, fut in members:
                 if not fut.done():
                     fut.set_exception(e if isinstance(e, Exception) else Unavailable(
@@ -162,7 +178,7 @@ class JobFeed:
             if not isinstance(e, Exception):
                 raise
             return
-        self.claimed_rows[endpoint] -= rows
+        self.claimed_rows[endpoint] -= held[0]
         self._queued[id(pending)] = (pending, members)
         try:
             results = await pending
@@ -181,9 +197,11 @@ class JobFeed:
             at += n
 
     async def _admitted(self, endpoint: str, tenant: str,
-                        members: list[tuple[Job, asyncio.Future]]) -> Pending:
+                        members: list[tuple[Job, asyncio.Future]], held: list[int]
+                        ) -> Pending:
         """The group's Pending once `decide()` dispatches or queues it, waiting for
-        capacity between decisions (see the module). Raises what `decide` raises (a job
+        capacity between decisions (see the module; while it waits, `held[0]`, its rows
+        counted in `claimed_rows`, is one per job). Raises what `decide` raises (a job
         too large for any container), Unavailable after `CAPACITY_WAIT_S`."""
         inputs = [x for job, _ in members for x in job.inputs]
         waited_s = 0.0
@@ -198,6 +216,11 @@ class JobFeed:
             if waited_s >= CAPACITY_WAIT_S:
                 raise Unavailable(f"waiting for idle capacity ({d.action}: {d.reason})",
                                   retry_after_s=max(RECHECK_S, d.retry_after_s))
+            if held[0] > len(members):   # waiting: room for the jobs behind it
+                self.claimed_rows[endpoint] -= held[0] - len(members)
+                held[0] = len(members)
+                if self.on_room is not None:
+                    self.on_room()
             waited_s += await self._wait_for_capacity()
 
     async def _wait_for_capacity(self) -> float:

@@ -35,6 +35,7 @@ from typing import Any
 
 from floodway.codec import dumps
 from floodway.jobs.job import Job, JobState
+from floodway.jobs.quota import Quota
 
 # Attempts a job may lose with its router (lease expired after its work started) before it
 # is failed: more than a crash-looping router costs a job (each kill hits the few jobs on
@@ -48,6 +49,7 @@ class Leases:
 
     max_attempts: int
     max_lost_attempts: int
+    quota: Quota
     clock: Callable[[], float]
     _lock: threading.Lock
     _write: Callable[[], AbstractContextManager[sqlite3.Connection]]
@@ -55,6 +57,7 @@ class Leases:
     _update: Callable[..., None]
     _finish: Callable[[float], dict[str, Any]]
     _maybe_purge: Callable[[sqlite3.Connection, float], None]
+    _purge: Callable[[sqlite3.Connection, float], int]
 
     def claim(self, owner: str, *, lease_s: float, endpoints: Iterable[str] | None = None,
               limit: int = 1, max_rows: int | None = None) -> list[Job]:
@@ -141,7 +144,9 @@ class Leases:
         already finished (or never handed out). Any owner that ran the job may deliver, even
         after its lease expired. Every delivery is counted (``completions``: more than one
         means the work ran to completion twice). A result that came without a `start`
-        counts its attempt. Raises TypeError/ValueError if `outputs` is not JSON."""
+        counts its attempt. A result that would take the store past a quota is not
+        stored: the job fails with the quota's error instead (`floodway.jobs.quota`), and
+        this still returns True. Raises TypeError/ValueError if `outputs` is not JSON."""
         outputs_json = dumps(outputs).decode()
         with self._write() as db:
             row = db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
@@ -152,12 +157,28 @@ class Leases:
                            (job_id,))
                 return False
             now = self.clock()
+            over = self._over_quota(db, row, outputs_json, now)
             # The owner is kept on a finished job: it says who delivered the result.
-            self._update(db, row, JobState.SUCCEEDED,
-                         **{**self._finish(now), "owner": owner}, outputs=outputs_json,
-                         error=None, completions=row["completions"] + 1,
-                         attempts=self._charged(row))
+            done = {**self._finish(now), "owner": owner, "completions": row["completions"] + 1,
+                    "attempts": self._charged(row)}
+            if over is not None:
+                self._update(db, row, JobState.FAILED, **done, outputs=None, error=over)
+            else:
+                self._update(db, row, JobState.SUCCEEDED, **done, outputs=outputs_json,
+                             error=None)
             return True
+
+    def _over_quota(self, db: sqlite3.Connection, row: sqlite3.Row, outputs_json: str,
+                    now: float) -> str | None:
+        """The quota's error when `row` finishing with `outputs_json` stored (its inputs and
+        error dropped) would pass a quota, after expired results freed their bytes; None
+        when it fits."""
+        size = len(outputs_json.encode())
+        grow = len("[]") + size - _row_bytes(row)
+        if self.quota.result_refusal(db, row["tenant"], size, grow, count=False) is None:
+            return None
+        self._purge(db, now)
+        return self.quota.result_refusal(db, row["tenant"], size, grow)
 
     def used_up(self, attempts: int, lost: int) -> bool:
         """Whether a job with these `attempts`, `lost` of them with their router, has none
@@ -182,8 +203,9 @@ class Leases:
         queue (claimable after `delay_s` seconds) unless its attempts are used up, in which
         case it fails ("gave up after N attempts: <error>"). `partial`: what the failed
         job's answer carries beside its error (``{"outputs", "item_errors"}`` when only some
-        items failed). False if `owner` no longer holds the job (its lease was taken over,
-        or the job already finished)."""
+        items failed; not stored where it would pass a quota, which the error then says).
+        False if `owner` no longer holds the job (its lease was taken over, or the job
+        already finished)."""
         partial_json = None if partial is None else dumps(partial).decode()
         with self._write() as db:
             row = self._held(db, job_id, owner)
@@ -198,6 +220,9 @@ class Leases:
             else:
                 if retry:
                     error = f"gave up after {attempts} attempts: {error}"
+                if partial_json is not None and (
+                        over := self._over_quota(db, row, partial_json, now)) is not None:
+                    partial_json, error = None, f"{error} (its partial result: {over})"
                 self._update(db, row, JobState.FAILED, **self._finish(now), error=error,
                              outputs=partial_json, attempts=attempts)
             return True
@@ -220,3 +245,9 @@ class Leases:
                          attempts=row["attempts"] - int(started and uncharge),
                          error=row["error"] if error is None else error)
             return True
+
+
+def _row_bytes(row: sqlite3.Row) -> int:
+    """The bytes `row` stores as the quotas count them (`floodway.jobs.schema`)."""
+    return sum(len(row[k].encode()) for k in ("inputs", "outputs", "error")
+               if row[k] is not None)

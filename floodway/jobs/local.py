@@ -40,18 +40,18 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from floodway.errors import EndpointError, RequestError, Unavailable
+from floodway.errors import EndpointError, RequestError, StartFailing, Unavailable
 from floodway.functions.app import App
 from floodway.http.protocols import SYSTEM_CLOCK, Backend, Clock
 from floodway.jobs.feed import JobCapacity, JobFeed
-from floodway.jobs.job import Job, JobState
+from floodway.jobs.job import Job
 from floodway.jobs.quota import MAX_BYTES, MAX_TENANT_BYTES, REASONS
 from floodway.jobs.runner import JobRunner
 from floodway.jobs.store import JobStore
 from floodway.jobs.store_thread import StoreThread
 from floodway.routers.admission import Priority
 from floodway.routers.decide import Decision, Request, decide
-from floodway.routers.decide_stream import decide_stream
+from floodway.routers.decide_stream import decide_stream, never_admitted
 from floodway.routers.sequences import stream_request
 
 log = logging.getLogger("floodway.jobs")
@@ -63,6 +63,8 @@ JOB_TIMEOUT_S = 300.0
 MAX_INFLIGHT_JOBS = 4096
 # Seconds between two reads of the store's backlog (rows of unfinished jobs per endpoint).
 BACKLOG_REFRESH_S = 2.0
+# While an endpoint is failing, its queued jobs are failed at most this often (clock s).
+FAIL_QUEUED_EVERY_S = 1.0
 
 
 def default_jobs_path(store_root: str | Path, app_name: str) -> Path:
@@ -100,7 +102,8 @@ class LocalJobs:
         self.feed = JobFeed(decide=self._decide_group, enqueue=self._enqueue,
                             start_cold=lambda ep: self.backend.start_cold(ep),
                             grouped=self._grouped, clock=clock,
-                            on_start=lambda ids: self.runner.started(ids))
+                            on_start=lambda ids: self.runner.started(ids),
+                            on_room=lambda: self.runner.wake())
         self.runner = JobRunner(self.store, self._run, owner=f"router-{os.getpid()}-"
                                 f"{uuid.uuid4().hex[:8]}", lease_s=lease_s,
                                 concurrency=concurrency or (MAX_INFLIGHT_JOBS if capacity
@@ -111,6 +114,7 @@ class LocalJobs:
         self._backlog_reading: asyncio.Future | None = None
         self._counts: dict[str, int] = {}
         self._stored: tuple[int, dict[str, int]] = (0, {})
+        self._failed_queued: dict[str, float] = {}   # endpoint -> when its jobs were failed
         if capacity is not None:
             capacity.watch_jobs(self.backlog, self._capacity_changed)
 
@@ -119,11 +123,17 @@ class LocalJobs:
                      ) -> tuple[dict[str, Any], bool]:
         """Store the job durably (before the caller answers 202) -> (wire form, created).
         Raises RequestError (409 reused Idempotency-Key, 400 malformed key, 413 larger
-        than a quota), Unavailable (503: the store is over a quota or its disk is full).
+        than a quota or, for a streaming endpoint, than a job can ever run with),
+        Unavailable (503: the store is over a quota or its disk is full; StartFailing: the
+        endpoint's containers keep failing to start).
 
         The commit can wait for the store's lock or a WAL checkpoint: it runs on the
         store's thread so that a burst spilled to async does not stall the event loop and
         every other request with it."""
+        if self.capacity is not None and (
+                failing := self.capacity.failing(endpoint)) is not None:
+            raise failing
+        self._check_stream_job(endpoint, inputs)
         job, created = await self.io(
             self.store.submit, endpoint, inputs, tenant=tenant,
             priority=priority.name.lower(), idempotency_key=idempotency_key)
@@ -140,10 +150,11 @@ class LocalJobs:
         return None if job is None else job.to_wire()
 
     async def get(self, job_id: str, tenant: str) -> dict[str, Any] | None:
-        """The job's wire form, or None when unknown or another tenant's (one indexed read,
-        on the store's thread: it may wait for the lock behind a commit)."""
+        """The job's wire form, or None when unknown or another tenant's, expired or not
+        (one indexed read, on the store's thread: it may wait for the lock behind a
+        commit)."""
         job = await self.io(self.store.get, job_id)
-        if job is None or (job.state != JobState.EXPIRED and job.tenant != tenant):
+        if job is None or job.tenant != tenant:
             return None
         return job.to_wire()
 
@@ -159,8 +170,8 @@ class LocalJobs:
     def storage(self) -> dict[str, Any]:
         """For the metrics: ``{"bytes": all jobs' stored bytes, "tenants": {tenant:
         bytes}, "quota_bytes": {"total", "tenant"}, "rejections": {reason: submits
-        refused}}`` (reasons: total, tenant, disk_full); the bytes as of the last
-        `refresh`."""
+        refused, and results not stored}}`` (reasons: total, tenant, disk_full, result);
+        the bytes as of the last `refresh`."""
         total, tenants = self._stored[0], dict(self._stored[1])
         quota = self.store.quota
         return {"bytes": total, "tenants": tenants,
@@ -198,6 +209,22 @@ class LocalJobs:
     def _capacity_changed(self) -> None:
         self.feed.capacity_changed()
         self.runner.wake(resume=True)
+        self._fail_failing()
+
+    def _fail_failing(self) -> None:
+        """Fail the queued jobs of every endpoint that is failing (`JobCapacity.failing`:
+        its containers keep failing to start) with its error, at most every
+        `FAIL_QUEUED_EVERY_S`: they would wait for a container that does not come. Its
+        claimed jobs fail as they are decided (`_run`); new ones are refused (503)."""
+        assert self.capacity is not None
+        now = self.clock.monotonic()
+        for ep in self.app.endpoints:
+            if now - self._failed_queued.get(ep, -math.inf) < FAIL_QUEUED_EVERY_S or (
+                    err := self.capacity.failing(ep)) is None:
+                continue
+            self._failed_queued[ep] = now
+            self.io(self.store.fail_queued, ep, str(err)).add_done_callback(
+                lambda f, ep=ep: _failed_out(f, ep))
 
     async def start(self) -> None:
         # Jobs of endpoints this router does not serve wait for a router that does (one
@@ -219,7 +246,27 @@ class LocalJobs:
         self.store.close()
 
     async def _run(self, job: Job) -> list[Any]:
-        return _outputs(await self.feed.run(job))
+        try:
+            return _outputs(await self.feed.run(job))
+        except StartFailing as e:   # no retry helps while its starts fail: the job fails
+            raise EndpointError(str(e)) from None
+
+    def _check_stream_job(self, endpoint: str, inputs: list[Any]) -> None:
+        """Refuse before storing it a streaming endpoint's job that could never start:
+        RequestError 413 when `decide_stream.never_admitted` says so of it at low priority
+        (how jobs run), on the backend's own snapshot (its real container cap)."""
+        ep = self.app.endpoints.get(endpoint)
+        gen = ep.generation if ep is not None else None
+        if gen is None or not inputs:
+            return
+        snap = self.backend.stream_snapshot(endpoint)
+        d = never_admitted(snap, stream_request(
+            inputs, gen.max_new_tokens, deadline_s=math.inf, priority=int(Priority.LOW),
+            tenant="", allow_async=False))
+        if d is not None:
+            raise RequestError(f"endpoint {endpoint!r} cannot run this request as a job "
+                               f"(jobs run at low priority): {d.reason}", status=413,
+                               field="inputs")
 
     def _grouped(self, endpoint: str) -> bool:
         """Jobs of `endpoint` may share a request: not a streaming endpoint's (`JobFeed`)."""
@@ -278,6 +325,15 @@ class LocalJobs:
         results = await work
         return _outputs([Unavailable(f"{r}; the job runs again") if isinstance(r, TimeoutError)
                          else r for r in results])
+
+
+def _failed_out(done: asyncio.Future, endpoint: str) -> None:
+    if done.cancelled():
+        return
+    if (e := done.exception()) is not None:
+        log.warning("failing the queued jobs of endpoint %r failed: %s", endpoint, e)
+    elif n := done.result():
+        log.warning("endpoint %r cannot start: %d queued jobs failed", endpoint, n)
 
 
 def _outputs(results: list[Any]) -> list[Any]:

@@ -9,8 +9,13 @@ A submit is refused with `Unavailable` (503 + Retry-After) when the job's inputs
 the tenant's bytes past `max_tenant_bytes` or everyone's past `max_bytes`: what is stored
 frees by itself (jobs finish, results expire), so a retry later succeeds, and nothing
 already stored is touched. A job larger than a quota by itself can never be stored: 413.
-Results are not refused: a job accepted is run and its result kept, so the stored bytes
-may pass a quota by the results of the jobs under way.
+
+Results count as much as inputs, and are checked as they arrive (`result_refusal`): a job
+whose result would take the tenant's or everyone's bytes past a quota fails instead ("the
+job's result of N bytes exceeds the job store's quota ..."), its result not stored, so
+results never take the store past a quota (a burst of jobs admitted while their small
+inputs fitted cannot fill it with large results). Only error texts are not refused: a
+failed job's error is stored whatever its size (counted, and short).
 
 A full disk (SQLite's ``SQLITE_FULL``, "database or disk is full") answers the same 503
 (`disk_full`): the write is rolled back, the file is as before.
@@ -35,7 +40,9 @@ UNFINISHED_RETRY_S = 5.0
 MAX_RETRY_S = 3600.0
 # Retry-After for a full disk: someone has to free space.
 DISK_FULL_RETRY_S = 30.0
-REASONS = ("total", "tenant", "disk_full")
+# Refusals counted: submits past the total or the tenant's quota, or on a full disk, and
+# results not stored (their job failed) because they would pass a quota.
+REASONS = ("total", "tenant", "disk_full", "result")
 
 
 def is_disk_full(e: BaseException) -> bool:
@@ -74,6 +81,31 @@ class Quota:
             return "tenant"
         total = db.execute("SELECT coalesce(SUM(bytes), 0) FROM job_bytes").fetchone()[0]
         return "total" if total + size > self.max_bytes else None
+
+    def result_refusal(self, db: sqlite3.Connection, tenant: str | None, size: int,
+                       grow: int, *, count: bool = True) -> str | None:
+        """The error of a job whose result of `size` bytes makes its row `grow` bytes
+        larger (its inputs dropped), when that would take `tenant`'s or everyone's bytes
+        past a quota (`count`: counted under "result"); None when it fits."""
+        if grow <= 0:
+            return None
+        mine = db.execute("SELECT bytes FROM job_bytes WHERE tenant = ?",
+                          (tenant or "",)).fetchone()
+        mine_now = (mine[0] if mine else 0) + grow
+        total = db.execute("SELECT coalesce(SUM(bytes), 0) FROM job_bytes").fetchone()[0] \
+            + grow
+        if mine_now > self.max_tenant_bytes:
+            who, took, limit = f"the jobs of tenant {tenant!r}", mine_now, self.max_tenant_bytes
+        elif total > self.max_bytes:
+            who, took, limit = "all jobs", total, self.max_bytes
+        else:
+            return None
+        if count:
+            self.rejections["result"] += 1
+        return (f"the job's result of {size} bytes exceeds the job store's quota: with it "
+                f"{who} would take {took} bytes, over their quota of {limit} bytes; the "
+                "result was not stored (fetch results sooner, lower the job TTL, or raise "
+                "--job-max-mib / --job-tenant-mib)")
 
     def refuse(self, db: sqlite3.Connection, reason: str, tenant: str | None,
                now: float) -> Unavailable:

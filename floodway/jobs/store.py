@@ -13,7 +13,8 @@ Delivery is lease-based and at-least-once, and attempts count work, not claims
 
 Storage is bounded (`floodway.jobs.quota`): a submit past the total or the tenant's quota
 of stored bytes, or on a full disk, is refused with Unavailable (503) and stores nothing; a
-job's inputs are dropped when it finishes.
+job's inputs are dropped when it finishes, and a result that would pass a quota is not
+stored: its job fails with the quota's error.
 
 Idempotency keys work as in Stripe's API and the IETF Idempotency-Key draft: the same
 (tenant, endpoint, key) returns the job already created, whatever its state; the same key with
@@ -261,6 +262,18 @@ class JobStore(Leases):
                                "request (other inputs); use a new key for a new request",
                                status=409, field="Idempotency-Key")
         return row
+
+    def fail_queued(self, endpoint: str, error: str) -> int:
+        """Fail every queued job of `endpoint` with `error` (it cannot run: its containers
+        cannot start), as finished jobs (inputs dropped, expiring after `ttl_s`); how many.
+        Jobs claimed by a router are left to it."""
+        with self._write() as db:
+            check_transition(JobState.QUEUED, JobState.FAILED)
+            cols = {**self._finish(self.clock()), "state": str(JobState.FAILED),
+                    "error": error}
+            sets = ", ".join(f"{k} = ?" for k in cols)
+            return db.execute(f"UPDATE jobs SET {sets} WHERE state = 'queued' AND "
+                              "endpoint = ?", [*cols.values(), endpoint]).rowcount
 
     def get(self, job_id: str) -> Job | None:
         """The job, or None for an unknown, malformed or purged id. An expired job not yet

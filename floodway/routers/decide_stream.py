@@ -15,7 +15,11 @@ TTFT. Algorithm (seconds on the snapshot's clock; `budget` = (deadline - now - 2
 router's loop lag) x HEADROOM, as in `decide()`):
 
 1. No time left -> shed (503). A request whose sequence cannot fit a container's KV budget at
-   all (prompt + max_new_tokens > kv_cache_tokens) -> shed with status 413: no wait helps.
+   all (prompt + max_new_tokens > kv_cache_tokens), or of more sequences than its priority
+   can ever be admitted with (`most_sequences`: dispatched whole onto every container the
+   endpoint may run, or queued whole within its priority's share of the queue) -> shed
+   with status 413: no wait helps. The async spill is offered only to a request that a job
+   (low priority) could hold: a larger one would become a job that never starts.
 2. Nothing queued and warm containers with free slots and KV room for all of the request's
    sequences, each on the container where its first token comes soonest (`place`: prefill of
    the prompts sent there and not yet prefilled plus its own, then one decode step with one
@@ -63,7 +67,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import ClassVar, NamedTuple
 
@@ -191,6 +195,9 @@ class StreamSnapshot:
     queue: SequenceQueue = SequenceQueue()
     async_accepting: bool = True
     loop_lag_s: float = 0.0   # the router's recent event-loop lag (`decide.time_left_s`)
+    # The most containers the endpoint may ever run (0: `max_containers`), where that is
+    # more than may be live now (fewer while starts are failing).
+    container_cap: int = 0
 
 
 @dataclass(frozen=True)
@@ -322,16 +329,53 @@ STREAM_SPILLS: Mapping[str, SpillTarget] = MappingProxyType(
 
 # ---------------------------------------------------------------- the decision
 
+PRIORITY_NAMES = ("low", "normal", "high")
+
+
+def most_sequences(snap: StreamSnapshot, priority: int, kv_need: int = 0) -> int:
+    """The most sequences one request at `priority` can ever be admitted with on `snap`'s
+    endpoint: dispatched whole onto the free slots of every container it may run
+    (`container_cap` x the sequences one holds: `max_sequences`, fewer where sequences of
+    `kv_need` KV tokens fill its `kv_cache_tokens` first), or queued whole within its
+    priority's share of the queue (`QUEUE_SHARE` of `max_queue`). A larger one never
+    fits: the queue's room also counts the slots of starting containers, but those come
+    and go."""
+    per = min(snap.max_sequences, _fits(snap.kv_cache_tokens, kv_need))
+    cap = snap.container_cap or snap.max_containers
+    return max(cap * per, math.floor(snap.max_queue * QUEUE_SHARE[_prio(priority)]))
+
+
+def never_admitted(snap: StreamSnapshot, req: StreamRequest) -> Decision | None:
+    """The 413 for a request no wait would admit (step 1 of the module docstring): a
+    sequence larger than a container's KV budget, or more sequences than `most_sequences`
+    at its priority; None otherwise."""
+    if req.kv_need > snap.kv_cache_tokens:
+        return Decision(Action.SHED, f"prompt_tokens {req.prompt_per_sequence} + "
+                        f"max_new_tokens {req.max_new_tokens} = {req.kv_need} exceeds the "
+                        f"KV-cache budget of a container ({snap.kv_cache_tokens:.0f} tokens): "
+                        "a sequence needs more KV cache than a container has (shorten the "
+                        "prompt or lower max_new_tokens)", status=413)
+    most = most_sequences(snap, req.priority, req.kv_need)
+    if req.sequences <= most:
+        return None
+    p = _prio(req.priority)
+    per = min(snap.max_sequences, _fits(snap.kv_cache_tokens, req.kv_need))
+    return Decision(Action.SHED, f"the request makes {req.sequences} sequences; at "
+                    f"{PRIORITY_NAMES[p]} priority at most {most} can ever be admitted: "
+                    f"{snap.container_cap or snap.max_containers} containers x {per} "
+                    f"sequences running, or {QUEUE_SHARE[p]:g} of max_queue "
+                    f"{snap.max_queue} queued (split the request)", status=413)
+
+
 def decide_stream(snap: StreamSnapshot, req: StreamRequest) -> Decision:
     """Dispatch, queue, spill or shed `req` (see the module docstring for the algorithm)."""
     budget = time_left_s(req.deadline_s, snap.now_s, snap.loop_lag_s)
     if budget <= 0:
         return late_shed(req.deadline_s - snap.now_s, snap.loop_lag_s)
-    if req.kv_need > snap.kv_cache_tokens:
-        return Decision(Action.SHED, f"prompt_tokens {req.prompt_per_sequence} + "
-                        f"max_new_tokens {req.max_new_tokens} = {req.kv_need} exceeds the "
-                        f"KV-cache budget of a container ({snap.kv_cache_tokens:.0f} tokens)",
-                        status=413)
+    if (refused := never_admitted(snap, req)) is not None:
+        return refused
+    if req.allow_async and req.sequences > most_sequences(snap, 0, req.kv_need):
+        req = replace(req, allow_async=False)   # a job (low priority) of it never starts
     budget *= HEADROOM
     m = snap.model
     live = [c for c in snap.containers if c.state in LIVE]
@@ -370,5 +414,6 @@ def decide_stream(snap: StreamSnapshot, req: StreamRequest) -> Decision:
                          spills=STREAM_SPILLS)
 
 
-__all__ = ["STREAM_SPILLS", "Placement", "SequenceQueue", "StreamColdSpill", "StreamContainer",
-           "StreamRequest", "StreamSnapshot", "decide_stream", "place", "queue_ttft_s"]
+__all__ = ["PRIORITY_NAMES", "STREAM_SPILLS", "Placement", "SequenceQueue", "StreamColdSpill",
+           "StreamContainer", "StreamRequest", "StreamSnapshot", "decide_stream",
+           "most_sequences", "never_admitted", "place", "queue_ttft_s"]

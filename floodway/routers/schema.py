@@ -46,9 +46,26 @@ class ErrorResponse(BaseModel):
     error: ErrorDetail
 
 
-# A JSON escape of a UTF-16 surrogate (\\uD800-\\uDFFF): the only way a body that decodes as
-# UTF-8 can hold a string that is not valid Unicode. A body without one needs no walk.
-_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89abcdefABCDEF]")
+# A UTF-16 surrogate (U+D800-U+DFFF) as a JSON escape (\\ud800), or as the three bytes
+# that encode one UTF-8-style (ED A0-BF xx: not UTF-8, but json.loads decodes a body's bytes
+# with "surrogatepass"): the only ways a body can hold a string that is not valid Unicode.
+# In UTF-8, ED is a lead byte and only 80-9F follow it, so a body without a match needs no
+# walk.
+_SURROGATE = re.compile(rb"\\u[dD][89abcdefABCDEF]|\xed[\xa0-\xbf]")
+
+
+def may_hold_surrogates(body: bytes) -> bool:
+    """Whether `body` may decode to a string that is not valid Unicode (`check_unicode`)."""
+    return _SURROGATE.search(body) is not None
+
+
+def printable(text: str) -> str:
+    """`text` with any lone surrogate as its escape (``\\ud800``): safe in an answer."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
 
 
 @lru_cache(maxsize=64)
@@ -101,6 +118,23 @@ def _bad_unicode(item: Any) -> tuple[str, bool, UnicodeEncodeError] | None:
                     return where, True, e
                 stack.append((f"{where}.{k}", v))
     return None
+
+
+def check_unicode(data: Any, *, status: int = 422) -> None:
+    """RequestError(`status`) naming the first string in a decoded body `data` that is not
+    valid Unicode (a lone surrogate): its path (``inputs[1][0]``, ``messages[0].content``),
+    or for an object's key the object's (``inputs[1]``), or at the top level the key itself
+    (escaped: ``\\ud800``). Such a string can be neither answered nor sent to a container or
+    a job row, so it is refused with the body, before any work."""
+    bad = _bad_unicode(data)
+    if bad is None:
+        return
+    where, key, e = bad
+    field = where.removeprefix(".") or printable(str(e.object))
+    field = field if len(field) <= 80 else field[:77] + "..."
+    what = "an object key" if key else "the string"
+    raise RequestError(f"{field}: {what} is not valid Unicode ({e.reason} at character "
+                       f"{e.start})", status=status, field=field)
 
 
 def _loc(loc: tuple[Any, ...]) -> str:
@@ -175,6 +209,10 @@ def parse_predict(body: bytes, item_type: Any = Any, *,
     if not isinstance(data, dict):
         raise RequestError(f'request body must be a JSON object like {{"inputs": [...]}}, '
                            f"got {_json_type(data)}", status=400)
+    surrogates = may_hold_surrogates(body)
+    if surrogates:
+        # Its keys first, so that an unknown one is named (escaped) as not valid Unicode.
+        check_unicode({k: None for k in data})
     _precheck(data, max_inputs)
     try:
         req = PredictRequest.model_validate(data)
@@ -194,8 +232,7 @@ def parse_predict(body: bytes, item_type: Any = Any, *,
     if max_inputs is not None and len(req.inputs) > max_inputs:
         raise RequestError(f"'inputs' has {len(req.inputs)} items; this endpoint takes at most "
                            f"{max_inputs} per request (split it)", status=413, field="inputs")
-    return validate_items(req.inputs, item_type,
-                           check_unicode=_SURROGATE_ESCAPE.search(body) is not None)
+    return validate_items(req.inputs, item_type, check_unicode=surrogates)
 
 
 def validate_items(inputs: list[Any], item_type: Any, *, check_unicode: bool) -> list[Any]:

@@ -6,11 +6,15 @@
 `ready` has free slots, `busy` has none; `draining` takes no new work and stops once its
 in-flight batches finish. A process that exits unexpectedly (or reports Failed) makes the
 container `failed` and fails its in-flight batches with Unavailable (the pool decides whether
-to retry). `stopped` and `failed` are terminal.
+to retry); after `expect_stop` (the server is stopping, and a SIGTERM to the process group
+reaches the workers too) any exit is a stop. `stopped` and `failed` are
+terminal.
 
 The worker speaks `floodway.runtime.protocol`: a batch's items are answered one event each
 (heard through `submit(..., on_item=)` as they arrive), then BatchDone resolves the batch's
 future to a BatchResult. A line that is not a valid message kills the process (`failed`).
+The traceback an ItemError or Failed carries (the user's code raised) goes to the server
+log (`floodway.runtime.error_log`), never to the client.
 
 `cancel_item` tells the worker an item's caller left (Cancel): a batch worker skips it if
 its batch has not started (as an item whose deadline, sent with the batch, passed).
@@ -46,6 +50,7 @@ from floodway.runtime.container_state import (
     State,
     _Pending,
 )
+from floodway.runtime.error_log import ERRORS, ErrorLog
 from floodway.runtime.procstat import process_cpu_s
 from floodway.runtime.protocol import (
     FROM_WORKER,
@@ -73,6 +78,14 @@ log = logging.getLogger("floodway.container")
 READ_LIMIT = MAX_LINE_BYTES   # the worker writes no longer line (one large output at most)
 
 
+def cold_start_text(timings_s: dict[str, float]) -> str:
+    """A container's cold start for the log: ``"cold start 1.23 s (imports 0.40 s,
+    artifact_load 0.80 s, ...)"``, each phase in the order the worker timed it."""
+    parts = ", ".join(f"{k} {v:.2f} s" for k, v in timings_s.items() if k != "total")
+    total = timings_s.get("total", sum(v for k, v in timings_s.items() if k != "total"))
+    return f"cold start {total:.2f} s" + (f" ({parts})" if parts else "")
+
+
 class Container:
     """One worker process for one endpoint. `slots` bounds its in-flight batches; `clock`
     gives monotonic seconds (every time attribute below is on it); `streaming`: its worker
@@ -82,7 +95,8 @@ class Container:
 
     def __init__(self, app_spec: str, endpoint: str, store_root: str, *, slots: int,
                  env: dict[str, str] | None = None,
-                 clock: Callable[[], float] = time.monotonic, streaming: bool = False):
+                 clock: Callable[[], float] = time.monotonic, streaming: bool = False,
+                 errors: ErrorLog | None = None):
         self.id = next(self._ids)
         self.app_spec, self.endpoint, self.store_root = app_spec, endpoint, store_root
         self.slots, self.streaming = slots, streaming
@@ -90,6 +104,7 @@ class Container:
         self.active_sequences = self.kv_cache_tokens = self.kv_cache_capacity = 0
         self.env = env or {}
         self.clock = clock
+        self.errors = ERRORS if errors is None else errors   # the user's tracebacks: logged
         now = clock()
         self.state = State.STARTING
         self.history: list[tuple[float, State]] = [(now, State.STARTING)]
@@ -116,6 +131,7 @@ class Container:
         self.proc: Any = None   # asyncio.subprocess.Process, or what `attach` was given
         self._ids_batch = itertools.count(1)
         self._ready = asyncio.Event()
+        self._stop_expected = False
         self._reader: asyncio.Task | None = None
         self._t_spawn = now
 
@@ -191,10 +207,20 @@ class Container:
             self.kill(f"protocol error: {e}")   # what follows cannot be trusted either
         self._exited(await self.proc.wait())
 
+    def expect_stop(self) -> None:
+        """The server is stopping: the worker's exit from now on, with any code, is a stop."""
+        self._stop_expected = True
+
     def _exited(self, code: int) -> None:
         """The process ended with `code`: settle the state and fail what is still in flight."""
         if self.state == State.DRAINING and code == 0:
             self._to(State.STOPPED)   # the exit we asked for by closing stdin
+        elif self._stop_expected and self.state not in (State.STOPPED, State.FAILED):
+            log.info("container %s of %s stopped with the server (exit code %s)", self.id,
+                     self.endpoint, code)
+            if self.state != State.DRAINING:
+                self._to(State.DRAINING)
+            self._to(State.STOPPED)
         elif self.state not in (State.STOPPED, State.FAILED):
             self.error = self.error or f"worker process exited with code {code}"
             self._to(State.FAILED)
@@ -231,6 +257,8 @@ class Container:
 
     def _on_failed(self, msg: Failed) -> None:
         self.error = msg.error
+        if msg.traceback:
+            self.errors.report(self.endpoint, self.id, "its start", msg.traceback, self.clock())
         if self.state not in (State.STOPPED, State.FAILED):
             self._to(State.FAILED)
 
@@ -254,6 +282,9 @@ class Container:
                 batch.outputs[msg.item_id] = msg.output
             else:
                 batch.errors[msg.item_id] = msg.message
+                if msg.traceback:
+                    self.errors.report(self.endpoint, self.id, "the function", msg.traceback,
+                                       self.clock())
         self.last_progress_s = self.clock()
         if batch.on_item is not None:
             try:

@@ -21,8 +21,11 @@ from __future__ import annotations
 import logging
 import math
 from collections import Counter
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from floodway.build.starts import known_starts, remember_start
+from floodway.build.store import ArtifactStore
 from floodway.core.estimators import ColdStartEstimator, ServiceEstimator, measured
 from floodway.core.generation import GenerationEstimator, measured_generation
 from floodway.core.priors import ROW_TOKENS_PRIOR, TEXT_SERVICE_PRIOR
@@ -77,20 +80,22 @@ class EndpointPool:
     """
 
     def __init__(self, endpoint: Endpoint, *, clock: Clock = SYSTEM_CLOCK,
-                 history: TrafficHistory | None = None):
+                 history: TrafficHistory | None = None, store: ArtifactStore | None = None):
         self.endpoint, self.name, self.clock = endpoint, endpoint.unit, clock
+        self.store = store      # where its starts are known and kept (`floodway.build.starts`)
         self.containers: list[Container] = []
         self.batcher: Batcher | None = None
         self.tokens = None if endpoint.streaming else TokenCost.of(endpoint)
         self.service = ServiceEstimator() if self.tokens is None else ServiceEstimator(
             TEXT_SERVICE_PRIOR, row_tokens_prior=ROW_TOKENS_PRIOR)
-        self.cold = ColdStartEstimator()
+        self.cold = self._cold_estimator()
         self.traffic = Traffic(endpoint.unit, history)
         self.target = WarmTarget(0, 0, endpoint.warm.scaledown_window_s, "not computed yet")
         self.policy: PolicyState | None = None
         self.floor = 0
         self.failures = 0
         self.last_error: str | None = None     # why the last container that failed did
+        self.failed_s = -math.inf              # when the last start failed (monotonic)
         self.replacing = 0
         self.latest: str | None = None
         self.recycling: recycle.Retiring | None = None
@@ -191,13 +196,32 @@ class EndpointPool:
 
     @property
     def may_start(self) -> bool:
-        """False while starts are failing or a replacement waits out its backoff."""
-        return not self.failures and not self.replacing
+        """False while starts are failing, a replacement waits out its backoff, or a
+        container's start failed and its exit is not handled yet (`Pool._run` decides its
+        replacement and backoff: a start now would skip the backoff)."""
+        return not self.failures and not self.replacing and not any(
+            c.state == "failed" and not any(s in WARM for _, s in c.history)
+            for c in self.containers)
 
-    def started(self, cold_start_s: float) -> None:
-        """A container became ready after `cold_start_s` seconds: starts work again."""
+    def _cold_estimator(self) -> ColdStartEstimator:
+        """The cold-start estimate before a container of this run started: the starts that
+        earlier runs timed of the latest build in `store`, else its build's probe, else the
+        prior (`ColdStartEstimator.known`)."""
+        if self.store is None:
+            return ColdStartEstimator()
+        known = known_starts(self.store, self.endpoint.name)
+        cold = ColdStartEstimator.known(probe_s=known.probe_s, samples=known.samples)
+        log.info("cold-start estimate of %s: %.2fs (%s)", self.name, cold.estimate_s(),
+                 cold.seeded_from)
+        return cold
+
+    def started(self, cold_start_s: float, build: str | None = None) -> None:
+        """A container of `build` became ready after `cold_start_s` seconds: starts work
+        again; the start is kept in the store for later runs (`remember_start`)."""
         self.failures = 0
         self.cold.record(cold_start_s)
+        if self.store is not None and build is not None:
+            remember_start(self.store, self.endpoint.name, build, cold_start_s)
 
     def record_batch(self, rows: int, service_s: float, padded_tokens: int = 0) -> None:
         """A completed batch's service time and padded tokens (0: not known; not a
@@ -345,21 +369,35 @@ class EndpointPool:
         if gen is None or est is None:
             raise FloodwayError(f"endpoint {self.name!r} does not stream")
         loads = self.sequence_loads(now_s)
+        full = cap   # what the endpoint may ever run: what a request can never exceed
         if self.failures:
             cap = min(cap, sum(1 for c in loads if c.state in LIVE))
         book = self.batcher.sequences if self.batcher is not None else None
         reported = max((c.kv_capacity for c in loads), default=0)
-        return build_stream_snapshot(
+        return replace(build_stream_snapshot(
             now_s, self.endpoint, loads, book.queue() if book else EMPTY_SEQUENCE_QUEUE,
             model=est.model, cold_start_s=self.cold.estimate_s(),
             max_sequences=gen.max_sequences,
             kv_cache_tokens=gen.kv_cache_tokens or reported or None,
-            max_new_tokens=gen.max_new_tokens, max_containers=cap)
+            max_new_tokens=gen.max_new_tokens, max_containers=cap), container_cap=full)
 
     # ------------------------------------------------------------------ readiness
     def ready(self) -> bool:
-        """A warm container, or none asked for (scaled to zero: requests start one)."""
-        return any(c.state in WARM for c in self.containers) or self.floor == 0
+        """A warm container, or none asked for (scaled to zero: requests start one) and
+        not failing."""
+        return any(c.state in WARM for c in self.containers) or (
+            self.floor == 0 and self.failing() is None)
+
+    def failing(self) -> str | None:
+        """Why the endpoint cannot serve while its starts keep failing
+        (`health.failing`), naming the last start's error; None when it is not failing."""
+        warm = sum(1 for c in self.containers if c.state in WARM)
+        # Any container still listed is starting, or has exited and its replacement is
+        # not decided yet (`Pool._run`).
+        if not health.failing(self.failures, warm, bool(self.replacing or self.containers)):
+            return None
+        return (f"endpoint {self.endpoint.name!r} cannot start: its last {self.failures} "
+                f"container start(s) in a row failed; the last: {self.last_error}")
 
     def sequences(self) -> dict[str, int]:
         """A streaming endpoint's sequences, summed over its live containers (their Load):
@@ -384,7 +422,7 @@ class EndpointPool:
                        "scaledown_window_s": t.scaledown_window_s, "reason": t.reason},
             "events": dict(self.events),
             "failures": {"failed_starts_in_a_row": self.failures,
-                         "last_error": self.last_error},
+                         "last_error": self.last_error, "failing": self.failing()},
         }
 
 

@@ -2,6 +2,7 @@
 
     check(container, now_s, stuck_after_s, start_timeout_s=) -> Check(verdict, reason)
     after_exit(started, failures, live, floor) -> Exit(failures, replace_in_s)
+    failing(failures, warm, starts_coming) -> bool
 
 Pure functions of a container's facts and a clock (seconds on the runtime's monotonic
 clock); the pool carries out what they say (ping, kill, replace).
@@ -19,6 +20,12 @@ clock); the pool carries out what they say (ping, kill, replace).
   after `BACKOFF_S` seconds that grow with the failed starts in a row, so that a broken
   build cannot crash-loop the machine. Only a failed *start* counts: one that served and
   then died (killed, crashed) says nothing about the next start.
+- failing: an endpoint with no warm container whose last `FAILING_STARTS` starts in a row
+  failed (its `load` hook raises, say), or whose last start failed with none to follow (no
+  replacement waits, none is starting: a scaled-to-zero endpoint). Its requests are
+  refused (503 with the load error) and its jobs fail, instead of waiting for a container
+  that does not come; the replacements go on with their backoff, and the first start that
+  succeeds ends it.
 """
 
 from __future__ import annotations
@@ -35,6 +42,9 @@ PING_EVERY_S = 2.0
 PING_TIMEOUT_S = 10.0
 # Seconds before replacing a container, by failed starts in a row (the last repeats).
 BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
+# Failed starts in a row after which an endpoint with no warm container is failing (with
+# the backoff above: about 1.5 s and three loads after the first start).
+FAILING_STARTS = 3
 
 
 class Verdict(enum.StrEnum):
@@ -129,5 +139,14 @@ def after_exit(started: bool, failures: int, live: int, floor: int) -> Exit:
     return Exit(failures_now, backoff_s(0 if started else failures))
 
 
-__all__ = ["BACKOFF_S", "PING_EVERY_S", "PING_TIMEOUT_S", "Check", "Exit", "Liveness",
-           "Verdict", "after_exit", "backoff_s", "check", "checks"]
+def failing(failures: int, warm: int, starts_coming: bool) -> bool:
+    """Whether an endpoint is failing (see the module): `failures` failed starts in a
+    row, `warm` warm containers, `starts_coming`: a container is starting or a replacement
+    waits out its backoff."""
+    if failures == 0 or warm:
+        return False
+    return failures >= FAILING_STARTS or not starts_coming
+
+
+__all__ = ["BACKOFF_S", "FAILING_STARTS", "PING_EVERY_S", "PING_TIMEOUT_S", "Check", "Exit",
+           "Liveness", "Verdict", "after_exit", "backoff_s", "check", "checks", "failing"]

@@ -16,7 +16,11 @@ warm target, failure counters); the pool only carries out what the pure function
 - `floodway.runtime.health`: stuck (work in flight, no completion for
   `Route.stuck_after_s`) and silent (an idle container not answering pings) containers are
   killed; a dead one is replaced while the pool is under its floor, with backoff. Batches
-  lost with a container are retried once elsewhere (`floodway.routers.batcher`).
+  lost with a container are retried once elsewhere (`floodway.routers.batcher`). An
+  endpoint whose starts keep failing (`health.failing`) answers StartFailing (503 naming
+  the load error) from `snapshot`/`stream_snapshot` and `failing()`, so its requests are
+  refused and its jobs fail (`floodway.jobs.local`); a scaled-to-zero one retries a start
+  when a request comes once the backoff has passed.
 - `floodway.runtime.rollout`: a newly published build gets new containers first; the old
   ones drain once as many new ones are ready.
 - `floodway.runtime.recycle`: a container past its `fw.Recycle` limits (its worker's resident
@@ -45,7 +49,7 @@ from floodway.build.store import ArtifactStore
 from floodway.config import VALIDATED_ENV
 from floodway.core.reconcile import Do, Plan
 from floodway.deploy import NO_MODAL_ENV
-from floodway.errors import FloodwayError, Unavailable
+from floodway.errors import FloodwayError, StartFailing, Unavailable
 from floodway.functions.app import App
 from floodway.functions.lanes import served_units
 from floodway.http.protocols import SYSTEM_CLOCK, BatchListener, Clock
@@ -54,7 +58,7 @@ from floodway.routers.decide import Snapshot
 from floodway.routers.decide_stream import StreamSnapshot
 from floodway.routers.lanes import split_unit
 from floodway.runtime import health
-from floodway.runtime.container import BatchResult, Container, State
+from floodway.runtime.container import BatchResult, Container, State, cold_start_text
 from floodway.runtime.endpoint_pool import EndpointPool
 from floodway.runtime.pending import Pending, StreamPending
 from floodway.runtime.pool_jobs import JobLink
@@ -91,7 +95,8 @@ class Pool:
         self.app, self.app_spec, self.store_root = app, app_spec, store_root
         self.pinned, self.clock, self.tick_s = containers, clock, tick_s
         # One EndpointPool per unit: an endpoint, or a lane of one ("embed:short").
-        self.endpoints = {key: EndpointPool(ep, clock=clock, history=history)
+        self.endpoints = {key: EndpointPool(ep, clock=clock, history=history,
+                                            store=ArtifactStore(store_root))
                           for key, ep in served_units(app).items()}
         total = sum(containers if containers is not None else
                     max(1, ep.warm.min_containers + ep.warm.buffer_containers)
@@ -187,9 +192,9 @@ class Pool:
         await c.wait_ready()
         started = c.state in (State.READY, State.BUSY)
         if started:
-            ep.started(c.timings_s.get("total", 0.0))
-            log.info("container %s of %s ready in %.2fs %s", c.id, ep.name,
-                     c.timings_s.get("total", 0), c.timings_s)
+            ep.started(c.timings_s.get("total", 0.0), c.build)
+            log.info("container %s of %s ready: %s", c.id, ep.name,
+                     cold_start_text(c.timings_s))
         await c.wait_exit()
         ep.containers.remove(c)
         if self._closing or c.state == State.STOPPED:
@@ -198,13 +203,17 @@ class Pool:
         ep.last_error = c.error
         out = health.after_exit(started, ep.failures, len(ep.live()), ep.floor)
         ep.failures = out.failures
+        if not started:
+            ep.failed_s = self.clock.monotonic()
         if out.replace_in_s is None:
             log.warning("container %s of %s failed (%s); above the floor, not replaced",
                         c.id, ep.name, c.error)
+            self.jobs.wake()   # failing now? its jobs hear it (`failing`)
             return
         log.warning("container %s of %s failed (%s); replacing in %.1fs", c.id, ep.name,
                     c.error, out.replace_in_s)
         ep.replacing += 1
+        self.jobs.wake()
         try:
             await self.clock.sleep(out.replace_in_s)
         finally:
@@ -341,13 +350,43 @@ class Pool:
         ep = resolve(self.endpoints, endpoint)
         if ep is None:
             raise KeyError(endpoint)
+        self._refuse_failing(ep)
         return ep.snapshot(self.clock.monotonic(), self.cap(ep.name))
 
     def stream_snapshot(self, endpoint: str) -> StreamSnapshot:
         """A streaming endpoint's state for `decide_stream()`; raises FloodwayError for an
-        endpoint that does not stream."""
+        endpoint that does not stream, StartFailing as `snapshot`."""
+        self._refuse_failing(self.endpoints[endpoint])
         return self.endpoints[endpoint].stream_snapshot(self.clock.monotonic(),
                                                         self.cap(endpoint))
+
+    def failing(self, endpoint: str) -> StartFailing | None:
+        """Why `endpoint` (every lane of one with lanes) cannot serve now, its starts
+        failing (`EndpointPool.failing`), as the error its requests get; None if it can."""
+        units = [self.endpoints[endpoint]] if endpoint in self.endpoints else \
+            lanes_of(self.endpoints, endpoint)
+        why = [ep.failing() for ep in units]
+        if not units or None in why:
+            return None
+        ep = units[0]
+        wait_s = ep.failed_s + health.backoff_s(ep.failures - 1) - self.clock.monotonic()
+        return StartFailing(str(why[0]), retry_after_s=max(1.0, wait_s))
+
+    def _refuse_failing(self, ep: EndpointPool) -> None:
+        """Raise StartFailing (503) for an endpoint whose starts keep failing; first, for a
+        scaled-to-zero one (no replacement comes by itself) whose backoff has passed,
+        start one container again: a request asks for a start, as it does from zero."""
+        if ep.failing() is None:
+            return
+        now = self.clock.monotonic()
+        if not ep.floor and not ep.live() and not ep.replacing and not self._closing and \
+                now - ep.failed_s >= health.backoff_s(ep.failures - 1):
+            self._spawn(ep)
+            if ep.failing() is None:
+                return
+        err = self.failing(ep.name)
+        if err is not None:
+            raise err
 
     def enqueue(self, endpoint: str, inputs: list[Any], *, timeout_s: float,
                 priority: int = 1, tenant: str = "anonymous") -> Pending | StreamPending:

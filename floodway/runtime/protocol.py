@@ -14,10 +14,12 @@ way to or from bytes.
       Phase       {"type": "phase", "phase": "warming"}
       Ready       {"type": "ready", "timings_s": {"imports": 0.4, ...},
                    "backend": "onnxruntime-cpu", "torch": false, "pid": 4242}
-      Failed      {"type": "failed", "error": "ImportError: ..."}     (then the worker exits 1)
+      Failed      {"type": "failed", "error": "ImportError: ...",
+                   "traceback": "Traceback ..."}   (then the worker exits 1; "traceback" optional)
       Pong        {"type": "pong"}
       ItemResult  {"type": "item", "batch_id": 3, "item_id": "r1:0", "output": [0.1, ...]}
-      ItemError   {"type": "item_error", "batch_id": 3, "item_id": "r1:0", "message": "..."}
+      ItemError   {"type": "item_error", "batch_id": 3, "item_id": "r1:0", "message": "...",
+                   "traceback": "Traceback ..."}           ("traceback" optional: for the log)
       Chunk       {"type": "chunk", "batch_id": 3, "item_id": "r1:0", "seq": 0, "data": ...}
       BatchDone   {"type": "done", "batch_id": 3, "compute_s": 0.012, "rows": 32}
       Load        {"type": "load", "active_sequences": 3, "kv_cache_tokens": 1200,
@@ -45,7 +47,7 @@ line fails its item alone.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from floodway.codec import FALLBACK_MARK, dumps, loads
@@ -111,10 +113,12 @@ class Ready:
 
 @dataclass(frozen=True, slots=True)
 class Failed:
-    """The worker could not start (or read a malformed line); it exits with code 1."""
+    """The worker could not start (or read a malformed line); it exits with code 1.
+    `traceback`: where the user's code raised (e.g. its `load=` hook), for the server log."""
 
     TYPE: ClassVar[str] = "failed"
     error: str
+    traceback: str | None = field(default=None, compare=False)   # diagnostics, not the event
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,12 +138,15 @@ class ItemResult:
 
 @dataclass(frozen=True, slots=True)
 class ItemError:
-    """One item failed alone; `message` is ``"ExceptionType: text"``."""
+    """One item failed alone; `message` is ``"ExceptionType: text"`` (what the client is
+    told). `traceback`: where the endpoint function raised, for the server log only (None
+    for an item the input was to blame for, or one skipped)."""
 
     TYPE: ClassVar[str] = "item_error"
     batch_id: int
     item_id: ItemId
     message: str
+    traceback: str | None = field(default=None, compare=False)   # diagnostics, not the event
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,10 +203,11 @@ _SCHEMA: dict[type, tuple[tuple[str, type | tuple[type, ...]], ...]] = {
     Cancel: (("batch_id", int), ("item_id", (str, int))),
     Phase: (("phase", str),),
     Ready: (("timings_s", dict), ("backend", str), ("torch", bool), ("pid", int)),
-    Failed: (("error", str),),
+    Failed: (("error", str), ("traceback", str)),
     Pong: (),
     ItemResult: (("batch_id", int), ("item_id", (str, int)), ("output", _OUTPUT)),
-    ItemError: (("batch_id", int), ("item_id", (str, int)), ("message", str)),
+    ItemError: (("batch_id", int), ("item_id", (str, int)), ("message", str),
+                ("traceback", str)),
     Chunk: (("batch_id", int), ("item_id", (str, int)), ("seq", int), ("data", _OUTPUT)),
     BatchDone: (("batch_id", int), ("compute_s", _NUMBER), ("rows", int)),
     Load: (("active_sequences", int), ("kv_cache_tokens", int), ("kv_cache_capacity", int)),
@@ -209,7 +217,9 @@ _NAMES: dict[type, tuple[str, ...]] = {cls: tuple(n for n, _ in f) for cls, f in
 # What decode checks, per class: the exact key set (with "type") and the typed fields.
 _KEYS: dict[type, frozenset[str]] = {cls: frozenset(("type", *n)) for cls, n in _NAMES.items()}
 # Fields that may be absent (None when they are, and left out by `encode` when None).
-_OPTIONAL: dict[type, frozenset[str]] = {Batch: frozenset({"deadlines"})}
+_OPTIONAL: dict[type, frozenset[str]] = {Batch: frozenset({"deadlines"}),
+                                         Failed: frozenset({"traceback"}),
+                                         ItemError: frozenset({"traceback"})}
 _TYPED: dict[type, tuple[tuple[str, type | tuple[type, ...]], ...]] = {
     cls: tuple((n, k) for n, k in f if k is not _OUTPUT) for cls, f in _SCHEMA.items()}
 

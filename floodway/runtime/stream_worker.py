@@ -33,7 +33,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from floodway.runtime import protocol as p
-from floodway.runtime.worker import ContractError, _decoded, _fatal, _to_jsonable, error_text
+from floodway.runtime.worker import (
+    ContractError,
+    _decoded,
+    _fatal,
+    _to_jsonable,
+    error_text,
+    error_trace,
+)
 
 # Threads pulling sync generators (made on demand): one per sequence stepping at once.
 STREAM_THREADS = 64
@@ -186,7 +193,7 @@ class StreamWorker:
             if _fatal(e) and not isinstance(e, GeneratorExit):
                 raise
             why = f"ContractError: {e}" if isinstance(e, RecursionError) else _text(e)
-            end = p.ItemError(batch_id, item_id, why)
+            end = p.ItemError(batch_id, item_id, why, error_trace(e))
             await self._shut(gen)   # e.g. a chunk JSON cannot carry: the generator is open
         self._end(end)
 

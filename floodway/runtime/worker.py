@@ -118,7 +118,8 @@ def _result(batch_id: int, item_id, output):
             raise
         kind = "ContractError" if isinstance(e, ContractError | RecursionError) \
             else type(e).__name__
-        return ItemError(batch_id, item_id, f"{kind}: {e}")
+        why = f"{kind}: {e}"
+        return ItemError(batch_id, item_id, why, why if kind == "ContractError" else error_trace(e))
 
 
 def error_text(e: BaseException) -> str:
@@ -131,6 +132,47 @@ def error_text(e: BaseException) -> str:
 
     kind = "InputError" if isinstance(e, RequestError) else type(e).__name__
     return f"{kind}: {e}".encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+# The most characters of a traceback a worker sends for the server log (the last ones kept:
+# where it raised).
+MAX_TRACEBACK_CHARS = 16_000
+# Frames of these files lead into the user's code (floodway calling it; asyncio and the
+# thread pool carrying a streaming function's steps): left out of its traceback.
+_CALLER_DIRS = (os.path.dirname(os.__file__),)
+
+
+def error_trace(e: BaseException) -> str | None:
+    """The traceback of what the user's code raised, as Python prints it, for the server log
+    (never for the client): the frames that led into the user's code are left out, and the
+    text is cut to its last MAX_TRACEBACK_CHARS. The message alone for a ContractError
+    (floodway's own check of what the function returned); None for a FloodwayError (e.g. the
+    input was to blame: its message says all)."""
+    from floodway.errors import FloodwayError
+
+    if isinstance(e, ContractError):
+        return error_text(e)
+    if isinstance(e, FloodwayError):
+        return None
+    import traceback
+
+    tb = e.__traceback__
+    while tb is not None and tb.tb_next is not None and _caller_frame(tb.tb_frame):
+        tb = tb.tb_next
+    text = "".join(traceback.format_exception(type(e), e, tb))
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    if len(text) > MAX_TRACEBACK_CHARS:
+        text = "Traceback (cut to its last lines):\n..." + text[-MAX_TRACEBACK_CHARS:]
+    return text
+
+
+def _caller_frame(frame) -> bool:
+    name = frame.f_code.co_filename
+    return (name.startswith(_CALLER_DIRS) and "site-packages" not in name) \
+        or os.path.dirname(name) == _RUNTIME_DIR
+
+
+_RUNTIME_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
 def _fatal(e: BaseException) -> bool:
@@ -195,7 +237,8 @@ def _run(fn, model, batch_id: int, items: list) -> Iterator[list]:
         if _fatal(e):
             raise
         if len(items) == 1 or isinstance(e, ContractError):
-            yield [ItemError(batch_id, i, error_text(e)) for i in ids]
+            why, trace = error_text(e), error_trace(e)
+            yield [ItemError(batch_id, i, why, trace) for i in ids]
             return
     else:
         yield [_result(batch_id, i, o) for i, o in zip(ids, outs, strict=True)]
@@ -335,7 +378,7 @@ def boot(app_spec: str, ep_name: str, store_root: str, send: Send) -> tuple[Any,
             raise
         from floodway.runtime.protocol import Failed
 
-        send([Failed(f"{type(e).__name__}: {e}")])
+        send([Failed(f"{type(e).__name__}: {e}", error_trace(e))])
         if early is not None:
             early.join()
         return None

@@ -12,6 +12,7 @@ import floodway as fw
 from floodway.http.app import make_asgi_app
 from floodway.http.clock import ManualClock
 from floodway.jobs.local import LocalJobs
+from floodway.routers.admission import ApiKeys
 from tests.app.scripted import ScriptedBackend, advance_when, client
 
 app = fw.App("cached")
@@ -33,6 +34,17 @@ def sampled(model, texts: list[str]) -> list[str]:
     return texts
 
 
+@app.endpoint(model=fw.HFModel("org/m", revision="b" * 40))
+def vectors(model, texts: list[str]) -> list[list[float]]:
+    return [[float(len(t)), 1.0] for t in texts]
+
+
+@app.endpoint(model=fw.HFModel("org/m", revision="b" * 40),
+              cache=fw.Cache(shared_across_tenants=True))
+def public(model, texts: list[str]) -> list[str]:
+    return texts
+
+
 HITS = "x-floodway-cache-hits"
 
 
@@ -46,12 +58,13 @@ class Untouchable(ScriptedBackend):
         raise AssertionError("enqueue() for a request the cache answers whole")
 
 
-def setup(builds=None, backend_cls=ScriptedBackend, jobs_path=None):
+def setup(builds=None, backend_cls=ScriptedBackend, jobs_path=None, **kw):
     clock = ManualClock()
     backend = backend_cls(app, clock)
-    builds = {"upper": "k1", "plain": "k1", "sampled": "k1"} if builds is None else builds
+    builds = {name: "k1" for name in app.endpoints} if builds is None else builds
     jobs = None if jobs_path is None else LocalJobs(app, backend, jobs_path, clock=clock)
-    asgi = make_asgi_app(app, backend, jobs=jobs, clock=clock, build_key=builds.get)
+    asgi = make_asgi_app(app, backend, jobs=jobs, clock=clock, build_key=builds.get,
+                         **kw)
     return clock, backend, jobs, asgi
 
 
@@ -251,3 +264,29 @@ def test_withdrawing_an_adopted_requests_work_cancels_the_miss_under_way():
         return under_way
 
     assert asyncio.run(go()).cancelled()
+
+
+TENANT_A, TENANT_B = {"Authorization": "Bearer key-of-a"}, {"Authorization": "Bearer key-of-b"}
+
+
+def test_with_api_keys_a_tenant_never_gets_a_hit_for_what_another_asked():
+    _, backend, _, asgi = setup(api_keys=ApiKeys(["key-of-a", "key-of-b"]))
+    embed = {"model": "vectors", "input": ["what a asked"]}
+
+    async def go():
+        async with client(asgi) as c:
+            native = [await post(c, ["what a asked"], **TENANT_A),
+                      await post(c, ["what a asked"], **TENANT_B),
+                      await post(c, ["what a asked"], **TENANT_A)]
+            oa = [await c.post("/v1/embeddings", json=embed, headers=h)
+                  for h in (TENANT_A, TENANT_B, TENANT_A)]
+            shared = [await post(c, ["news"], "/v1/public", **h) for h in (TENANT_A, TENANT_B)]
+            return native, oa, shared
+
+    native, oa, shared = asyncio.run(go())
+    assert [r.headers[HITS] for r in native] == ["0", "0", "1"]
+    assert [r.headers[HITS] for r in oa] == ["0", "0", "1"]
+    assert [call[0] for call in backend.calls[:5]] == ["upper", "upper", "vectors", "vectors",
+                                                         "public"]
+    assert [r.headers[HITS] for r in shared] == ["0", "1"]   # the endpoint opted in
+

@@ -21,7 +21,8 @@ from tests.app.test_openai_generate import StreamingBackend
 app = fw.App("limits")
 
 
-# At most 1 container x 2 sequences running + 4 queued = 6 sequences in one request.
+# At most 1 container x 2 sequences running, or 3 queued (0.9 of max_queue 4, at normal
+# priority): 3 sequences in one request.
 @app.endpoint(generation=fw.Generation(max_sequences=2, max_new_tokens=8),
               warm=fw.WarmPool(max_containers=1), route=fw.Route(max_queue=4))
 async def small(model, prompt: Prompt):
@@ -51,39 +52,39 @@ def chat(**kw):
     return {"model": "small", "messages": [{"role": "user", "content": "hi"}], **kw}
 
 
-def test_the_limit_is_every_container_busy_and_the_queue_full():
-    assert most_sequences(app["small"]) == 6
+def test_the_limit_is_every_container_busy_or_the_prioritys_share_of_the_queue():
+    assert most_sequences(app["small"], 1) == 3 and most_sequences(app["small"]) == 4
 
 
 def test_more_inputs_than_the_endpoint_can_ever_hold_is_a_413_naming_inputs():
     backend, (over, within) = run(
-        StreamingBackend, ("/v1/small", {"inputs": [{"prompt": "a"}] * 7}),
-        ("/v1/small", {"inputs": [{"prompt": "a"}] * 6}))
+        StreamingBackend, ("/v1/small", {"inputs": [{"prompt": "a"}] * 4}),
+        ("/v1/small", {"inputs": [{"prompt": "a"}] * 3}))
     err = over.json()["error"]
     assert over.status_code == 413 and "retry-after" not in over.headers
-    assert err["field"] == "inputs" and "makes 7 sequences" in err["message"]
-    assert "at most 6 at once" in err["message"]
+    assert err["field"] == "inputs" and "makes 4 sequences" in err["message"]
+    assert "at most 3 at normal priority" in err["message"]
     assert "WarmPool.max_containers 1 x Generation.max_sequences 2" in err["message"]
-    assert within.status_code == 200 and len(within.json()["outputs"]) == 6
+    assert within.status_code == 200 and len(within.json()["outputs"]) == 3
     assert len(backend.calls) == 1   # the refused request did no work
 
 
 @pytest.mark.parametrize(("path", "body"), [
-    ("/v1/chat/completions", chat(n=7)),
-    ("/v1/completions", {"model": "small", "prompt": ["a", "b"], "n": 4}),   # 2 x 4 = 8
+    ("/v1/chat/completions", chat(n=4)),
+    ("/v1/completions", {"model": "small", "prompt": ["a", "b"], "n": 2}),   # 2 x 2 = 4
 ])
 def test_n_choices_past_the_limit_is_a_413_naming_n_in_openais_shape(path, body):
     backend, (r,) = run(StreamingBackend, (path, body))
     err = r.json()["error"]
     assert r.status_code == 413 and "retry-after" not in r.headers
     assert (err["param"], err["type"]) == ("n", "invalid_request_error")
-    assert "at most 6 at once" in err["message"] and backend.calls == []
+    assert "at most 3 at normal priority" in err["message"] and backend.calls == []
 
 
 def test_n_choices_within_the_limit_are_served():
     _, (r,) = run(StreamingBackend, ("/v1/completions",
-                                     {"model": "small", "prompt": ["a", "b"], "n": 3}))
-    assert r.status_code == 200 and len(r.json()["choices"]) == 6
+                                     {"model": "small", "prompt": ["a"], "n": 3}))
+    assert r.status_code == 200 and len(r.json()["choices"]) == 3
 
 
 @pytest.mark.parametrize(("path", "body", "param"), [

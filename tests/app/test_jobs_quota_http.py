@@ -22,6 +22,11 @@ def length(model, texts: list[str]) -> list[int]:
     return [len(t) for t in texts]
 
 
+@app.endpoint(model=fw.HFModel("org/m", revision="b" * 40), route=fw.Route(timeout_s=0.5))
+def repeat(model, texts: list[str]) -> list[str]:
+    return [t * 1000 for t in texts]
+
+
 def setup(tmp_path, **kw):
     clock = ManualClock()
     backend = ScriptedBackend(app, clock)
@@ -70,3 +75,27 @@ def test_a_submit_over_the_quota_is_a_503_with_retry_after_and_metrics_show_it(t
     # Both finished: their inputs were dropped ("[]" kept), their results ([3000]) kept.
     assert later.status_code == 202
     assert _metric(drained, "floodway_job_store_bytes ") == 2 * (2 + 6) + 3004
+
+
+def test_a_result_past_the_quota_fails_its_job_and_is_not_stored(tmp_path):
+    # Four jobs of 6-byte inputs fit at once; their results take 2006 bytes each as stored.
+    _, _, jobs, asgi = setup(tmp_path, max_bytes=100_000, max_tenant_bytes=7000)
+
+    async def go():
+        async with client(asgi) as c:
+            made = [await c.post("/v1/repeat/jobs", json={"inputs": ["ab"]}) for _ in range(4)]
+            await jobs.start()
+            done = [await poll_job(c, r.headers["location"], "succeeded") for r in made[:3]]
+            over = await poll_job(c, made[3].headers["location"], "failed")
+            text = (await c.get("/metrics")).text
+            await jobs.runner.stop()
+            jobs.store.close()
+            return made, done, over, text
+
+    made, done, over, text = asyncio.run(go())
+    assert [r.status_code for r in made] == [202] * 4
+    assert [len(j["outputs"][0]) for j in done] == [2000] * 3
+    assert "result of 2004 bytes exceeds the job store's quota" in over["error"]
+    assert "7000 bytes" in over["error"] and over.get("outputs") is None
+    assert _metric(text, "floodway_job_store_bytes ") <= 7000
+    assert _metric(text, 'floodway_job_store_rejections_total{reason="result"}') == 1

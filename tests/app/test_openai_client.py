@@ -109,3 +109,43 @@ def test_errors_are_the_clients_exception_classes(asgi):
     assert limited.response.headers["retry-after"] == "1"
     assert isinstance(denied, openai.AuthenticationError)
     assert "not an accepted API key" in denied.message
+
+
+rows_app = fw.App("rows")
+
+
+@rows_app.endpoint(model=fw.HFModel("org/m", revision="b" * 40))
+def tags(model, texts: list[str]) -> list[dict[str, str]]:
+    return [{"label": t} for t in texts]
+
+
+@rows_app.endpoint(model=fw.HFModel("org/m", revision="b" * 40))
+def untold(model, texts: list[str]) -> list:
+    return [{"label": t} for t in texts]
+
+
+def test_embeddings_of_a_model_that_returns_no_vectors_are_a_400_the_client_does_not_retry():
+    """`-> list[dict[str, str]]` is refused before anything runs; an endpoint whose
+    annotation cannot tell runs once, and its non-vector answer is a 400 too (the client
+    retries a 5xx: the model would run three times)."""
+    clock = ManualClock()
+    backend = ScriptedBackend(rows_app, clock)
+    asgi = make_asgi_app(rows_app, backend, clock=clock)
+
+    async def go():
+        out = []
+        http = httpx.AsyncClient(transport=httpx.ASGITransport(app=asgi), base_url="http://t")
+        async with openai.AsyncOpenAI(base_url="http://t/v1", api_key="k", http_client=http,
+                                      max_retries=2) as c:
+            for model in ("tags", "untold"):
+                try:
+                    await c.embeddings.create(model=model, input="a", encoding_format="float")
+                except openai.APIStatusError as e:
+                    out.append((e, len(backend.calls)))
+        return out
+
+    (up_front, calls_before), (after, calls_after) = asyncio.run(go())
+    assert isinstance(up_front, openai.BadRequestError) and up_front.param == "model"
+    assert "returns list[dict[str, str]]" in up_front.message and calls_before == 0
+    assert isinstance(after, openai.BadRequestError) and after.param == "model"
+    assert calls_after == 1   # ran once, not retried

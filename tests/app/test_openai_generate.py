@@ -210,6 +210,21 @@ def test_a_lone_surrogate_names_the_openai_field_and_path(asgi):
     assert prompts["param"] == "prompt[1]" and prompts["message"].startswith("prompt[1]: ")
 
 
+@pytest.mark.parametrize("n", [60, 128])
+def test_n_more_than_the_backend_can_ever_admit_is_413_naming_n_not_503(asgi, n):
+    # The scripted backend: 2 containers x 4 sequences, or 0.9 of a queue of 8: at most 8.
+    buffered, streamed, chat_n = posts(
+        asgi, ("/v1/completions", {"model": "talk", "prompt": "hi", "n": n}),
+        ("/v1/completions", {"model": "talk", "prompt": "hi", "n": n, "stream": True}),
+        ("/v1/chat/completions", chat("hi", n=n)))
+    for r in (buffered, streamed, chat_n):
+        assert r.status_code == 413 and "retry-after" not in r.headers
+        err = r.json()["error"]
+        assert err["param"] == "n" and err["type"] == "invalid_request_error"
+        assert f"{n} choices" in err["message"] and "at most 8" in err["message"]
+    assert SEEN == []   # refused before any work
+
+
 def test_a_wrong_method_on_an_openai_path_is_answered_in_openais_shape(asgi):
     async def go():
         async with client(asgi) as c:

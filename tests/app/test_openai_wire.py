@@ -6,9 +6,11 @@ from __future__ import annotations
 import base64
 import json
 import struct
+from typing import Annotated, Any, TypedDict
 
+import numpy as np
 import pytest
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from floodway.errors import EndpointError, RequestError
 from floodway.functions.prompts import Prompt
@@ -20,6 +22,7 @@ from floodway.http.openai_answers import (
     embeddings_answer,
     generated,
     models_answer,
+    no_embeddings,
     usage_of,
 )
 from floodway.http.openai_params import input_error, item_error
@@ -289,8 +292,9 @@ def test_embedding_dimensions_and_bad_outputs():
         embeddings_answer("e", [[1.0, 2.0]], dimensions=1)
     assert e.value.field == "dimensions" and "2 dimensions" in str(e.value)
     for bad in ("text", [], [True], [[1.0]], {"vector": [1.0]}):
-        with pytest.raises(EndpointError, match="not an embedding"):
+        with pytest.raises(RequestError, match="not an embedding") as e:
             embeddings_answer("e", [bad])
+        assert e.value.status == 400 and e.value.field == "model"   # not retried
 
 
 def test_b64_float32_rounds_to_float32():
@@ -370,3 +374,29 @@ def test_models_answer_lists_every_endpoint():
     assert models_answer(["a", "b"], 3) == {"object": "list", "data": [
         {"id": "a", "object": "model", "created": 3, "owned_by": "floodway"},
         {"id": "b", "object": "model", "created": 3, "owned_by": "floodway"}]}
+
+
+class Tagged(TypedDict):
+    label: str
+
+
+class Counted(TypedDict):
+    embedding: list[float]
+    tokens: int
+
+
+class Scored(BaseModel):
+    embedding: list[str]
+
+
+@pytest.mark.parametrize("r, never", [
+    (str, True), (int, True), (float, True), (list[str], True), (list[list[float]], True),
+    (list[bool], True), (dict[str, str], True), (dict[str, float], True), (Tagged, True),
+    (Scored, True), (str | None, True),
+    (list[float], False), (tuple[float, ...], False), (Annotated[list[float], "x"], False),
+    (list[int | float], False), (Counted, False), (dict, False), (dict[str, Any], False),
+    (list, False), (Any, False), (np.ndarray, False), (list[str] | list[float], False),
+])
+def test_a_return_type_that_can_never_be_an_embedding_is_told_apart(r, never):
+    assert no_embeddings(r) is never
+

@@ -58,3 +58,14 @@ def test_a_model_id_with_a_slash_is_answered_in_openais_shape():
     r = get("/v1/models/org%2Fname", keys=())
     assert r.status_code == 404
     assert set(r.json()["error"]) == {"message", "type", "param", "code"}
+
+
+def test_docs_is_swagger_ui_over_the_document_behind_a_key_as_the_document():
+    page = get("/docs", keys=())
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert 'url: "/openapi.json"' in page.text and "swagger-ui-bundle.js" in page.text
+    assert "<title>floodway router: t</title>" in page.text
+    assert get("/docs").status_code == 200           # keys alone: open, as the document
+    assert get("/docs", private=True).status_code == 401
+    keyed = get("/docs", private=True, headers={"Authorization": f"Bearer {KEY}"})
+    assert keyed.status_code == 200 and "/openapi.json" in keyed.text

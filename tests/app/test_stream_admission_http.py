@@ -23,22 +23,23 @@ from tests.unit.runtime.fakes import StreamFake
 ONE = fw.WarmPool(min_containers=1, max_containers=1)
 
 
-def app_of(route: fw.Route, generation: fw.Generation) -> fw.App:
+def app_of(route: fw.Route, generation: fw.Generation, warm: fw.WarmPool = ONE) -> fw.App:
     app = fw.App("adm")
 
-    @app.endpoint(route=route, warm=ONE, generation=generation)
+    @app.endpoint(route=route, warm=warm, generation=generation)
     async def gen(model, text: str):
         yield text
 
     return app
 
 
-async def started(app: fw.App, tmp_path) -> tuple[Pool, StreamFake, ManualClock]:
+async def started(app: fw.App, tmp_path, machine_cap: int = 8
+                  ) -> tuple[Pool, StreamFake, ManualClock]:
     clock = ManualClock()
     slots = app["gen"].generation.max_sequences
     pool = Pool(app, "app.py", str(tmp_path), clock=clock, tick_s=None,
                 make_container=lambda ep: StreamFake(ep, clock, slots=slots))
-    pool.machine_cap = 8
+    pool.machine_cap = machine_cap
     await pool.start()
     (c,) = pool.containers["gen"]
     c.become_ready()
@@ -145,3 +146,43 @@ def test_a_sequence_over_a_containers_kv_cache_is_413_before_any_work(tmp_path, 
     error = r.json()["error"]
     assert error["field"] == "inputs" and "KV cache" in error["message"]
     assert "200 + max_new_tokens 256 = 456" in error["message"]
+
+
+def test_what_the_pools_real_cap_can_never_run_is_413_and_never_a_job_that_never_starts(
+        tmp_path):
+    # Up to 4 containers of 2 sequences by its definition, but the cores take one: a
+    # request runs on 1 x 2 slots or waits in the queue's share for its priority (0.9 x 8
+    # = 7 at normal, 0.5 x 8 = 4 for a job, which runs at low priority).
+    app = app_of(fw.Route(timeout_s=30.0, max_queue=8, spill=("async",)),
+                 fw.Generation(max_sequences=2, max_new_tokens=256),
+                 warm=fw.WarmPool(min_containers=1, max_containers=4))
+
+    async def go():
+        pool, c, _ = await started(app, tmp_path, machine_cap=1)
+        jobs = LocalJobs(app, pool, tmp_path / "jobs.sqlite3", clock=pool.clock)
+        asgi = make_asgi_app(app, pool, jobs=jobs, clock=pool.clock)
+        call = await streaming_one(asgi, c)
+        async with client(asgi) as http:
+            sync_over = await http.post("/v1/gen", content=body(*"abcdefgh"))
+            job_over = await http.post("/v1/gen/jobs", content=body(*"abcde"))
+            # 5 sequences fit the sync queue's share, not a job's: no first token within
+            # 200 ms, and no async spill to a job that could never start either.
+            not_spilled = await http.post("/v1/gen", content=body(*"abcde"),
+                                          headers={"X-Deadline-Ms": "200"})
+            job_ok = await http.post("/v1/gen/jobs", content=body(*"abcd"))
+        await finish(call, c)
+        counts = jobs.store.counts()
+        jobs.store.close()
+        await pool.stop()
+        return sync_over, job_over, not_spilled, job_ok, counts
+
+    sync_over, job_over, not_spilled, job_ok, counts = asyncio.run(asyncio.wait_for(go(), 20))
+    assert sync_over.status_code == 413 and "retry-after" not in sync_over.headers
+    message = sync_over.json()["error"]["message"]
+    assert "makes 8 sequences" in message and "at most 7 can ever be admitted" in message
+    assert "1 containers x 2 sequences" in message
+    assert job_over.status_code == 413 and job_over.json()["error"]["field"] == "inputs"
+    assert "as a job" in job_over.json()["error"]["message"]
+    assert "at most 4 can ever be admitted" in job_over.json()["error"]["message"]
+    assert not_spilled.status_code == 503 and "retry-after" in not_spilled.headers
+    assert job_ok.status_code == 202 and counts["queued"] == 1   # only the one that fits

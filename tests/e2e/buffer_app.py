@@ -6,6 +6,7 @@ from tests.e2e import timed_app
 app = fw.App("buffered")
 embed = app.endpoint(
     model=timed_app.app["embed"].model,
+    build=timed_app.app["embed"].build,
     warm=fw.WarmPool(min_containers=1, buffer_containers=1, scaledown_window_s=2,
                      max_containers=3),
     route=fw.Route(max_inflight_per_container=2, timeout_s=5.0),

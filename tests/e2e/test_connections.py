@@ -1,7 +1,9 @@
-"""Connection limits of a real `floodway serve` (tests/e2e/timed_app.py): thousands of idle
-sockets do not stop it serving and are closed after the header timeout; a header sent a
-byte at a time (slow loris) gets a 408 and is closed; past the cap a connection is closed
-on arrival. Every wait polls; the figures are printed."""
+"""Connection limits of a real `floodway serve` (tests/e2e/timed_app.py, plain_app.py):
+thousands of idle sockets do not stop it serving and are closed after the header timeout;
+a header sent a byte at a time (slow loris) gets a 408 and is closed; at the cap the
+connection idle longest makes room; a cap's worth of stalled bodies and bytes sent after
+the answer leave /healthz answering and are closed. Every wait polls; the figures are
+printed."""
 
 from __future__ import annotations
 
@@ -14,10 +16,12 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.e2e import plain_app
 from tests.e2e.conftest import PATIENCE_S, running_server, wait_until
 
 pytestmark = pytest.mark.e2e
 TIMED_APP = Path(__file__).with_name("timed_app.py")
+PLAIN_APP = Path(__file__).with_name("plain_app.py")
 IDLE = 5000
 HEADER_TIMEOUT_S = 3.0
 
@@ -81,7 +85,8 @@ def test_idle_sockets_do_not_stop_serving_and_are_closed_after_the_header_timeou
         assert f'floodway_connections_closed_total{{reason="header_timeout"}} {IDLE}' in text
 
 
-def test_a_slow_header_gets_408_and_a_connection_past_the_cap_is_closed(built_store, tmp_path):
+def test_a_slow_header_gets_408_and_at_the_cap_the_oldest_idle_connection_makes_room(
+        built_store, tmp_path):
     with running_server(TIMED_APP, built_store, log=tmp_path / "serve.log",
                         env=env(tmp_path, FLOODWAY_MAX_CONNECTIONS="20")) as srv:
         port = port_of(srv.base)
@@ -102,21 +107,75 @@ def test_a_slow_header_gets_408_and_a_connection_past_the_cap_is_closed(built_st
             pass
         took_s = time.monotonic() - t0
         loris.close()
-        over_cap = 'floodway_connections_closed_total{reason="over_cap"}'
-        before = srv.metric(over_cap)
+        evicted = 'floodway_connections_closed_total{reason="evicted"}'
+        before = srv.metric(evicted)
         held = [connect(port) for _ in range(25)]
         try:
-            # Those past the cap are closed on arrival (counted so); the rest would be closed
-            # at the header timeout.
-            over = wait_until(lambda: srv.metric(over_cap) - before >= 5 and
-                              srv.metric(over_cap) - before, PATIENCE_S,
-                              "the connections past the cap closed")
+            # Past the cap each new one closes the connection idle longest (counted so); the
+            # rest would be closed at the header timeout.
+            over = wait_until(lambda: srv.metric(evicted) - before >= 5 and
+                              srv.metric(evicted) - before, PATIENCE_S,
+                              "the connections idle longest evicted")
             wait_until(lambda: srv.client.get("/healthz").status_code == 200, PATIENCE_S,
                        "healthz")
         finally:
             for s in held:
                 s.close()
         print(f"\nslow header: {sent} bytes sent, answered {answer[:30]!r} after {took_s:.1f} s;"
-              f" {over:g} of 25 connections past a cap of 20 closed on arrival")
+              f" {over:g} idle connections evicted for 25 opened against a cap of 20")
         # Answered 408 once the header timeout passed, the header still unfinished.
         assert answer.startswith(b"HTTP/1.1 408") and took_s >= HEADER_TIMEOUT_S
+
+
+CAP = 8
+UNSENT = b"POST /v1/upper HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n" \
+         b"content-length: 100\r\n\r\n"
+UNREAD = b"GET /healthz HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n\r\n"
+
+
+def answer_of(sock: socket.socket, timeout_s: float) -> bytes:
+    """The first bytes the server sends on `sock` (b"" if it closed, or sent nothing)."""
+    if select.select([sock], [], [], timeout_s)[0]:
+        try:
+            return sock.recv(4096)
+        except ConnectionResetError:
+            return b""
+    return b""
+
+
+def test_a_cap_of_stalled_connections_leaves_healthz_answering_and_each_is_closed(tmp_path):
+    """Half the cap announce a body and never send it; half are answered before their body
+    (/healthz does not read one) and then send a body byte: before the phase deadlines they
+    held the cap for ever."""
+    store = plain_app.build(tmp_path / "store")
+    env = {"FLOODWAY_JOBS_DB": str(tmp_path / "jobs.sqlite3"), "FLOODWAY_BODY_TIMEOUT_S": "5",
+           "FLOODWAY_LINGER_S": "5", "FLOODWAY_MAX_CONNECTIONS": str(CAP)}
+    metric = 'floodway_connections_closed_total{reason="%s"}'
+    with running_server(PLAIN_APP, store, log=tmp_path / "serve.log", env=env) as srv:
+        port = port_of(srv.base)
+        unsent, unread = [], []
+        try:
+            for socks, request in ((unsent, UNSENT), (unread, UNREAD)):
+                for _ in range(CAP // 2):
+                    socks.append(connect(port))
+                    socks[-1].sendall(request)
+            answers = [answer_of(s, PATIENCE_S) for s in unread]
+            for s in unread:
+                s.sendall(b"x")             # a body byte after the answer
+            t0 = time.monotonic()
+            health = wait_until(lambda: (r := httpx.get(f"{srv.base}/healthz", timeout=10))
+                                .status_code == 200 and r, PATIENCE_S, "/healthz at the cap")
+            # The server ends every stalled one (the one left open is this query's).
+            wait_until(lambda: srv.metric("floodway_connections_open") <= 1, PATIENCE_S,
+                       "every stalled connection closed")
+            closed_s = time.monotonic() - t0
+            counts = {r: srv.metric(metric % r) for r in ("body_timeout", "unread_body",
+                                                           "evicted", "over_cap")}
+        finally:
+            for s in unsent + unread:
+                s.close()
+        print(f"\n{CAP} stalled connections at a cap of {CAP}: /healthz answered "
+              f"{health.status_code}; all closed within {closed_s:.1f} s; closes {counts}")
+        assert all(a.startswith(b"HTTP/1.1 200") for a in answers), answers
+        assert health.status_code == 200
+        assert counts["unread_body"] == CAP // 2 and counts["evicted"] >= 1

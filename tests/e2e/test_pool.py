@@ -142,7 +142,8 @@ def test_worker_reports_an_import_error_and_exits_cleanly(tmp_path, built_store)
     # exit 1 with a message, not an abort from the prefetch thread still building a session
     assert proc.returncode == 1, proc.stderr
     msg = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert msg == {"type": "failed", "error": "ImportError: no module named nowhere"}
+    assert msg["type"] == "failed" and msg["error"] == "ImportError: no module named nowhere"
+    assert "raises_at_import.py" in msg["traceback"]      # where it was raised, for the log
 
 
 def test_worker_starts_reliably_with_prefetch(built_store):

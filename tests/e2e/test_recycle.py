@@ -51,7 +51,7 @@ WARM = ("ready", "busy")
 MARKED = re.compile(r"container (\d+) of leak: resident ([\d.]+) MiB(, growing: ([\d.]+) MiB)?"
                     r" > max_rss_mib")
 DRAINED = re.compile(r"container (\d+) of leak recycled: drained")
-READY = re.compile(r"container (\d+) of leak ready in ([\d.]+)s")
+READY = re.compile(r"container (\d+) of leak ready: cold start ([\d.]+) s")
 
 
 @pytest.fixture(scope="module")

@@ -1,13 +1,21 @@
-"""End to end: `floodway serve modal_app.py` with real worker processes and the real model."""
+"""End to end: `floodway serve modal_app.py` with real worker processes and the real model;
+and `floodway serve` stopped by a SIGTERM to its process group, and its log of an endpoint
+function that raises (tests/e2e/plain_app.py)."""
 
 import os
 import signal
+import subprocess
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
 
+from tests.conftest import ROOT, free_port
+from tests.e2e import plain_app
 from tests.e2e.conftest import PATIENCE_S, wait_until
 
 pytestmark = pytest.mark.e2e
@@ -115,3 +123,61 @@ def test_metrics_show_the_pool_and_its_cold_starts(server):
     line = next(x for x in text.splitlines()
                 if x.startswith('floodway_requests_total{endpoint="embed",outcome="ok"}'))
     assert float(line.split()[-1]) >= 1
+
+
+def test_a_sigterm_to_the_process_group_stops_the_containers_without_a_failure(tmp_path):
+    # As a service manager stops a service: the signal reaches the router and its workers.
+    env = {**os.environ, "FLOODWAY_STORE": str(plain_app.build(tmp_path / "store")),
+           "FLOODWAY_JOBS_DB": str(tmp_path / "jobs.sqlite3")}
+    port, log = free_port(), tmp_path / "serve.log"
+    base = f"http://127.0.0.1:{port}"
+    with open(log, "w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "floodway.cli", "serve", str(Path(plain_app.__file__)),
+             "--port", str(port)], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+            start_new_session=True)
+    try:
+        wait_until(lambda: proc.poll() is None and httpx.get(f"{base}/readyz").status_code == 200,
+                   PATIENCE_S, "a ready container")
+        answer = httpx.post(f"{base}/v1/upper", json={"inputs": ["a"]}, timeout=30).json()
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(PATIENCE_S)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    text = log.read_text()
+    assert answer == {"outputs": ["A"]}
+    assert "container 1 of upper stopped with the server" in text and "failed" not in text, text
+
+
+def test_the_functions_traceback_is_in_the_server_log_once_not_in_the_answer(tmp_path):
+    env = {**os.environ, "FLOODWAY_STORE": str(plain_app.build(tmp_path / "store")),
+           "FLOODWAY_JOBS_DB": str(tmp_path / "jobs.sqlite3")}
+    port, log = free_port(), tmp_path / "serve.log"
+    base = f"http://127.0.0.1:{port}"
+    with open(log, "w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "floodway.cli", "serve", str(Path(plain_app.__file__)),
+             "--port", str(port), "--log-level", "warning"], cwd=ROOT, env=env, stdout=out,
+            stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        wait_until(lambda: proc.poll() is None and httpx.get(f"{base}/readyz").status_code == 200,
+                   PATIENCE_S, "a ready container")
+        answers = [httpx.post(f"{base}/v1/upper", json={"inputs": ["boom"]}, timeout=30)
+                   for _ in range(3)]
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(PATIENCE_S)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    text = log.read_text()
+    assert [a.status_code for a in answers] == [500] * 3
+    assert "ValueError: boom is no word" in answers[0].text
+    assert "Traceback" not in answers[0].text   # the client gets the message alone
+    # The log: the traceback once (the repeats are counted), with endpoint and container.
+    assert text.count("Traceback (most recent call last)") == 1, text
+    assert "endpoint 'upper', container 1: the function raised:" in text
+    assert 'plain_app.py", line' in text and "in upper" in text
+    assert "serving on http" not in text   # --log-level warning: no INFO lines

@@ -21,6 +21,7 @@ RUN_LOG_ENV = "TIMED_RUN_LOG"
 @app.endpoint(
     model=fw.HFModel("sentence-transformers/all-MiniLM-L6-v2",
                      revision="c9745ed1d9f207416be6d2e6f8de32d1f16199bf"),
+    build=fw.Build(tensorrt=True),   # as modal_app.py's `embed`, whose build the tests serve
     warm=fw.WarmPool(min_containers=1, scaledown_window_s=2, max_containers=2),
     route=fw.Route(max_inflight_per_container=2, max_queue=32, timeout_s=5.0,
                    stuck_after_s=3.0, tenant_rate_per_s=50, tenant_burst=50),

@@ -5,6 +5,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import MODAL_APP, ROOT
 
 
@@ -178,3 +180,82 @@ def test_an_error_keeps_its_brackets_it_is_not_read_as_markup(capsys):
     _fail(FloodwayError("takes list[np.ndarray]; use fw.Array[np.float32, (3, 224, 224)]"))
     err = capsys.readouterr().err
     assert "list[np.ndarray]" in err and "fw.Array[np.float32, (3, 224, 224)]" in err
+
+
+@pytest.fixture
+def serve_state(monkeypatch):
+    """What `floodway serve` sets in this process (environment, logger levels): restored."""
+    import logging
+
+    for name in ("HF_HUB_DISABLE_PROGRESS_BARS", "FLOODWAY_NO_MODAL"):
+        monkeypatch.delenv(name, raising=False)
+    loggers = [logging.getLogger(n) for n in ("floodway", "httpx")]
+    before = [lg.level for lg in loggers]
+    yield
+    for lg, level in zip(loggers, before, strict=True):
+        lg.setLevel(level)
+
+
+def test_serve_log_level_sets_floodways_loggers_uvicorns_and_quiets_httpx(monkeypatch,
+                                                                          serve_state):
+    import logging
+
+    from typer.testing import CliRunner
+
+    from floodway import cli
+    from floodway.runtime import server
+
+    got = {}
+    monkeypatch.setattr(server, "serve", lambda app, **kw: got.update(kw))
+    r = CliRunner().invoke(cli.cli, ["serve", "app.py", "--log-level", "warning"])
+    assert r.exit_code == 0, r.output
+    assert got["log_level"] == "warning"   # uvicorn's loggers
+    assert logging.getLogger("floodway.container").getEffectiveLevel() == logging.WARNING
+    r = CliRunner().invoke(cli.cli, ["serve", "app.py", "--log-level", "DEBUG"])
+    assert got["log_level"] == "debug"
+    assert logging.getLogger("floodway.endpoint").getEffectiveLevel() == logging.DEBUG
+    # httpx logs each request it sends (--show-example): the access log has it already.
+    assert logging.getLogger("httpx").getEffectiveLevel() == logging.WARNING
+    assert os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] == "1"   # the workers inherit it
+    r = CliRunner().invoke(cli.cli, ["serve", "app.py", "--log-level", "loud"])
+    assert r.exit_code == 2 and "loud" in r.output
+
+
+def test_build_turns_hugging_faces_progress_bars_off_under_its_own(monkeypatch, serve_state):
+    from typer.testing import CliRunner
+
+    from floodway import cli
+    from floodway.errors import FloodwayError
+    from floodway.functions import discover
+
+    seen = []
+
+    def load_app(spec):
+        seen.append(os.environ.get("HF_HUB_DISABLE_PROGRESS_BARS"))
+        raise FloodwayError("stop here")
+
+    monkeypatch.setattr(discover, "load_app", load_app)
+    r = CliRunner().invoke(cli.cli, ["build", "app.py"])
+    assert r.exit_code == 2 and seen == ["1"]
+    monkeypatch.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "0")   # the user's choice wins
+    CliRunner().invoke(cli.cli, ["build", "app.py"])
+    assert seen == ["1", "0"]
+
+
+def test_a_file_with_config_typos_is_one_short_message_not_a_traceback(tmp_path, serve_state):
+    from typer.testing import CliRunner
+
+    from floodway import cli
+
+    path = tmp_path / "typo_cli_app.py"
+    path.write_text("import floodway as fw\napp = fw.App('t')\n\n\n"
+                    "@app.endpoint(min_container=1)\ndef a(model, texts: list[str]):\n"
+                    "    return texts\n\n\n@app.endpoint(warm=fw.WarmPool(buffer_container=1))\n"
+                    "def b(model, texts: list[str]):\n    return texts\n")
+    for command in ("build", "serve"):
+        r = CliRunner().invoke(cli.cli, [command, str(path)])
+        text = " ".join(r.output.split())
+        assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+        assert "2 problem(s) in 2 endpoint definitions" in text
+        assert "did you mean warm=fw.WarmPool(min_containers=...)?" in text
+        assert "did you mean 'buffer_containers'?" in text

@@ -77,3 +77,28 @@ def test_simulate_refuses_batch_times_it_cannot_use(tmp_path) -> None:
     assert r.exit_code != 0 and "format must be" in r.output and "Traceback" not in r.output
     r = _simulate(str(app), "--trace", str(trace), "--batch-times", str(tmp_path / "none"))
     assert r.exit_code != 0 and "cannot read it as JSON" in r.output
+
+
+def test_simulate_names_its_service_model_and_takes_the_last_bench_runs(tmp_path,
+                                                                       monkeypatch) -> None:
+    from floodway.bench.runfile import write_run
+
+    monkeypatch.chdir(tmp_path)
+    app, trace, times = _files(tmp_path, per_token_s=0.001)
+    prior = _simulate("texts_app.py", "--trace", str(trace))
+    assert prior.exit_code == 0, prior.output
+    assert "service model: the prior, 20.0 ms + 5.00 ms/row (no --batch-times, --bench-run " \
+           "or --service-ms, and no bench run in bench-out/" in prior.output
+    run = tmp_path / "bench-out"
+    run.mkdir()
+    write_run(run / "run.json", app="texts_app.py", app_resolved=str(app), url=None,
+              endpoint="embed", trace=str(trace), time_scale=1.0, deadline_ms=5000.0,
+              requests=20, inputs={"kind": "text"})
+    times.rename(run / "batch_times.json")
+    last = _simulate(str(app), "--trace", str(trace))
+    assert last.exit_code == 0, last.output
+    assert "service model: the last bench run of embed, bench-out/batch_times.json (fit " \
+           "20.0 ms + 0.00 ms/row + 1000.00 us/padded token" in last.output
+    assert _p50_ms(last.output) > 5 * _p50_ms(prior.output)     # the measured fit ran
+    given = _simulate(str(app), "--trace", str(trace), "--service-ms", "10")
+    assert "service model: --service-ms 10 (10.0 ms + 0.00 ms/row)" in given.output

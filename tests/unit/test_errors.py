@@ -16,6 +16,7 @@ from floodway.errors import (
     Problem,
     ProtocolError,
     RequestError,
+    StartFailing,
     Unauthorized,
     Unavailable,
 )
@@ -28,6 +29,8 @@ ERRORS = [
     RequestError("inputs[3]: not a string", status=422, field="inputs[3]"),
     Unauthorized("wrong key", error="invalid_token"),
     Unavailable("no container", retry_after_s=2.5),
+    StartFailing("endpoint 'embed' cannot start: ...; the last: ValueError: x",
+                 retry_after_s=5.0),
     EndpointError("item 1 failed", outputs=[[0.0], None],
                   item_errors=[{"index": 1, "message": "ValueError: x"}]),
     ProtocolError("not JSON"),

@@ -31,6 +31,7 @@ def test_on_by_default_off_for_streaming_endpoints_and_switchable():
     (fw.Cache(ttl_s=float("nan")), "cache.ttl_s", "nan"),
     (fw.Cache(shared="yes"), "cache.shared", "'yes'"),
     (fw.Cache(shared_max_item_bytes=0), "cache.shared_max_item_bytes", "0"),
+    (fw.Cache(shared_across_tenants=1), "cache.shared_across_tenants", "1"),
     (True, "cache", "True"),
 ])
 def test_bad_values_name_the_endpoint_the_field_and_the_value(cache, field, shown):

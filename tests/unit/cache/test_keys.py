@@ -17,6 +17,13 @@ def test_the_endpoint_the_build_and_the_item_each_change_the_key():
                 item_key("e", "k1", "text "), item_key("e", "k1", ["text"])}) == 5
 
 
+def test_a_tenant_has_keys_of_its_own():
+    plain = item_key("e", "k1", "text")
+    a, b = item_key("e", "k1", "text", "key-a"), item_key("e", "k1", "text", "key-b")
+    assert len({plain, a, b}) == 3
+    assert a == item_key("e", "k1", "text", "key-a")   # the same tenant finds its own
+
+
 def test_parts_cannot_run_into_each_other():
     # Without lengths in front, ("ab", "c") and ("a", "bc") would hash the same bytes.
     assert item_key("ab", "c", "x") != item_key("a", "bc", "x")

@@ -25,6 +25,11 @@ def shared(model, texts: list[str]) -> list[str]:
     return texts
 
 
+@app.endpoint(cache=fw.Cache(shared_across_tenants=True))
+def public(model, texts: list[str]) -> list[str]:
+    return texts
+
+
 class Clock:
     def __init__(self):
         self.t = 100.0
@@ -37,7 +42,8 @@ class Clock:
 
 
 def _cache(builds=None, clock=None, shared_kv=None):
-    builds = {"upper": "k1", "dice": "k1", "shared": "k1"} if builds is None else builds
+    builds = {"upper": "k1", "dice": "k1", "shared": "k1", "public": "k1"} \
+        if builds is None else builds
     clock = clock or Clock()
     return ResponseCache(app, builds.get, monotonic=clock.monotonic, wall=clock.wall,
                          shared=shared_kv)
@@ -182,3 +188,34 @@ def test_endpoints_without_shared_never_touch_the_shared_tier():
 
     asyncio.run(go())
     assert data == {}
+
+
+def test_a_tenant_never_finds_what_another_tenant_stored():
+    cache = _cache()
+    _run(cache, "upper", ["secret"], tenant="key-a")
+    look, _, ran = _run(cache, "upper", ["secret"], tenant="key-b")
+    assert look.hits == 0 and ran == ["secret"]
+    assert _run(cache, "upper", ["secret"], tenant="key-a")[0].hits == 1   # its own, yes
+    assert _run(cache, "upper", ["secret"])[0].hits == 0                   # nor unscoped
+
+
+def test_shared_across_tenants_lets_every_tenant_find_the_entry():
+    cache = _cache()
+    _run(cache, "public", ["news"], tenant="key-a")
+    assert _run(cache, "public", ["news"], tenant="key-b")[0].hits == 1
+
+
+def test_the_shared_tier_is_scoped_by_tenant_too():
+    data: dict = {}
+    first, second = _cache(shared_kv=MemoryKV(data)), _cache(shared_kv=MemoryKV(data))
+
+    async def go():
+        look = await first.lookup("shared", ["a"], tenant="key-a")
+        first.store(look, ["a!"])
+        await first.shared.drain()
+        other = await second.lookup("shared", ["a"], tenant="key-b")
+        same = await second.lookup("shared", ["a"], tenant="key-a")
+        return other, same
+
+    other, same = asyncio.run(go())
+    assert other.hits == 0 and same.found == {0: "a!"}

@@ -9,10 +9,17 @@ from floodway.core.estimators import (
     ArrivalRate,
     ColdStartEstimator,
     ServiceEstimator,
+    build_start_s,
     measured,
     start_remaining_s,
 )
-from floodway.core.priors import COLD_START_PRIOR_S, SERVICE_PRIOR, SERVICE_PRIOR_S
+from floodway.core.priors import (
+    COLD_START_PRIOR_S,
+    PROBE_START_FACTOR,
+    PROBE_START_MARGIN_S,
+    SERVICE_PRIOR,
+    SERVICE_PRIOR_S,
+)
 from floodway.routers.decide import ServiceTime
 from floodway.warmers.target import Measured
 
@@ -42,6 +49,26 @@ def test_cold_start_is_the_prior_until_measured_then_boot_plus_the_slowest():
     assert est.estimate_s() == 8.5
     est.replace([0.5])
     assert est.estimate_s() == 5.5
+
+
+def test_a_cold_start_seeded_from_a_build_probe_uses_it_not_the_prior():
+    est = ColdStartEstimator.known(probe_s=0.4)
+    assert est.estimate_s() == build_start_s(0.4) == pytest.approx(
+        PROBE_START_FACTOR * 0.4 + PROBE_START_MARGIN_S)
+    assert 0.4 < est.estimate_s() < COLD_START_PRIOR_S
+    assert est.seeded_from.startswith("build probe")
+    est.record(3.0)                                  # a start timed here replaces it
+    assert est.estimate_s() == 3.0
+    # On Modal the boot (scheduling, restore) is added to the probe's figure as a floor.
+    assert ColdStartEstimator.known(probe_s=0.4, boot_s=5.0).estimate_s() == pytest.approx(
+        5.0 + build_start_s(0.4))
+
+
+def test_earlier_starts_count_as_measured_and_the_prior_stays_where_nothing_is_known():
+    est = ColdStartEstimator.known(probe_s=0.4, samples=[0.6, 0.9])
+    assert est.estimate_s() == 0.9 and est.seeded_from == "earlier starts"
+    none = ColdStartEstimator.known()
+    assert none.estimate_s() == COLD_START_PRIOR_S and none.seeded_from == "prior"
 
 
 def test_cold_start_forgets_old_starts():

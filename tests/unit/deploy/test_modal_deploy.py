@@ -6,6 +6,7 @@ stub), with the fallback for older clients."""
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 import types
 import warnings
@@ -191,8 +192,9 @@ def test_floodway_deploy_of_a_public_router_looks_up_no_secret(tmp_path, monkeyp
     ({"token_id": "ak-1", "token_secret": "as-1", "oauth_refresh_token": "r",
       "oauth_client_id": "oc-1", "oauth_jwt_key": "k"}, False, "both a Modal token and OAuth"),
 ])
-def test_credentials_as_the_modal_client_accepts_them(config, ok, why):
+def test_credentials_as_the_modal_client_accepts_them(config, ok, why, monkeypatch):
     """The combinations modal 1.6's ``Client.from_env`` accepts, and no others."""
+    monkeypatch.setattr(modal_deploy, "jwt_libraries_problem", lambda: None)  # installed
     assert modal_deploy.credentials_configured(config.get) is ok
     problem = modal_deploy.credentials_problem(config.get)
     assert (problem is None) if ok else (why in problem)
@@ -206,6 +208,65 @@ def test_credentials_read_from_modal_config(monkeypatch):
     monkeypatch.setenv("MODAL_OAUTH_CLIENT_ID", "oc-1")
     monkeypatch.setenv("MODAL_OAUTH_JWT_KEY", "-----BEGIN PRIVATE KEY-----")
     assert modal_deploy.credentials_configured()
+
+
+def _without(monkeypatch, package: str) -> None:
+    """`package` (and its submodules) as if not installed, for this test."""
+    for name in [m for m in sys.modules if m == package or m.startswith(f"{package}.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, package, None)
+
+
+@pytest.mark.parametrize("missing", ["jwt", "cryptography"])
+def test_a_jwt_key_needs_the_libraries_that_sign_it(monkeypatch, missing):
+    """modal's client imports PyJWT and cryptography (its ``oauth`` extra) only when it opens
+    with a JWT key, and raises ImportError then: the check names the extra first."""
+    jwt_config = {"oauth_refresh_token": "r", "oauth_client_id": "oc-1",
+                  "oauth_jwt_key": "-----BEGIN"}
+    secret_config = {**jwt_config, "oauth_jwt_key": None, "oauth_client_secret": "ov-1"}
+    _without(monkeypatch, missing)
+    problem = modal_deploy.credentials_problem(jwt_config.get)
+    assert problem is not None and "MODAL_OAUTH_JWT_KEY" in problem
+    assert "pip install 'floodway[modal]'" in problem
+    assert modal_deploy.credentials_problem(secret_config.get) is None     # no key to sign
+
+
+def test_deploy_without_credentials_says_so_before_contacting_modal(monkeypatch):
+    """`floodway deploy` checks the credentials first: no "contacting Modal" line before
+    the refusal."""
+    from typer.testing import CliRunner
+
+    from floodway import cli
+    from tests.conftest import MODAL_APP
+
+    for key in ("TOKEN_ID", "TOKEN_SECRET", "PROFILE", "OAUTH_REFRESH_TOKEN",
+                "OAUTH_CLIENT_ID", "OAUTH_CLIENT_SECRET", "OAUTH_JWT_KEY"):
+        monkeypatch.delenv(f"MODAL_{key}", raising=False)
+    monkeypatch.setenv("MODAL_CONFIG_PATH", os.devnull)
+    monkeypatch.setattr(modal_warmers, "modal_deploy", lambda app: pytest.fail("deployed"))
+    r = CliRunner().invoke(cli.cli, ["deploy", str(MODAL_APP)])
+    assert r.exit_code == 2, r.output
+    assert "no Modal credentials" in r.output and "contacting Modal" not in r.output
+
+
+def test_without_the_modal_client_deploying_names_the_extra(tmp_path, monkeypatch):
+    """The Modal client is the ``modal`` extra: `to_modal` and `floodway deploy` say what to
+    install instead of failing on ``import modal``."""
+    from typer.testing import CliRunner
+
+    from floodway import cli
+    from floodway.deploy import to_modal
+    from tests.conftest import MODAL_APP
+
+    monkeypatch.delenv(NO_MODAL_ENV, raising=False)
+    _without(monkeypatch, "modal")
+    with pytest.raises(FloodwayError, match=r"to_modal needs the Modal client.*floodway\[modal\]"):
+        to_modal(_app(tmp_path))
+    r = CliRunner().invoke(cli.cli, ["deploy", str(MODAL_APP)])
+    assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+    assert "deploy needs the Modal client" in r.output and "floodway[modal]" in r.output
+    monkeypatch.setenv(NO_MODAL_ENV, "1")          # serving: no Modal objects, none needed
+    assert to_modal(_app(tmp_path)) is None
 
 
 # ---------------------------------------------------------------- the autoscaler

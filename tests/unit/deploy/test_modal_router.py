@@ -314,6 +314,24 @@ def test_cold_start_is_measured_with_a_prior(fake):
     assert asyncio.run(go()) == (COLD_START_PRIOR_S, BOOT_S + 6.5)
 
 
+def test_cold_start_before_any_sample_comes_from_the_builds_probe_on_the_volume(fake,
+                                                                                 tmp_path):
+    from floodway.core.estimators import build_start_s
+    from tests.unit.build.test_starts import fake_build
+
+    fake_build(tmp_path, endpoint="upper", cold_start_s=0.8)
+    kv = MemoryKV({"cold:upper": [{"init_s": 9.0, "at": 1}]})
+
+    async def go():
+        backend = ModalBackend(app, {"upper": fake.cls()}, stats=kv, store=tmp_path)
+        before = backend.cold_start_s("upper")
+        await backend.refresh("upper")
+        return before, backend.cold_start_s("upper")
+
+    # Modal's boot stays the floor; the published starts replace the build's figure.
+    assert asyncio.run(go()) == (BOOT_S + build_start_s(0.8), BOOT_S + 9.0)
+
+
 def test_record_cold_start_tells_restores_apart():
     class SyncDict(dict):
         def put(self, key, value):

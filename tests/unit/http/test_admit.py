@@ -138,7 +138,7 @@ def test_a_large_body_is_parsed_off_the_event_loop_with_the_same_answer():
     assert e.value.status == 422 and e.value.field == "inputs[99]"
 
 
-def test_a_streaming_endpoints_sequence_limit_is_its_pool_and_queue():
+def test_a_streaming_endpoints_sequence_limit_is_its_pool_or_its_prioritys_queue_share():
     from floodway.config import MAX_CONTAINERS_LIMIT
     from floodway.http.admit import check_sequences, most_sequences
 
@@ -154,12 +154,24 @@ def test_a_streaming_endpoints_sequence_limit_is_its_pool_and_queue():
     async def bounded(model, text: str):
         yield text
 
+    @gen_app.endpoint(generation=fw.Generation(max_sequences=4), route=fw.Route(max_queue=40),
+                      warm=fw.WarmPool(max_containers=3))
+    async def queued(model, text: str):
+        yield text
+
     # no max_containers: the largest pool allowed (fw.WarmPool's cap)
-    assert most_sequences(gen_app["unbounded"]) == MAX_CONTAINERS_LIMIT * 4 + 10
-    assert most_sequences(gen_app["bounded"]) == 3 * 4 + 10
+    assert most_sequences(gen_app["unbounded"]) == MAX_CONTAINERS_LIMIT * 4
+    # A request runs whole on the containers' slots or waits whole in the queue: the two
+    # never add up (3 x 4 + 10 = 22 sequences never fit).
+    assert most_sequences(gen_app["bounded"]) == 3 * 4
+    # The queue's share by priority (QUEUE_SHARE: 1, 0.9, 0.5 of max_queue 40).
+    assert [most_sequences(gen_app["queued"], p) for p in (2, 1, 0)] == [40, 36, 20]
     assert most_sequences(app["upper"]) is None            # not streaming: no such limit
-    check_sequences(gen_app["bounded"], 22, "n")
+    check_sequences(gen_app["bounded"], 12, "n")
     with pytest.raises(RequestError) as e:
-        check_sequences(gen_app["bounded"], 23, "n")
+        check_sequences(gen_app["bounded"], 13, "n")
     assert (e.value.status, e.value.field) == (413, "n")
-    assert str(e.value).startswith("n: the request makes 23 sequences")
+    assert str(e.value).startswith("n: the request makes 13 sequences")
+    with pytest.raises(RequestError) as e:
+        check_sequences(gen_app["queued"], 21, "inputs", 0)
+    assert "at most 20 at low priority" in str(e.value)

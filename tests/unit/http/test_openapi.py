@@ -109,8 +109,8 @@ def test_every_route_is_described():
     names = ["anything", "embed", "grid", "picture", "rerank", "talk"]
     assert set(paths) == {
         *(f"/v1/{n}" for n in names), *(f"/v1/{n}/jobs" for n in names), "/v1/jobs/{job_id}",
-        "/healthz", "/readyz", "/metrics", "/openapi.json", "/v1/models", "/v1/models/{model}",
-        "/v1/embeddings", "/v1/completions", "/v1/chat/completions"}
+        "/healthz", "/readyz", "/metrics", "/openapi.json", "/docs", "/v1/models",
+        "/v1/models/{model}", "/v1/embeddings", "/v1/completions", "/v1/chat/completions"}
 
 
 def test_item_schemas_follow_the_annotations():

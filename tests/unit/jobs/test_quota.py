@@ -67,6 +67,46 @@ def test_the_total_quota_and_a_retry_after_from_the_first_expiry(tmp_path, clock
         assert dict(store.quota.rejections) == {"total": 1}
 
 
+def test_results_count_and_a_result_past_the_quota_fails_its_job_unstored(tmp_path, clock):
+    # Ten jobs of small inputs fit at once; their results, 5 KB each, would take 50 KB.
+    result = ["r" * 5000]                 # 5004 bytes as stored
+    with _store(tmp_path, clock, max_bytes=18_000, max_tenant_bytes=18_000) as store:
+        ids = [store.submit("embed", ["x" * 400], tenant="a")[0].id for _ in range(10)]
+        store.claim("w", lease_s=10, limit=10)
+        assert all(store.complete(i, "w", result) for i in ids)
+        states = [store.get(i).state for i in ids]
+        total, _ = store.stored_bytes()
+        failed = store.get(ids[-1])
+    assert states == [JobState.SUCCEEDED] * 3 + [JobState.FAILED] * 7
+    assert total <= 18_000                                      # never past the quota
+    assert failed.outputs is None and "result of 5004 bytes exceeds the job store's quota" \
+        in failed.error and "18000 bytes" in failed.error
+    assert dict(store.quota.rejections) == {"result": 7}
+
+
+def test_a_tenants_results_are_bounded_by_its_own_quota_and_others_go_on(tmp_path, clock):
+    with _store(tmp_path, clock, max_bytes=100_000, max_tenant_bytes=2 * SIZE + 20) as store:
+        a = [store.submit("embed", ["x"], tenant="a")[0].id for _ in range(3)]
+        b, _ = store.submit("embed", ["x"], tenant="b")
+        store.claim("w", lease_s=10, limit=4)
+        for job_id in (*a, b.id):
+            store.complete(job_id, "w", ONE_KB)
+        states = [store.get(i).state for i in (*a, b.id)]
+        per_tenant = store.stored_bytes()[1]
+        # A failure's partial result past the quota is dropped too; its error says why.
+        c, _ = store.submit("embed", ["x"], tenant="c")
+        store.claim("w", lease_s=10)
+        store.fail(c.id, "w", "one input failed", retry=False,
+                   partial={"outputs": ["x" * 3000], "item_errors": []})
+        partial, third = store.get(c.id), store.get(a[2])
+    assert states == [JobState.SUCCEEDED] * 2 + [JobState.FAILED, JobState.SUCCEEDED]
+    assert "tenant 'a'" in third.error and third.outputs is None
+    # a's bytes: two results (inputs dropped), and the third's error, not its result.
+    assert per_tenant["a"] == 2 * (2 + SIZE) + 2 + len(third.error.encode())
+    assert partial.state == JobState.FAILED and partial.outputs is None
+    assert partial.error.startswith("one input failed (its partial result: the job's result")
+
+
 def test_a_job_larger_than_a_quota_is_a_413_and_a_repeat_key_is_no_new_bytes(tmp_path, clock):
     with _store(tmp_path, clock, max_bytes=10 * SIZE, max_tenant_bytes=SIZE) as store:
         with pytest.raises(RequestError) as info:

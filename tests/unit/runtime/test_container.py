@@ -27,6 +27,7 @@ from floodway.runtime.container import (
     IllegalTransition,
     State,
 )
+from floodway.runtime.error_log import ErrorLog
 from floodway.runtime.protocol import (
     TO_WORKER,
     Batch,
@@ -228,6 +229,57 @@ async def test_items_are_heard_as_they_arrive_and_the_batch_resolves_at_done():
                                        0.125, 0.5)
     assert c.inflight == {} and c.inflight_rows == {} and c.idle_since_s == clock.now_s
     assert c.batches_done == 1 and c.state == State.READY
+
+
+@aio
+async def test_the_users_traceback_goes_to_the_log_and_the_caller_gets_the_message(caplog):
+    import logging
+
+    caplog.set_level(logging.ERROR, "floodway.endpoint")
+    c, proc, _ = await ready_container()
+    c.errors = ErrorLog()   # its own: no error logged by another test counts as a repeat
+    trace = ('Traceback (most recent call last):\n  File "app.py", line 9, in embed\n'
+             "ValueError: bad\n")
+    fut = c.submit([("a", 1), ("b", 2)])
+    proc.say_together(ItemError(1, "a", "ValueError: bad", trace),
+                      ItemError(1, "b", "ValueError: bad", trace), BatchDone(1, 0.1, 2))
+    await settle()
+    assert fut.result().errors == {"a": "ValueError: bad", "b": "ValueError: bad"}
+    (rec,) = caplog.records   # one failure logged once: the batch's second item repeats it
+    assert rec.getMessage() == (f"endpoint 'embed', container {c.id}: the function raised:\n"
+                                f"{trace.rstrip()}")
+
+
+@aio
+async def test_a_start_that_raised_logs_its_traceback(caplog):
+    import logging
+
+    caplog.set_level(logging.ERROR, "floodway.endpoint")
+    c = Container("app.py", "embed", "/nowhere", slots=1, clock=Clock(), errors=ErrorLog())
+    proc = FakeProc()
+    c.attach(proc)
+    proc.say(Failed("RuntimeError: no GPU", 'Traceback ...\n  File "app.py", line 3, in load\n'
+                                            "RuntimeError: no GPU\n"))
+    await settle()
+    assert c.state == State.FAILED and c.error == "RuntimeError: no GPU"
+    assert 'its start raised:\nTraceback ...\n  File "app.py", line 3' in caplog.text
+
+
+@aio
+async def test_an_exit_once_the_server_is_stopping_is_a_stop_not_a_failure():
+    # A SIGTERM to the process group ends a worker as it reaches the router.
+    c, proc, _ = await ready_container()
+    fut = c.submit([("a", 1)])
+    c.expect_stop()
+    proc.exit(-15)
+    await c.wait_exit()
+    assert c.state == State.STOPPED and c.error is None
+    with pytest.raises(Unavailable):   # its work in flight still fails over
+        fut.result()
+    other, proc, _ = await ready_container()
+    proc.exit(-15)                     # nothing stopping: a failure
+    await other.wait_exit()
+    assert other.state == State.FAILED
 
 
 @aio
@@ -574,3 +626,13 @@ async def test_a_batcher_on_a_container_serves_on_after_an_input_the_pipe_cannot
     assert [await served(f"r{i}", "fine") for i in (2, 3)] == ["FINE", "FINE"]
     assert c.inflight == {} and c.free_slots == 1 and b.queued_rows == 0
     await b.stop()
+
+
+def test_the_cold_start_is_logged_readably_in_its_phases():
+    from floodway.runtime.container import cold_start_text
+
+    timings = {"process_start": 0.051234567891234, "imports": 0.4, "artifact_load": 0.8000001,
+               "warmup": 0.1, "total": 1.2345678901234567}
+    assert cold_start_text(timings) == ("cold start 1.23 s (process_start 0.05 s, imports "
+                                        "0.40 s, artifact_load 0.80 s, warmup 0.10 s)")
+    assert cold_start_text({}) == "cold start 0.00 s"

@@ -139,7 +139,7 @@ def test_boxes_and_reconcile_use_the_containers_idle_times_and_may_start():
         ep, clock = endpoint_pool(warm=fw.WarmPool(min_containers=1, scaledown_window_s=10))
         a = add(ep, clock, State.READY)
         b = add(ep, clock, State.READY, 2)
-        add(ep, clock, State.FAILED)
+        add(ep, clock, State.FAILED).history.insert(1, (T0, State.READY))   # it served
         a.idle_since_s = T0 - 20.0
         boxes = ep.boxes()
         ep.floor = 1
@@ -231,3 +231,42 @@ def test_an_endpoint_not_taking_text_costs_by_rows_alone():
     assert ep.tokens is None
     ep.record_batch(4, 0.02, 4 * 256)   # tokens of a batch not of text are not counted
     assert ep.service.fit.per_token_s == 0 and ep.service.row_tokens() == 0
+
+
+def seeded_store(tmp_path, probe_s: float = 0.4):
+    """A store whose latest build of "embed" recorded a cold-start probe of `probe_s`."""
+    from tests.unit.build.test_starts import fake_build
+
+    return fake_build(tmp_path, cold_start_s=probe_s)
+
+
+def test_the_cold_start_estimate_comes_from_the_build_before_any_start(tmp_path):
+    from floodway.core.estimators import build_start_s
+
+    clock = StepClock()
+    ep = EndpointPool(app_with()["embed"], clock=clock, store=seeded_store(tmp_path))
+    assert ep.snapshot(clock.monotonic(), 3).cold_start_s == build_start_s(0.4)
+
+
+def test_measured_starts_are_kept_for_the_next_run(tmp_path):
+    store = seeded_store(tmp_path)
+    ep = EndpointPool(app_with()["embed"], clock=StepClock(), store=store)
+    ep.started(1.25, build="k1")
+    ep.started(0.75, build="k1")
+    again = EndpointPool(app_with()["embed"], clock=StepClock(), store=store)
+    assert again.cold.estimate_s() == 1.25 and again.cold.seeded_from == "earlier starts"
+
+
+def test_the_first_request_to_a_scaled_to_zero_endpoint_with_a_fast_build_spills_cold(
+        tmp_path):
+    """With the prior (30 s) a request with a 3 s deadline and no container becomes a job;
+    with what the build measured it starts a container and waits for it."""
+    from floodway.routers.decide import Action
+
+    app = app_with(warm=fw.WarmPool(min_containers=0, max_containers=2))
+    clock = StepClock()
+    req = Request(1, clock.monotonic() + 3.0, 0, "t1")
+    known = EndpointPool(app["embed"], clock=clock, store=seeded_store(tmp_path))
+    assert decide(known.snapshot(clock.monotonic(), 2), req).action == Action.SPILL_COLD
+    unknown = EndpointPool(app["embed"], clock=clock)
+    assert decide(unknown.snapshot(clock.monotonic(), 2), req).action == Action.SPILL_ASYNC

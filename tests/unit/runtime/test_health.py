@@ -92,3 +92,13 @@ def test_a_container_not_ready_within_start_timeout_s_is_killed(state):
     assert slow.reason == "not ready 300s after its start (start_timeout_s=300)"
     # Without a start timeout a starting container is left alone, as before.
     assert check(starting(1e6), 1e6, 60.0).verdict == Verdict.OK
+
+
+def test_an_endpoint_is_failing_after_failed_starts_in_a_row_or_one_with_none_to_follow():
+    from floodway.runtime.health import FAILING_STARTS, failing
+
+    assert not failing(0, warm=0, starts_coming=False)          # nothing failed yet
+    assert not failing(FAILING_STARTS - 1, warm=0, starts_coming=True)   # the next may load
+    assert failing(FAILING_STARTS, warm=0, starts_coming=True)  # a crash loop
+    assert failing(1, warm=0, starts_coming=False)               # scaled to zero: no retry
+    assert not failing(FAILING_STARTS + 5, warm=1, starts_coming=True)   # one serves

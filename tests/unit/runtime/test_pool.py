@@ -107,6 +107,29 @@ def test_failing_starts_back_off_and_block_other_starts(tmp_path):
     assert cap == 0 and n == 0                  # no cold spills onto a failing build
 
 
+def test_no_start_between_a_containers_failure_and_the_handling_of_its_exit(tmp_path):
+    # A worker reports its load failed, then its process takes a moment to exit: a tick in
+    # between must not start a replacement at once, skipping the backoff.
+    async def go():
+        pool, clock = make_pool(app_with(warm=fw.WarmPool(min_containers=1)), tmp_path)
+        await pool.start()
+        (c,) = pool.containers["embed"]
+        c.error = "ValueError: boom"
+        c._to(State.FAILED)                      # failed, not exited yet
+        pool.tick(clock.advance(0.5))
+        during = len(pool.containers["embed"])
+        c._ready.set()                           # the process exits
+        c._exited.set()
+        await settle()
+        after = len(pool.containers["embed"]), pool.endpoints["embed"].replacing
+        await pool.stop()
+        return during, after
+
+    during, after = run(go())
+    assert during == 1                            # only the failed one: nothing started
+    assert after == (0, 1)                        # its replacement waits out the backoff
+
+
 def test_a_failed_start_is_replaced_after_its_backoff_and_a_ready_one_resets_it(tmp_path):
     async def go():
         pool, clock = make_pool(app_with(warm=fw.WarmPool(min_containers=1)), tmp_path)
@@ -204,6 +227,64 @@ def test_a_stuck_container_is_killed_and_replaced_in_the_same_tick(tmp_path):
     assert events == {"start": 2, "stuck": 1, "failed": 1} and n == 1
 
 
+def test_an_endpoint_whose_starts_keep_failing_refuses_requests_with_its_load_error(
+        tmp_path):
+    from floodway.errors import StartFailing
+
+    boom = "RuntimeError: load() raised: no such file 'weights.bin'"
+
+    async def go():
+        pool, clock = make_pool(app_with(warm=fw.WarmPool(min_containers=1)), tmp_path)
+        await pool.start()
+        for i in range(health.FAILING_STARTS):
+            seen = pool.snapshot("embed")          # not failing yet: a start follows
+            pool.containers["embed"][0].fail_start(boom)
+            await settle()
+            clock.advance(health.BACKOFF_S[i])
+            await settle()
+        with pytest.raises(StartFailing) as refused:
+            pool.snapshot("embed")
+        detail = pool.readiness()
+        pool.containers["embed"][0].become_ready()   # the next start loads: it is over
+        await settle()
+        after = pool.snapshot("embed"), pool.failing("embed"), pool.readiness()["ready"]
+        await pool.stop()
+        return seen, refused.value, detail, after
+
+    seen, refused, detail, (snap, failing, ready) = run(go())
+    assert seen.max_containers == 1             # before: the start under way counts
+    assert isinstance(refused, Unavailable) and refused.retry_after_s >= 1.0
+    assert str(refused) == (f"endpoint 'embed' cannot start: its last 3 container start(s) "
+                            f"in a row failed; the last: {boom}")
+    assert detail["ready"] is False and detail["failures"]["embed"]["failing"] == str(refused)
+    assert snap.max_containers >= 1 and failing is None and ready is True
+
+
+def test_a_scaled_to_zero_endpoint_whose_start_failed_retries_on_a_request_after_backoff(
+        tmp_path):
+    from floodway.errors import StartFailing
+
+    async def go():
+        pool, clock = make_pool(app_with(warm=fw.WarmPool(min_containers=0)), tmp_path)
+        await pool.start()
+        assert pool.start_cold("embed")            # a first request starts one
+        pool.containers["embed"][0].fail_start("ValueError: boom")
+        await settle()
+        with pytest.raises(StartFailing):          # none follows by itself: failing
+            pool.snapshot("embed")
+        waiting = len(pool.containers["embed"])
+        ready_then = pool.readiness()["ready"]
+        clock.advance(health.BACKOFF_S[0])
+        snap = pool.snapshot("embed")              # past the backoff: a request retries
+        retried = len(pool.containers["embed"])
+        await pool.stop()
+        return waiting, ready_then, snap, retried
+
+    waiting, ready_then, snap, retried = run(go())
+    assert (waiting, ready_then, retried) == (0, False, 1)
+    assert snap.max_containers == 1                 # the retry, starting
+
+
 def test_a_container_that_never_becomes_ready_is_killed_as_a_failed_start(tmp_path):
     """A load hook that hangs: the container is killed `start_timeout_s` after its start,
     and the failed start makes the next one back off."""
@@ -223,7 +304,8 @@ def test_a_container_that_never_becomes_ready_is_killed_as_a_failed_start(tmp_pa
     alive, state, error, failures = run(go())
     assert alive == State.STARTING and state == State.FAILED
     assert error == "not ready 30s after its start (start_timeout_s=30)"
-    assert failures == {"failed_starts_in_a_row": 1, "last_error": error}   # in /readyz
+    # In /readyz; not failing: a start follows (one failed start says little).
+    assert failures == {"failed_starts_in_a_row": 1, "last_error": error, "failing": None}
 
 
 def test_a_silent_idle_container_is_pinged_then_killed(tmp_path):

@@ -1,14 +1,17 @@
 """`floodway serve APP::ENDPOINT` (build_server): only that endpoint is served; the app's
-others are not started, their builds are not needed and their routes answer 404."""
+others are not started, their builds are not needed and their routes answer 404. A port in
+use fails `serve` in one line before anything loads."""
 
 from __future__ import annotations
 
 import asyncio
+import socket
 
 import httpx
 import pytest
 
-from floodway.errors import ArtifactError
+from floodway.errors import ArtifactError, FloodwayError
+from floodway.runtime import server
 from floodway.runtime.server import build_server
 
 APP = '''
@@ -65,3 +68,17 @@ def test_serve_of_the_whole_app_needs_every_build(app_file, tmp_path):
         build_server(str(path), store=store, jobs_db=tmp_path / "j.sqlite3")
     with pytest.raises(ArtifactError, match="lower"):
         build_server(f"{path}::lower", store=store, jobs_db=tmp_path / "j.sqlite3")
+
+
+def test_a_port_in_use_fails_in_one_line_before_anything_loads(monkeypatch):
+    monkeypatch.setattr(server, "build_server",
+                        lambda *a, **k: pytest.fail("the app loaded with its port in use"))
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        port = other.getsockname()[1]
+        with pytest.raises(FloodwayError) as e:
+            server.serve("app.py", port=port, api_keys=server.ApiKeys(()))
+    assert str(e.value) == (f"port {port} on 127.0.0.1 is in use: stop the other server or "
+                            "pass --port N")
+

@@ -367,3 +367,28 @@ def test_a_request_error_from_the_model_is_named_an_input_error():
     _, pipe = run(refuses, script)
     assert pipe.of(ItemError)[0].message == \
         "InputError: prompt: 602 tokens is too long: at most 511 tokens leave room"
+
+
+def test_a_failing_sequence_sends_its_traceback_from_the_generator_down():
+    def tokens(text):
+        raise ValueError(f"cannot tokenize {text!r}")
+
+    def sync_stream(model, text: str):   # steps on a thread: the frames start in it anyway
+        yield "first"
+        yield from tokens(text)
+
+    async def async_stream(model, text: str):
+        yield "first"
+        tokens(text)
+
+    for fn in (sync_stream, async_stream):
+        async def script(pipe):
+            pipe.send(Batch(1, (("a", "x"),)))
+            await until(lambda: pipe.of(BatchDone))
+
+        _, pipe = run(fn, script)
+        (err,) = pipe.of(ItemError)
+        assert err.message == "ValueError: cannot tokenize 'x'"
+        frames = [line.strip() for line in err.traceback.splitlines()
+                  if line.lstrip().startswith("File ")]
+        assert frames[0].endswith(f"in {fn.__name__}") and frames[-1].endswith("in tokens")

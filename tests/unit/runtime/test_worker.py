@@ -526,3 +526,83 @@ def test_a_text_endpoint_warms_up_over_the_lengths_and_rows_its_batcher_cuts(mon
     assert len(batches[-1]) == 16                                       # the batch axis
     monkeypatch.setenv(worker.WARMUP_INPUTS_ENV, '["only this"]')
     assert worker._warmup_batches(app["embed"], None) == [["only this"]]
+
+
+def _deeper(text):
+    raise KeyError(f"no entry for {text}")
+
+
+def lookup(model, texts):
+    """Raises from a helper of its own: the traceback shows both frames."""
+    return [_deeper(t) for t in texts]
+
+
+def test_a_raising_function_sends_its_traceback_for_the_log_and_the_short_message():
+    wire = Wire()
+    assert worker.serve(lookup, None, lines(Batch(1, (("a", "x"),))), wire) == 0
+    (err, _done) = wire.messages
+    assert err.message == "KeyError: 'no entry for x'"   # what the client is told
+    trace = err.traceback
+    assert trace.startswith("Traceback (most recent call last):")
+    assert trace.rstrip().endswith("KeyError: 'no entry for x'")
+    frames = [line.strip() for line in trace.splitlines() if line.lstrip().startswith("File ")]
+    # From the function down; floodway's own frames that called it are left out.
+    assert frames[0].endswith("in lookup") and frames[-1].endswith("in _deeper")
+    # It travels the pipe (an optional field: absent when None).
+    (back,) = decode_all(encode(err), FROM_WORKER)
+    assert back.traceback == trace
+    assert b"traceback" not in encode(ItemError(1, "a", "InputError: bad"))
+
+
+def test_an_input_error_or_a_broken_contract_carries_no_traceback_of_floodway():
+    def short(model, texts):
+        return texts[:1]
+
+    wire = Wire()
+    worker.serve(short, None, lines(Batch(1, (("a", "x"), ("b", "y")))), wire)
+    first = wire.messages[0]
+    assert first.traceback == first.message == "ContractError: returned 1 outputs for 2 inputs"
+
+    def see(model, images: list[fw.Image]):
+        return [0 for _ in images]
+
+    wire = Wire()
+    worker.serve(see, None, lines(Batch(2, (("a", "not base64 !"),))), wire)
+    assert wire.messages[0].message.startswith("InputError:")
+    assert wire.messages[0].traceback is None
+
+
+LOAD_APP = '''
+import floodway as fw
+
+app = fw.App("tiny")
+
+
+def open_engine(artifacts):
+    raise RuntimeError("CUDA driver too old")
+
+
+@app.endpoint(load=open_engine)
+def shout(model, texts: list[str]) -> list[str]:
+    return texts
+'''
+
+
+def test_a_raising_load_hook_sends_failed_with_its_traceback(tmp_path, monkeypatch):
+    import floodway.build.artifacts
+    import floodway.build.prefetch
+    import floodway.build.store
+
+    app_file = tmp_path / "hook_app.py"
+    app_file.write_text(LOAD_APP)
+    monkeypatch.setattr(floodway.build.store.ArtifactStore, "latest", lambda self, ep: tmp_path)
+    monkeypatch.setattr(floodway.build.prefetch, "start_prefetch", lambda folder: None)
+    monkeypatch.setattr(floodway.build.artifacts, "open_artifacts",
+                        lambda folder, verify="sha256": SimpleNamespace(check=lambda: None))
+    monkeypatch.setattr(worker, "_die_with_parent", lambda: None)
+    wire = Wire()
+    assert worker.boot(str(app_file), "shout", str(tmp_path), wire) is None
+    (failed,) = wire.messages
+    assert failed == Failed("RuntimeError: CUDA driver too old")
+    assert 'hook_app.py", line 8, in open_engine' in failed.traceback
+    assert failed.traceback.rstrip().endswith("RuntimeError: CUDA driver too old")
