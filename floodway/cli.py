@@ -210,7 +210,7 @@ def serve(app: AppArg, host: Annotated[str, typer.Option()] = "127.0.0.1",
           ) -> None:
     """Serve endpoints locally (`SERVE_HELP`)."""
     from floodway.routers.admission import ApiKeys
-    from floodway.runtime.server import serve as run
+    from floodway.server import serve as run
 
     serve_logging(log_level.value)
     _no_modal()

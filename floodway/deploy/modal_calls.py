@@ -22,9 +22,8 @@ from typing import Any
 
 import modal
 
+from floodway.core.clock import Clock, within
 from floodway.errors import EndpointError, Unavailable, failed_input
-from floodway.http.clock import within
-from floodway.http.protocols import Clock
 from floodway.routers.batch_item import item_failed
 
 # A per-row output of the GPU class that stands for "this item raised" (a bad item fails
@@ -58,7 +57,7 @@ def row_result(endpoint: str, call: asyncio.Future, index: int = 0) -> Any:
 
 
 class ModalPending:
-    """The work of one request on Modal (`floodway.http.protocols.Pending`): its calls,
+    """The work of one request on Modal (`floodway.core.backend.Pending`): its calls,
     already sent at `started_s` (``clock.monotonic()`` seconds). Await it for one entry per
     row, in order; TimeoutError once `timeout_s` seconds of `clock` have passed, with the
     calls still running cancelled (also when the await is cancelled). `on_answered(rows,

@@ -72,6 +72,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from floodway.core.backend import BatchListener
+from floodway.core.clock import SYSTEM_CLOCK, Clock
 from floodway.core.snapshot import ContainerLoad, QueueLoad, build_snapshot
 from floodway.deploy.modal_calls import (
     ITEM_ERROR,
@@ -107,7 +109,6 @@ from floodway.deploy.modal_units import (
 from floodway.errors import FloodwayError, Unavailable
 from floodway.functions.app import App
 from floodway.functions.lanes import served_units
-from floodway.http.protocols import SYSTEM_CLOCK, BatchListener, Clock
 from floodway.routers.admission import API_KEYS_ENV, ApiKeys
 from floodway.routers.decide import Snapshot
 from floodway.routers.lanes import resolve_unit, split_unit
@@ -145,7 +146,7 @@ class ModalBackend:
     method takes a unit key, or an endpoint's plain name, which for an endpoint with lanes
     means the lane its inputs take (`enqueue`, `run`) or its last lane (`_unit`).
     `clock`: its ``monotonic()`` times the stats, starts and round trips, and request
-    timeouts are measured on it (`floodway.http.clock.within`). `stats_ttl_s`: how old the
+    timeouts are measured on it (`floodway.core.clock.within`). `stats_ttl_s`: how old the
     cached stats may get before a refresh starts. `stats`: where cold-start samples are
     read (default: the ``floodway-stats`` Modal Dict). `store`: the artifact store's root
     (the Volume's mount), where the builds' cold-start probes are read (None: the prior).

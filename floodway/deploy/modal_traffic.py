@@ -26,8 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from floodway.core.clock import SYSTEM_CLOCK, Clock
 from floodway.deploy.modal_kv import Store
-from floodway.http.protocols import SYSTEM_CLOCK, Clock
 from floodway.warmers.target import History, minute_of
 
 log = logging.getLogger(__name__)

@@ -1,8 +1,8 @@
 """The router's HTTP surface, shared by the local runtime and the Modal router:
-`make_asgi_app` (`floodway.http.app`) over a `Backend` and a `Jobs`
-(`floodway.http.protocols`).
+`make_asgi_app` (`floodway.http.app`) over a `Backend` (`floodway.core.backend`) and a `Jobs`
+(`floodway.core.job_queue`).
 
-`make_asgi_app` is imported on first use (PEP 562): importing the protocols or the clock
+`make_asgi_app` is imported on first use (PEP 562): importing one of the package's modules
 does not load Starlette and the metrics.
 """
 

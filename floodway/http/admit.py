@@ -34,15 +34,14 @@ from typing import Any
 
 from starlette.requests import ClientDisconnect, Request
 
+from floodway.core.clock import Clock, within
 from floodway.errors import RequestError
 from floodway.functions.app import App
 from floodway.functions.endpoint import Endpoint
 from floodway.functions.items import decodes_images, pixel_tally
-from floodway.http.clock import within
 from floodway.http.errors import ClientClosed, Overloaded
 from floodway.http.metrics import Metrics
 from floodway.http.middleware import notes
-from floodway.http.protocols import Clock
 from floodway.routers.admission import (
     ApiKeys,
     Priority,

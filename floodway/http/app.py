@@ -20,7 +20,7 @@ The pieces: `admit` (auth, headers, tenant rate, body), `handlers` (one method p
 `handoff` (a sync request near its deadline becomes a job), `errors` (exception -> error
 answer), `middleware` (metrics and Server-Timing per API route), `responses`, `cache` (the
 response cache's headers; the cache is `floodway.cache`). Where the work runs is a
-`Backend`, the job queue a `Jobs` (`floodway.http.protocols`).
+`Backend`, the job queue a `Jobs` (`floodway.core.backend`, `floodway.core.job_queue`).
 """
 
 from __future__ import annotations
@@ -35,6 +35,9 @@ from starlette.middleware import Middleware
 from starlette.routing import Route
 
 from floodway.cache import ResponseCache, SharedKV
+from floodway.core.backend import Backend
+from floodway.core.clock import SYSTEM_CLOCK, Clock
+from floodway.core.job_queue import Jobs
 from floodway.functions.app import App
 from floodway.http.admit import Admission
 from floodway.http.errors import EXCEPTION_HANDLERS
@@ -45,7 +48,6 @@ from floodway.http.metrics import Metrics
 from floodway.http.middleware import UNKNOWN_LABEL, Observe
 from floodway.http.openai import OpenAIRoutes
 from floodway.http.openapi import OpenAPIPage
-from floodway.http.protocols import SYSTEM_CLOCK, Backend, Clock, Jobs
 from floodway.routers.admission import ApiKeys
 
 

@@ -41,6 +41,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from floodway.cache import Lookup, ResponseCache
+from floodway.core.backend import Backend, StreamPending
+from floodway.core.job_queue import Jobs
+from floodway.core.stream_events import ItemFailed
 from floodway.errors import RequestError, Unauthorized
 from floodway.functions.app import App
 from floodway.http.admit import Admission, Admitted
@@ -49,11 +52,9 @@ from floodway.http.errors import NoJobQueue, Overloaded
 from floodway.http.handoff import DeadlineHandoff, HandOff, Way
 from floodway.http.metrics import Metrics
 from floodway.http.middleware import notes
-from floodway.http.protocols import Backend, Jobs, StreamPending
 from floodway.http.responses import JSONResponse, job_answer, outputs, prefers
 from floodway.http.streaming import (
     FirstEvent,
-    ItemFailed,
     ItemStream,
     collect_unless_gone,
     disconnected,

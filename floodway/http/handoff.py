@@ -24,13 +24,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from floodway.core.backend import Pending
+from floodway.core.clock import Clock
+from floodway.core.handoff import HANDOFF_MARGIN_S, handoff_margin_s
 from floodway.http.errors import ClientClosed
-from floodway.http.protocols import Clock, Pending
 from floodway.routers.decide import LAG_FACTOR
 
-# A commit with synchronous=NORMAL in WAL takes well under a millisecond unloaded and a few
-# tens of milliseconds on a thread under a burst (measured with benchmarks/burst.py).
-HANDOFF_MARGIN_S = 0.1
 # The timer looks at the lag again until the hand-off is this close.
 RECHECK_S = 0.1
 
@@ -66,7 +65,7 @@ class DeadlineHandoff:
         """Seconds from now at which a request with `budget_s` seconds left is handed off:
         early enough that the job's durable commit and the 202 fit before the deadline
         (`margin_s`, at most a tenth of a short budget), and LAG_FACTOR x `lag_s` earlier."""
-        return max(0.0, budget_s - min(self.margin_s, budget_s / 10) -
+        return max(0.0, budget_s - handoff_margin_s(budget_s, self.margin_s) -
                    LAG_FACTOR * max(0.0, lag_s))
 
     async def wait(self, pending: Pending, gone: Awaitable[None], *, budget_s: float,
@@ -120,4 +119,4 @@ class DeadlineHandoff:
         return True
 
 
-__all__ = ["HANDOFF_MARGIN_S", "DeadlineHandoff", "HandOff", "Way"]
+__all__ = ["DeadlineHandoff", "HandOff", "Way"]

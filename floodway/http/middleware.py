@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from floodway.core.clock import Clock
 from floodway.http.metrics import Metrics
-from floodway.http.protocols import Clock
 
 NOTES_KEY = "floodway.notes"
 JOBS_LABEL = "(jobs)"          # GET /v1/jobs/<id>: no endpoint in the path

@@ -27,6 +27,8 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from floodway.core.clock import Clock
+from floodway.core.stream_events import ItemFailed
 from floodway.errors import EndpointError, RequestError
 from floodway.functions.endpoint import Endpoint
 from floodway.functions.prompts import Prompt
@@ -59,9 +61,8 @@ from floodway.http.openai_wire import (
     parse_completion,
     parse_embeddings,
 )
-from floodway.http.protocols import Clock
 from floodway.http.responses import JSONResponse, outputs
-from floodway.http.streaming import ItemFailed, collect_unless_gone
+from floodway.http.streaming import collect_unless_gone
 from floodway.routers.decide_stream import PRIORITY_NAMES, most_sequences
 
 

@@ -13,18 +13,10 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from floodway.core.stream_events import ChunkEvent, ItemEnd, StreamEvent
 from floodway.errors import EndpointError
 from floodway.http.openai_answers import StreamAnswer, openai_error
-from floodway.http.streaming import (
-    SSE,
-    ChunkEvent,
-    ItemEnd,
-    ItemStream,
-    StreamedResponse,
-    StreamEvent,
-    error_kind,
-    frame,
-)
+from floodway.http.streaming import SSE, ItemStream, StreamedResponse, error_kind, frame
 
 SSE_DONE = b"data: [DONE]\n\n"
 

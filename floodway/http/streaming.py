@@ -1,7 +1,7 @@
 """Streamed answers: one request's events, and their wire formats on ``POST /v1/<endpoint>``.
 
 A streaming endpoint's request (`floodway.functions.endpoint.Endpoint.streaming`) yields, per
-input i, chunks and then its end or failure:
+input i, chunks and then its end or failure (`floodway.core.stream_events`):
 
     ChunkEvent(index, data, t_s)   ->  {"index": i, "chunk": <data>}
     ItemEnd(index, output)         ->  {"index": i, "output": <the chunks combined>}
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
@@ -30,46 +29,17 @@ from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from floodway.codec import dumps
+from floodway.core.stream_events import ChunkEvent, ItemEnd, ItemFailed, StreamEvent
 from floodway.errors import EndpointError, RequestError, Unavailable
 from floodway.functions.streams import chunk_tokens
 from floodway.http.errors import ClientClosed
 
 if TYPE_CHECKING:
+    from floodway.core.backend import StreamPending
     from floodway.http.metrics import Metrics
-    from floodway.http.protocols import StreamPending
 
 SSE, NDJSON, JSON = "text/event-stream", "application/x-ndjson", "application/json"
 STREAM_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-
-
-@dataclass(frozen=True)
-class ChunkEvent:
-    """Input `index` streamed `data`; `t_s`: when it reached the router (the backend's
-    monotonic clock, seconds)."""
-
-    index: int
-    data: Any
-    t_s: float
-
-
-@dataclass(frozen=True)
-class ItemEnd:
-    """Input `index` ended; `output`: its chunks combined (`floodway.functions.streams`)."""
-
-    index: int
-    output: Any
-
-
-@dataclass(frozen=True)
-class ItemFailed:
-    """Input `index` failed with `error` (EndpointError, Unavailable, TimeoutError); its
-    wire type is `error_kind(error)`."""
-
-    index: int
-    error: Exception
-
-
-StreamEvent = ChunkEvent | ItemEnd | ItemFailed
 
 
 def _accept_ranges(header: str) -> list[tuple[str, float]]:
@@ -313,8 +283,7 @@ async def collect(stream: ItemStream, count: int) -> list[Any]:
     return out
 
 
-__all__ = ["END", "NDJSON", "SSE", "STREAM_HEADERS", "ChunkEvent", "FirstEvent", "ItemEnd",
-           "StreamedResponse",
-           "ItemFailed", "ItemStream", "StreamEvent", "collect", "collect_unless_gone",
+__all__ = ["END", "NDJSON", "SSE", "STREAM_HEADERS", "FirstEvent", "ItemStream",
+           "StreamedResponse", "collect", "collect_unless_gone",
            "disconnected", "error_kind", "event_body", "frame", "stream_mode",
            "stream_response"]

@@ -52,9 +52,9 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from floodway.core.backend import Pending
+from floodway.core.clock import SYSTEM_CLOCK, Clock, within
 from floodway.errors import Unavailable
-from floodway.http.clock import within
-from floodway.http.protocols import SYSTEM_CLOCK, Clock, Pending
 from floodway.jobs.job import Job
 from floodway.routers.decide import Action, Decision
 

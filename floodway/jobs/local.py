@@ -40,9 +40,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from floodway.core.backend import Backend
+from floodway.core.clock import SYSTEM_CLOCK, Clock
 from floodway.errors import EndpointError, RequestError, StartFailing, Unavailable
 from floodway.functions.app import App
-from floodway.http.protocols import SYSTEM_CLOCK, Backend, Clock
 from floodway.jobs.feed import JobCapacity, JobFeed
 from floodway.jobs.job import Job
 from floodway.jobs.quota import MAX_BYTES, MAX_TENANT_BYTES, REASONS
@@ -77,7 +78,7 @@ def default_jobs_path(store_root: str | Path, app_name: str) -> Path:
 
 
 class LocalJobs:
-    """The `floodway.http.protocols.Jobs` of the local runtime: jobs in the SQLite file at
+    """The `floodway.core.job_queue.Jobs` of the local runtime: jobs in the SQLite file at
     `path`, run on `backend`. `capacity`: the pool's job capacity (see the module; None:
     at most `concurrency` jobs at once, whatever the pool can take). `max_bytes`,
     `max_tenant_bytes`: the store's quotas on stored bytes. `clock`: the store's times

@@ -46,9 +46,8 @@ import math
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
+from floodway.core.clock import SYSTEM_CLOCK, Clock, within
 from floodway.errors import EndpointError, RequestError, Unavailable
-from floodway.http.clock import within
-from floodway.http.protocols import SYSTEM_CLOCK, Clock
 from floodway.jobs.job import Job
 from floodway.jobs.store import JobStore
 from floodway.jobs.store_thread import inline

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from floodway.build.starts import known_starts, remember_start
 from floodway.build.store import ArtifactStore
+from floodway.core.clock import SYSTEM_CLOCK, Clock
 from floodway.core.estimators import ColdStartEstimator, ServiceEstimator, measured
 from floodway.core.generation import GenerationEstimator, measured_generation
 from floodway.core.priors import ROW_TOKENS_PRIOR, TEXT_SERVICE_PRIOR
@@ -43,7 +44,6 @@ from floodway.core.stream_snapshot import (
     build_stream_snapshot,
 )
 from floodway.errors import FloodwayError
-from floodway.http.protocols import SYSTEM_CLOCK, Clock
 from floodway.routers.batch_item import JOB_BATCH_SHARE
 from floodway.routers.batcher import Batcher
 from floodway.routers.decide import WARM, Snapshot

@@ -1,5 +1,5 @@
 """The work of one request in the local pool: what `Pool.enqueue` returns
-(`floodway.http.protocols.Pending`; `StreamPending` for a streaming endpoint)."""
+(`floodway.core.backend.Pending`; `StreamPending` for a streaming endpoint)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,10 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from floodway.codec import dumps
+from floodway.core.clock import Clock, within
+from floodway.core.stream_events import ChunkEvent, ItemEnd, ItemFailed, StreamEvent
 from floodway.errors import EndpointError
 from floodway.functions.streams import combine
-from floodway.http.clock import within
-from floodway.http.protocols import Clock
-from floodway.http.streaming import ChunkEvent, ItemEnd, ItemFailed, StreamEvent
 
 
 class Pending:
@@ -94,7 +93,7 @@ def _size(data: Any) -> int:
 
 
 class StreamPending:
-    """The work of one request to a streaming endpoint (`floodway.http.protocols.
+    """The work of one request to a streaming endpoint (`floodway.core.backend.
     StreamPending`): its inputs' events in arrival order (`next_event`), or, awaited, one
     combined output per input (`floodway.functions.streams.combine`) or the exception that
     failed it.

@@ -47,12 +47,13 @@ from typing import Any
 
 from floodway.build.store import ArtifactStore
 from floodway.config import VALIDATED_ENV
+from floodway.core.backend import BatchListener
+from floodway.core.clock import SYSTEM_CLOCK, Clock
 from floodway.core.reconcile import Do, Plan
 from floodway.deploy import NO_MODAL_ENV
 from floodway.errors import FloodwayError, StartFailing, Unavailable
 from floodway.functions.app import App
 from floodway.functions.lanes import served_units
-from floodway.http.protocols import SYSTEM_CLOCK, BatchListener, Clock
 from floodway.jobs.local import JOB_TIMEOUT_S
 from floodway.routers.decide import Snapshot
 from floodway.routers.decide_stream import StreamSnapshot

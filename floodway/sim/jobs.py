@@ -29,22 +29,18 @@ import math
 from collections import deque
 
 from floodway.config import Route
+from floodway.core import handoff
 from floodway.routers.batch_item import JOB_BATCH_SHARE
-
-# How long before its deadline the router hands a request off to the async queue: the
-# value of `floodway.http.handoff.HANDOFF_MARGIN_S` (the simulator imports no http;
-# tests/unit/sim/test_handoff.py holds the two equal), at most a tenth of a short budget.
-HANDOFF_MARGIN_S = 0.1
 
 
 def handoff_margin_s(route: Route) -> float:
     """Seconds before a request's deadline (``route.timeout_s`` after its arrival) at which
-    it is handed off to the async queue: `DeadlineHandoff.after_s`'s margin,
-    min(HANDOFF_MARGIN_S, timeout_s / 10); 0.0 when the route does not spill to async (no
-    hand-off: a queued request waits until its deadline)."""
+    it is handed off to the async queue: the router's margin
+    (`floodway.core.handoff.handoff_margin_s`); 0.0 when the route does not spill to async
+    (no hand-off: a queued request waits until its deadline)."""
     if "async" not in route.spill:
         return 0.0
-    return min(HANDOFF_MARGIN_S, route.timeout_s / 10)
+    return handoff.handoff_margin_s(route.timeout_s)
 
 
 class JobBacklog:
@@ -102,4 +98,4 @@ class JobBacklog:
         return True
 
 
-__all__ = ["HANDOFF_MARGIN_S", "JobBacklog", "handoff_margin_s"]
+__all__ = ["JobBacklog", "handoff_margin_s"]

@@ -9,10 +9,10 @@ from typing import Any
 
 import httpx
 
+from floodway.core.clock import ManualClock, within
 from floodway.core.generation import GenerationModel
 from floodway.errors import EndpointError, Unavailable
 from floodway.functions.app import App
-from floodway.http.clock import ManualClock, within
 from floodway.routers.decide import ContainerView, ServiceTime, Snapshot
 from floodway.routers.decide_stream import SequenceQueue, StreamContainer, StreamSnapshot
 

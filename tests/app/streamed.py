@@ -8,10 +8,10 @@ import asyncio
 import inspect
 from typing import Any
 
+from floodway.core.clock import ManualClock
+from floodway.core.stream_events import ChunkEvent, ItemEnd, ItemFailed
 from floodway.functions.items import item_decoder
 from floodway.functions.streams import combine
-from floodway.http.clock import ManualClock
-from floodway.http.streaming import ChunkEvent, ItemEnd, ItemFailed
 from floodway.routers.batch_item import item_failed
 from floodway.runtime.worker import error_text
 

@@ -12,8 +12,8 @@ import httpx
 import pytest
 
 import floodway as fw
+from floodway.core.clock import ManualClock
 from floodway.http.app import make_asgi_app
-from floodway.http.clock import ManualClock
 from floodway.jobs.local import LocalJobs
 from floodway.routers.admission import ApiKeys
 from tests.app.scripted import ScriptedBackend, advance_when, client, until

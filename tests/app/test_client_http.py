@@ -21,8 +21,8 @@ from floodway.client import (
     RetryBudgetExhausted,
     RetryPolicy,
 )
+from floodway.core.clock import ManualClock
 from floodway.http.app import make_asgi_app
-from floodway.http.clock import ManualClock
 from floodway.jobs.local import LocalJobs
 from tests.app.scripted import ScriptedBackend, settle
 from tests.app.test_admission_http import running

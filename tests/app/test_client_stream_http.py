@@ -16,8 +16,8 @@ import httpx
 
 import floodway as fw
 from floodway.client import StreamChunk, StreamError, StreamOutput
+from floodway.core.clock import ManualClock
 from floodway.http.app import make_asgi_app
-from floodway.http.clock import ManualClock
 from tests.app.scripted import settle, until
 from tests.app.test_streaming_http import StreamBackend, app, end
 from tests.unit.client.fakes import FakeTime

@@ -11,10 +11,10 @@ import dataclasses
 import pytest
 
 import floodway as fw
+from floodway.core.clock import ManualClock
 from floodway.functions.prompts import Prompt
 from floodway.http.admit import most_sequences
 from floodway.http.app import make_asgi_app
-from floodway.http.clock import ManualClock
 from tests.app.scripted import client
 from tests.app.test_openai_generate import StreamingBackend
 

@@ -7,8 +7,8 @@ import sys
 import pytest
 
 import floodway as fw
+from floodway.core.clock import ManualClock
 from floodway.http.app import make_asgi_app
-from floodway.http.clock import ManualClock
 from floodway.routers.decide import ContainerView, ServiceTime, Snapshot
 from tests.app.scripted import ScriptedBackend, ScriptedPending, advance_when, client
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import asyncio
 
 import floodway as fw
+from floodway.core.clock import ManualClock
 from floodway.http.app import make_asgi_app
-from floodway.http.clock import ManualClock
 from floodway.jobs.local import LocalJobs
 from tests.app.scripted import ScriptedBackend, client
 from tests.app.test_admission_http import poll_job

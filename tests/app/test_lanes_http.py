@@ -8,8 +8,8 @@ from __future__ import annotations
 import asyncio
 
 import floodway as fw
+from floodway.core.clock import ManualClock
 from floodway.http.app import make_asgi_app
-from floodway.http.clock import ManualClock
 from floodway.runtime.pool import Pool
 from tests.app.scripted import client, settle, until
 from tests.unit.runtime.fakes import FakeContainer

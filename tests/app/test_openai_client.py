@@ -11,8 +11,8 @@ import openai
 import pytest
 
 import floodway as fw
+from floodway.core.clock import ManualClock
 from floodway.http.app import make_asgi_app
-from floodway.http.clock import ManualClock
 from floodway.routers.admission import ApiKeys
 from tests.app.scripted import ScriptedBackend
 

@@ -12,13 +12,13 @@ import openai
 import pytest
 
 import floodway as fw
+from floodway.core.clock import ManualClock
+from floodway.core.stream_events import ChunkEvent
 from floodway.errors import RequestError
 from floodway.functions.prompts import Prompt
 from floodway.http.app import make_asgi_app
-from floodway.http.clock import ManualClock
 from floodway.http.openai_answers import StreamAnswer
 from floodway.http.openai_stream import openai_events
-from floodway.http.streaming import ChunkEvent
 from tests.app.scripted import ScriptedBackend, client
 from tests.app.streamed import Streamed
 

@@ -12,9 +12,9 @@ from dataclasses import replace
 import pytest
 
 import floodway as fw
+from floodway.core.clock import ManualClock
 from floodway.functions.prompts import Prompt
 from floodway.http.app import make_asgi_app
-from floodway.http.clock import ManualClock
 from floodway.routers.admission import ApiKeys
 from tests.app.scripted import ScriptedBackend, advance_when, client
 

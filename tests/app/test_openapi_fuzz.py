@@ -32,8 +32,8 @@ from schemathesis.specs.openapi.checks import (
 )
 
 import floodway as fw
+from floodway.core.clock import ManualClock
 from floodway.http.app import make_asgi_app
-from floodway.http.clock import ManualClock
 from floodway.http.streaming import NDJSON, SSE
 from floodway.jobs.local import LocalJobs
 from floodway.routers.admission import ApiKeys

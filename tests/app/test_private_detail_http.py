@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 
 import floodway as fw
+from floodway.core.clock import ManualClock
 from floodway.http.app import make_asgi_app
-from floodway.http.clock import ManualClock
 from floodway.jobs.local import LocalJobs
 from floodway.routers.admission import ApiKeys
 from tests.app.scripted import ScriptedBackend, client

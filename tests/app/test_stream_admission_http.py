@@ -12,8 +12,8 @@ import json
 import pytest
 
 import floodway as fw
+from floodway.core.clock import ManualClock
 from floodway.http.app import make_asgi_app
-from floodway.http.clock import ManualClock
 from floodway.jobs.local import LocalJobs
 from floodway.runtime.pool import Pool
 from tests.app.scripted import client, settle, until

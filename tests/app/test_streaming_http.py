@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 import floodway as fw
+from floodway.core.clock import ManualClock
 from floodway.http.app import make_asgi_app
-from floodway.http.clock import ManualClock
 from floodway.runtime.pending import StreamPending
 from tests.app.scripted import ScriptedBackend, client, settle, until
 

@@ -13,9 +13,9 @@ import pytest
 
 import floodway as fw
 from floodway.codec import dumps
+from floodway.core.clock import ManualClock
 from floodway.functions.prompts import Prompt
 from floodway.http.app import make_asgi_app
-from floodway.http.clock import ManualClock
 from floodway.jobs.local import LocalJobs
 from tests.app.scripted import ScriptedBackend, client
 from tests.app.streamed import Streamed

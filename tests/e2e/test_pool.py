@@ -11,7 +11,7 @@ import pytest
 import modal_app
 from floodway.runtime import health
 from floodway.runtime.pool import Pool
-from floodway.runtime.server import build_server, is_loopback
+from floodway.server import build_server, is_loopback
 from tests.conftest import MODAL_APP
 from tests.e2e.conftest import PATIENCE_S
 

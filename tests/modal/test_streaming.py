@@ -240,8 +240,8 @@ def test_the_backend_streams_events_and_combines_buffered_answers(fake_modal):
     output, a failure as its own event; awaited, the combined outputs (what a spilled job
     returns); cancelled, the Modal calls still running are cancelled and their generators
     stopped."""
+    from floodway.core.stream_events import ChunkEvent, ItemEnd, ItemFailed
     from floodway.functions.streams import combine
-    from floodway.http.streaming import ChunkEvent, ItemEnd, ItemFailed
 
     mod = _deploy(fake_modal)
     talk = mod.endpoints["talk"]

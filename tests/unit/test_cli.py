@@ -202,8 +202,7 @@ def test_serve_log_level_sets_floodways_loggers_uvicorns_and_quiets_httpx(monkey
 
     from typer.testing import CliRunner
 
-    from floodway import cli
-    from floodway.runtime import server
+    from floodway import cli, server
 
     got = {}
     monkeypatch.setattr(server, "serve", lambda app, **kw: got.update(kw))

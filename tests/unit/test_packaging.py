@@ -65,7 +65,7 @@ def test_serving_imports_no_modal_and_no_torch():
         "import sys, os\n"
         "sys.modules['modal'] = None; sys.modules['torch'] = None\n"
         "os.environ['FLOODWAY_NO_MODAL'] = '1'\n"
-        "import floodway.cli, floodway.runtime.server, floodway.runtime.worker\n"
+        "import floodway.cli, floodway.server, floodway.runtime.worker\n"
         "import floodway.build.loader, floodway.http.app\n"
         "from floodway.functions.discover import load_app\n"
         f"_, eps = load_app({str(MODAL_APP)!r})\n"

@@ -17,7 +17,7 @@ from floodway.build.stale import changes, check_builds
 from floodway.build.store import ArtifactStore
 from floodway.errors import ArtifactError
 from floodway.functions.discover import load_app
-from floodway.runtime.server import build_server
+from floodway.server import build_server
 
 APP = '''
 import floodway as fw
@@ -72,8 +72,7 @@ def test_allow_stale_serves_with_a_warning(built, tmp_path, caplog):
 
 
 def test_the_cli_passes_allow_stale_to_serve(monkeypatch):
-    from floodway import cli
-    from floodway.runtime import server
+    from floodway import cli, server
 
     seen = {}
     monkeypatch.setattr(server, "serve", lambda app, **kw: seen.update(kw))

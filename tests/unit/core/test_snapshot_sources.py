@@ -24,11 +24,11 @@ from dataclasses import replace
 import numpy as np
 
 import floodway as fw
+from floodway.core.clock import ManualClock
 from floodway.core.estimators import ServiceEstimator
 from floodway.deploy.modal_kv import MemoryKV
 from floodway.deploy.modal_router import ModalBackend
 from floodway.deploy.modal_stats import BOOT_S
-from floodway.http.clock import ManualClock
 from floodway.routers.batcher import Batcher
 from floodway.routers.decide import Action, Request, Snapshot, decide
 from floodway.runtime.container import State

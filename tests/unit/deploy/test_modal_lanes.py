@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 import floodway as fw
+from floodway.core.clock import ManualClock
 from floodway.deploy.modal_kv import MemoryKV, MemoryStore
 from floodway.deploy.modal_objects import class_name
 from floodway.deploy.modal_router import ModalBackend, run_job_rows
@@ -20,7 +21,6 @@ from floodway.deploy.modal_stats import measured_record, service_key
 from floodway.deploy.modal_warmers import Stores, class_backlog, run_warmer, units_of
 from floodway.errors import FloodwayError
 from floodway.http.app import make_asgi_app
-from floodway.http.clock import ManualClock
 from floodway.routers.admission import ApiKeys
 from floodway.routers.lanes import lane_keys, resolve_unit
 from tests.unit.deploy.test_modal_objects import (

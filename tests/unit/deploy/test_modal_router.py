@@ -13,6 +13,7 @@ import modal
 import pytest
 
 import floodway as fw
+from floodway.core.clock import ManualClock
 from floodway.core.priors import COLD_START_PRIOR_S
 from floodway.deploy.modal_kv import MemoryKV
 from floodway.deploy.modal_router import (
@@ -27,7 +28,6 @@ from floodway.deploy.modal_router import (
 )
 from floodway.errors import EndpointError, FloodwayError, Unavailable
 from floodway.http.app import make_asgi_app
-from floodway.http.clock import ManualClock
 from floodway.routers.admission import ApiKeys, key_id
 
 app = fw.App("t")
@@ -629,8 +629,8 @@ def test_router_needs_keys_unless_public():
 def test_modal_backend_and_pending_implement_the_http_protocols():
     import inspect
 
+    from floodway.core.backend import Backend, Pending
     from floodway.deploy.modal_router import ModalPending
-    from floodway.http.protocols import Backend, Pending
 
     for proto, impl in ((Backend, ModalBackend), (Pending, ModalPending)):
         for name, member in vars(proto).items():

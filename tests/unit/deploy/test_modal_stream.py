@@ -10,10 +10,10 @@ from types import SimpleNamespace
 import pytest
 
 from floodway.config import Generation
+from floodway.core.clock import ManualClock
 from floodway.core.generation import GenerationEstimator
 from floodway.deploy.modal_calls import ITEM_ERROR
 from floodway.deploy.modal_stream import CALL_HEADER, modal_book, stream_pending
-from floodway.http.clock import ManualClock
 
 PROMPT = "x" * 400                     # 100 prompt tokens by the router's estimate
 

@@ -20,6 +20,7 @@ from croniter import croniter
 from modal._utils.async_utils import synchronizer
 
 import floodway as fw
+from floodway.core.clock import ManualClock
 from floodway.core.priors import COLD_START_PRIOR_S, SERVICE_PRIOR
 from floodway.deploy import modal_router, modal_warmers
 from floodway.deploy.modal_kv import MemoryKV
@@ -36,7 +37,6 @@ from floodway.deploy.modal_warmers import (
     warmer_plan,
 )
 from floodway.http.app import make_asgi_app
-from floodway.http.clock import ManualClock
 from floodway.routers.admission import ApiKeys
 from floodway.warmers.target import minute_of
 from tests.conftest import MODAL_APP

@@ -13,6 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 import floodway as fw
+from floodway.core.clock import ManualClock
 from floodway.core.estimators import ServiceEstimator, measured
 from floodway.core.generation import GenerationEstimator, measured_generation
 from floodway.core.priors import DECODE_STEP_PRIOR, GENERATED_TOKENS_PRIOR
@@ -26,7 +27,6 @@ from floodway.deploy.modal_stats import (
     measured_record,
 )
 from floodway.deploy.modal_warmers import TICK_PARAMS, Stores, measured_of, run_warmer
-from floodway.http.clock import ManualClock
 from floodway.warmers.target import History, PolicyState, desired, minute_of
 from tests.unit.deploy.test_modal_stream import PROMPT, FakeStream
 from tests.unit.deploy.test_modal_warmers import Recorder, _utc

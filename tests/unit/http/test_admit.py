@@ -9,9 +9,9 @@ import pytest
 from starlette.requests import Request
 
 import floodway as fw
+from floodway.core.clock import ManualClock
 from floodway.errors import RequestError, Unauthorized
 from floodway.http.admit import BODY_TIMEOUT_S, Admission
-from floodway.http.clock import ManualClock
 from floodway.http.errors import Overloaded
 from floodway.http.metrics import Metrics
 from floodway.routers.admission import ApiKeys, Priority, key_id

@@ -7,8 +7,8 @@ import asyncio
 
 import pytest
 
+from floodway.core.clock import ManualClock
 from floodway.errors import Unavailable
-from floodway.http.clock import ManualClock
 from floodway.http.errors import ClientClosed
 from floodway.http.handoff import DeadlineHandoff, HandOff, Way
 from tests.app.scripted import ScriptedPending, settle

@@ -14,8 +14,8 @@ from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
+from floodway.core.clock import ManualClock
 from floodway.errors import Unavailable
-from floodway.http.clock import ManualClock
 from floodway.http.errors import EXCEPTION_HANDLERS
 from floodway.http.metrics import Metrics
 from floodway.http.middleware import Observe, notes, outcome

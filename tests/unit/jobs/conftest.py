@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from floodway.http.clock import ManualClock
+from floodway.core.clock import ManualClock
 from floodway.jobs.store import JobStore
 
 T0 = 1_700_000_000.0

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from floodway.core.clock import ManualClock
 from floodway.errors import FloodwayError
-from floodway.http.clock import ManualClock
 from floodway.jobs.job import JobState
 from floodway.jobs.store import JobStore
 from tests.unit.jobs.conftest import T0

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, rule
 
-from floodway.http.clock import ManualClock
+from floodway.core.clock import ManualClock
 from floodway.jobs.job import TRANSITIONS, IllegalTransition, JobState, check_transition
 from floodway.jobs.store import JobStore
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 
-from floodway.http.protocols import Jobs
+from floodway.core.job_queue import Jobs
 from floodway.jobs.local import JOBS_DB_ENV, LocalJobs, default_jobs_path
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from floodway.core.clock import ManualClock
 from floodway.errors import RequestError, Unavailable
-from floodway.http.clock import ManualClock
 from floodway.jobs.job import JobState
 from floodway.jobs.quota import (
     DISK_FULL_RETRY_S,

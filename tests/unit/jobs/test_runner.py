@@ -7,8 +7,8 @@ import asyncio
 
 import pytest
 
+from floodway.core.clock import ManualClock
 from floodway.errors import EndpointError, Unavailable
-from floodway.http.clock import ManualClock
 from floodway.jobs.job import Job, JobState
 from floodway.jobs.runner import JobRunner
 from floodway.jobs.store import JobStore

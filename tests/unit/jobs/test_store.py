@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from floodway.core.clock import ManualClock
 from floodway.errors import RequestError
-from floodway.http.clock import ManualClock
 from floodway.jobs.job import JobState
 from floodway.jobs.store import JobStore
 

@@ -236,7 +236,7 @@ def test_tenant_of_without_keys():
 # -- serve: no public bind without keys ---------------------------------------------------------
 
 def test_serve_refuses_non_loopback_without_keys(monkeypatch, tmp_path):
-    from floodway.runtime import server
+    from floodway import server
 
     monkeypatch.delenv("FLOODWAY_API_KEYS", raising=False)
     # The app spec does not exist: the refusal comes before anything is loaded or started.
@@ -248,7 +248,7 @@ def test_serve_refuses_non_loopback_without_keys(monkeypatch, tmp_path):
 
 
 def test_serve_allows_non_loopback_with_keys(monkeypatch, tmp_path):
-    from floodway.runtime import server
+    from floodway import server
 
     seen = {}
 
@@ -271,8 +271,8 @@ def test_serve_allows_non_loopback_with_keys(monkeypatch, tmp_path):
 
 def test_make_asgi_app_keeps_the_keys():
     from floodway import App
+    from floodway.core.clock import ManualClock
     from floodway.http.app import make_asgi_app
-    from floodway.http.clock import ManualClock
     from tests.app.scripted import ScriptedBackend
 
     app = App("t")

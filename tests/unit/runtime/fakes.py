@@ -8,7 +8,7 @@ import itertools
 from typing import Any
 
 import floodway as fw
-from floodway.http.clock import ManualClock
+from floodway.core.clock import ManualClock
 from floodway.runtime.container import BatchResult, State
 from floodway.runtime.protocol import Chunk, ItemResult
 

@@ -21,7 +21,7 @@ def test_serving(latest, builds, expected):
 def test_the_server_keys_the_cache_by_the_pools_live_containers():
     from types import SimpleNamespace as NS
 
-    from floodway.runtime.server import build_keys
+    from floodway.server import build_keys
 
     containers = [NS(build="k1")]
     pool = NS(endpoints={"e": NS(latest="k2", live=lambda: containers)})

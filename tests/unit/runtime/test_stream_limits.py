@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import asyncio
 
+from floodway.core.clock import ManualClock
+from floodway.core.stream_events import ChunkEvent, ItemEnd, ItemFailed
 from floodway.errors import EndpointError
-from floodway.http.clock import ManualClock
-from floodway.http.streaming import ChunkEvent, ItemEnd, ItemFailed, error_kind
+from floodway.http.streaming import error_kind
 from floodway.runtime.pending import MAX_OUTPUT_BYTES, MAX_UNREAD_BYTES, StreamPending
 from tests.unit.runtime.fakes import settle
 

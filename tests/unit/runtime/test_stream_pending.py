@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import floodway as fw
-from floodway.http.streaming import ChunkEvent, ItemEnd, ItemFailed
+from floodway.core.stream_events import ChunkEvent, ItemEnd, ItemFailed
 from floodway.runtime.container import BatchResult
 from floodway.runtime.pending import StreamPending
 from floodway.runtime.pool import Pool

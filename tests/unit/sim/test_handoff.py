@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 from floodway.config import Batching, Route, WarmPool
-from floodway.http.handoff import HANDOFF_MARGIN_S, DeadlineHandoff
-from floodway.http.protocols import SYSTEM_CLOCK
+from floodway.core.clock import SYSTEM_CLOCK
+from floodway.core.handoff import HANDOFF_MARGIN_S
+from floodway.http.handoff import DeadlineHandoff
 from floodway.routers.service import ServiceTime
 from floodway.sim import ServiceModel, SimConfig, Trace, simulate
-from floodway.sim.jobs import HANDOFF_MARGIN_S as SIM_MARGIN_S
 from floodway.sim.jobs import handoff_margin_s
 from tests.unit.sim.cases import assert_same
 
@@ -22,8 +22,8 @@ ONE = WarmPool(min_containers=1, max_containers=1, scaledown_window_s=600)
 
 @pytest.mark.parametrize("budget_s", [0.05, 0.5, 2.0, 30.0])
 def test_the_hand_off_instant_is_the_routers(budget_s: float) -> None:
-    assert SIM_MARGIN_S == HANDOFF_MARGIN_S
     route = Route(timeout_s=budget_s, spill=("cold", "async"))
+    assert handoff_margin_s(route) == min(HANDOFF_MARGIN_S, budget_s / 10)
     after = DeadlineHandoff(SYSTEM_CLOCK).after_s(budget_s)
     assert budget_s - handoff_margin_s(route) == pytest.approx(after)
     assert handoff_margin_s(Route(timeout_s=budget_s, spill=("cold",))) == 0.0

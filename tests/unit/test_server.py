@@ -10,9 +10,9 @@ import socket
 import httpx
 import pytest
 
+from floodway import server
 from floodway.errors import ArtifactError, FloodwayError
-from floodway.runtime import server
-from floodway.runtime.server import build_server
+from floodway.server import build_server
 
 APP = '''
 import floodway as fw

@@ -1,4 +1,4 @@
-"""The implementations the HTTP layer is written against are complete: it never probes them."""
+"""The job queues the HTTP layer is written against are complete: it never probes them."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import inspect
 
 import pytest
 
+from floodway.core.job_queue import Jobs
 from floodway.deploy.modal_jobs import ModalJobs
-from floodway.http.protocols import SYSTEM_CLOCK, Clock, Jobs
 
 
 @pytest.mark.parametrize("name", ["submit", "adopt", "find", "get"])
@@ -37,10 +37,3 @@ def test_modal_jobs_cannot_adopt_so_they_withdraw_the_work_and_submit():
     answer, work, found = asyncio.run(go())
     assert answer == ({"id": "fc-1"}, True) and work.cancelled() and found is None
     assert submitted == [("e", ["a"], {"tenant": "t", "priority": 1, "idempotency_key": "k"})]
-
-
-def test_the_system_clock_is_a_clock():
-    for name in ("monotonic", "wall", "sleep"):
-        assert inspect.signature(getattr(type(SYSTEM_CLOCK), name)) == \
-            inspect.signature(getattr(Clock, name))
-    assert inspect.iscoroutinefunction(type(SYSTEM_CLOCK).sleep)

@@ -1,12 +1,12 @@
-"""Waiting on an injected `Clock`, and a clock that moves only when told.
+"""The clock everything that waits is written against, and a clock that moves only when told.
 
     await within(clock, reader(), 30.0)   # reader's result, or TimeoutError after 30 s
     clock = ManualClock()                 # monotonic 0.0, wall 1_700_000_000.0
     clock.advance(0.5)                    # both move; every sleep due by then wakes
 
-`ManualClock` is the test double of `SYSTEM_CLOCK`: the HTTP layer and the job runner wait
-only through `Clock.sleep`, so a test drives their deadlines, polls and leases by advancing
-it, without waiting on real time.
+`ManualClock` is the test double of `SYSTEM_CLOCK`: the HTTP layer, the job runner and the
+local pool wait only through `Clock.sleep`, so a test drives their deadlines, polls and
+leases by advancing it, without waiting on real time.
 """
 
 from __future__ import annotations
@@ -14,10 +14,36 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+import time
 from collections.abc import Awaitable
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
-from floodway.http.protocols import Clock
+
+class Clock(Protocol):
+    """`monotonic()` for durations and deadlines, `wall()` (unix seconds) for the traffic
+    history and stored jobs, and `sleep(seconds)` to wait on that same time (the deadline
+    hand-off, a job runner's polls and leases)."""
+
+    def monotonic(self) -> float: ...
+
+    def wall(self) -> float: ...
+
+    async def sleep(self, seconds: float) -> None: ...
+
+
+class SystemClock:
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def wall(self) -> float:
+        return time.time()
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+
+SYSTEM_CLOCK = SystemClock()
+
 
 T = TypeVar("T")
 
@@ -88,4 +114,4 @@ class ManualClock:
                 wake.set_result(None)
 
 
-__all__ = ["ManualClock", "within"]
+__all__ = ["SYSTEM_CLOCK", "Clock", "ManualClock", "SystemClock", "within"]

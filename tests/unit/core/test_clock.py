@@ -1,12 +1,14 @@
-"""`ManualClock` and `within`: time moves only when told, sleepers wake in deadline order."""
+"""The clocks: `SYSTEM_CLOCK` is a `Clock`; `ManualClock` and `within`: time moves only when
+told, sleepers wake in deadline order."""
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 
 import pytest
 
-from floodway.http.clock import ManualClock, within
+from floodway.core.clock import SYSTEM_CLOCK, Clock, ManualClock, within
 from tests.app.scripted import settle
 
 
@@ -82,3 +84,10 @@ def test_within_passes_on_what_the_work_raised():
 
     with pytest.raises(KeyError):
         asyncio.run(go())
+
+
+def test_the_system_clock_is_a_clock():
+    for name in ("monotonic", "wall", "sleep"):
+        assert inspect.signature(getattr(type(SYSTEM_CLOCK), name)) == \
+            inspect.signature(getattr(Clock, name))
+    assert inspect.iscoroutinefunction(type(SYSTEM_CLOCK).sleep)
