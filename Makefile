@@ -14,13 +14,13 @@ MODEL_REV  := $(shell sed -n 's/^MODEL_REVISION = "\(.*\)"/\1/p' modal_app.py)
 # --system-site-packages, --torch SPEC), GPU_CHECK_ARGS to benchmarks/gpu_check.py (--only ...).
 GPU_VENV ?= .venv-gpu
 
-.PHONY: help install seed run test lint clean gpu-check
+.PHONY: help install seed run test lint typecheck clean gpu-check
 
 help:
 	@echo "make run    set up .venv, build the example endpoint, serve it on 127.0.0.1:\$$PORT ($(PORT))"
-	@echo "make test   set up .venv, lint, run the whole test suite"
+	@echo "make test   set up .venv, lint, type-check, run the whole test suite"
 	@echo "make install  set up .venv only;  make seed  put the example model in the Hub cache"
-	@echo "make lint   ruff only"
+	@echo "make lint   ruff only;  make typecheck  mypy only (its files: pyproject.toml [tool.mypy])"
 	@echo "make clean  remove .venv, $(GPU_VENV) and caches (artifacts stay in \$$FLOODWAY_STORE or ~/.cache/floodway)"
 	@echo "make gpu-check  on a CUDA machine: set up $(GPU_VENV) (tensorrt, onnxruntime-gpu, CUDA torch), run every GPU path, PASS/FAIL each"
 
@@ -50,7 +50,11 @@ run: seed
 lint: $(STAMP)
 	$(PY) -m ruff check floodway tests benchmarks modal_app.py examples
 
-test: $(STAMP) lint
+# The files and settings are pyproject.toml's [tool.mypy]; .mypy_cache keeps it incremental.
+typecheck: $(STAMP)
+	$(PY) -m mypy
+
+test: $(STAMP) lint typecheck
 	$(PY) -m pytest -q
 
 gpu-check:
@@ -58,4 +62,4 @@ gpu-check:
 	$(GPU_VENV)/bin/python benchmarks/gpu_check.py $(GPU_CHECK_ARGS)
 
 clean:
-	rm -rf $(VENV) $(GPU_VENV) .cache .pytest_cache
+	rm -rf $(VENV) $(GPU_VENV) .cache .pytest_cache .mypy_cache

@@ -29,15 +29,21 @@ from typing import Protocol
 
 from floodway.config import Batching, Route, WarmPool
 from floodway.core.estimators import start_remaining_s
-from floodway.routers.decide import WARM, ContainerView, ServiceTime, Snapshot
+from floodway.routers.decide import WARM, ContainerView, ServiceTime, Snapshot, by_priority
 
 
 class EndpointConfig(Protocol):
     """What the builder reads of an endpoint: an `Endpoint`, or the simulator's config."""
 
-    route: Route
-    batching: Batching
-    warm: WarmPool
+    @property
+    def route(self) -> Route: ...
+
+    @property
+    def batching(self) -> Batching: ...
+
+    @property
+    def warm(self) -> WarmPool: ...
+
 
 # Batches in a container's pipe: one running and the next ready, so the worker never waits
 # on the router between batches (measured with benchmarks/burst.py: deeper pipes only moved
@@ -139,11 +145,11 @@ def build_snapshot(now_s: float, endpoint: EndpointConfig, containers: Iterable[
         else max_containers,
         spill=endpoint.route.spill, queued=sum(reqs), queued_rows=sum(rows),
         tenant_queued=dict(queue.tenant_requests), async_accepting=async_accepting,
-        queued_rows_by_priority=tuple(rows), queued_by_priority=tuple(reqs),
+        queued_rows_by_priority=by_priority(rows), queued_by_priority=by_priority(reqs),
         arrival_rows_per_s=arrival_rows_per_s,
         batch_wait_s=endpoint.batching.wait_ms / 1000.0,
         queued_tokens_by_priority=None if queue.tokens_by_priority is None
-        else tuple(queue.tokens_by_priority),
+        else by_priority(queue.tokens_by_priority),
         row_tokens=row_tokens, max_batch_tokens=max_batch_tokens)
 
 

@@ -47,8 +47,11 @@ EMPTY_SEQUENCE_QUEUE = SequenceQueue()
 class StreamEndpointConfig(Protocol):
     """What the builder reads of an endpoint: an `Endpoint`, or the simulator's config."""
 
-    route: Route
-    warm: WarmPool
+    @property
+    def route(self) -> Route: ...
+
+    @property
+    def warm(self) -> WarmPool: ...
 
 
 @dataclass(frozen=True)

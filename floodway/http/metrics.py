@@ -117,7 +117,7 @@ class _PoolCollector:
     def __init__(self, readiness: Callable[[], dict[str, Any]]):
         self.readiness = readiness
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
         whole = self.readiness()
         detail, detail_queues = whole.get("endpoints", {}), whole.get("queues", {})
         states = GaugeMetricFamily("floodway_containers", "Containers by endpoint and state",
@@ -191,8 +191,10 @@ class _CacheCollector:
         evictions = CounterMetricFamily("floodway_cache_evictions", "Cache entries dropped",
                                         labels=["endpoint", "reason"])
         for endpoint, s in stats.items():
-            for key, family in (*counters.items(), *gauges.items()):
-                family.add_metric([endpoint], s.get(key, 0))
+            for key, counter in counters.items():
+                counter.add_metric([endpoint], s.get(key, 0))
+            for key, gauge in gauges.items():
+                gauge.add_metric([endpoint], s.get(key, 0))
             evictions.add_metric([endpoint, "size"], s.get("evicted", 0))
             evictions.add_metric([endpoint, "ttl"], s.get("expired", 0))
         yield from counters.values()

@@ -86,7 +86,7 @@ class Observe:
             if message["type"] == "http.response.start":
                 started = True
                 took_s = self.clock.monotonic() - t0_s
-                if note.endpoint in self.endpoints:
+                if note.endpoint is not None and note.endpoint in self.endpoints:
                     label = note.endpoint
                 headers = MutableHeaders(scope=message)
                 for name, value in note.headers.items():

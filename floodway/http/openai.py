@@ -258,7 +258,8 @@ class OpenAIRoutes:
         """The OpenAI parameter behind field `field` of item `i` (an engine that names the
         text it was given "prompt" on a chat request means the messages: their rendering)."""
         chat = isinstance(req, ChatRequest)
-        if field == "max_new_tokens" and chat and req.max_completion_tokens is not None:
+        if field == "max_new_tokens" and isinstance(req, ChatRequest) \
+                and req.max_completion_tokens is not None:
             return "max_completion_tokens"
         if field in (None, "prompt", "messages"):
             if isinstance(req, CompletionRequest) and isinstance(req.prompt, list):

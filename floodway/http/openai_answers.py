@@ -146,7 +146,9 @@ def embeddings_answer(model: str, outputs: list[Any], *,
     RequestError(400, ``dimensions``) when `dimensions` is not the size the endpoint
     answers (floodway does not shorten embeddings), EndpointError for an output that is not
     an embedding."""
-    data, counts = [], []
+    data: list[dict[str, Any]] = []
+    counts: list[int] = []
+    unknown = False   # an output without its token count: no usage
     for i, output in enumerate(outputs):
         vector, tokens = _vector(model, i, output)
         if dimensions is not None and dimensions != len(vector):
@@ -156,8 +158,11 @@ def embeddings_answer(model: str, outputs: list[Any], *,
         data.append({"object": "embedding", "index": i,
                      "embedding": b64_float32(vector) if encoding_format == "base64"
                      else vector})
-        counts.append(tokens)
-    prompt = sum(counts) if counts and all(c is not None for c in counts) else 0
+        if tokens is None:
+            unknown = True
+        else:
+            counts.append(tokens)
+    prompt = sum(counts) if counts and not unknown else 0
     return {"object": "list", "data": data, "model": model,
             "usage": {"prompt_tokens": prompt, "total_tokens": prompt}}
 

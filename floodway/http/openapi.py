@@ -29,6 +29,7 @@ from __future__ import annotations
 import html
 from typing import Any
 
+from pydantic.json_schema import JsonSchemaMode
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
@@ -102,9 +103,10 @@ class _Builder:
     def __init__(self, app: App, *, keyed: bool, jobs: bool, private_detail: bool):
         self.app, self.keyed, self.jobs, self.private = app, keyed, jobs, private_detail
         # Without keys a bearer token is optional (it names the request's tenant).
-        self.security = [{"bearer": []}] if keyed else [{}, {"bearer": []}]
+        self.security: list[dict[str, list[str]]] = \
+            [{"bearer": []}] if keyed else [{}, {"bearer": []}]
         self.auth = [401] if keyed else []
-        types: dict[str, tuple[Any, str]] = {
+        types: dict[str, tuple[Any, JsonSchemaMode]] = {
             "openai.embeddings": (EmbeddingsRequest, "validation"),
             "openai.completions": (CompletionRequest, "validation"),
             "openai.chat": (ChatRequest, "validation")}
@@ -199,7 +201,8 @@ class _Builder:
 
     def ops_routes(self) -> dict[str, Any]:
         private = self.private and self.keyed
-        keyed_page = {"security": [{"bearer": []}]} if private else {"security": []}
+        keyed_page: dict[str, list[dict[str, list[str]]]] = \
+            {"security": [{"bearer": []}]} if private else {"security": []}
         refused = _errors([401]) if private else {}
         readiness = _json(ref("floodway.Readiness"))
         return {

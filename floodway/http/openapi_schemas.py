@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 from pydantic import TypeAdapter
-from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
+from pydantic.json_schema import GenerateJsonSchema, JsonSchemaMode, JsonSchemaValue
 
 from floodway.functions.items import ArraySpec, ImageSpec
 from floodway.functions.prompts import ROLE_ALIASES, ROLES, Message, Prompt
@@ -121,12 +121,13 @@ def _one_of(field: str, props: dict[str, Any]) -> JsonSchemaValue:
             "properties": {field: given[0] if given else {}, other: {"type": "null"}}}
 
 
-def type_schemas(types: dict[str, tuple[Any, str]]
+def type_schemas(types: dict[str, tuple[Any, JsonSchemaMode]]
                  ) -> tuple[dict[str, JsonSchemaValue], dict[str, JsonSchemaValue]]:
     """{key: (T, "validation" | "serialization")} -> ({key: T's schema}, the definitions
     they share, by name; referenced as ``#/components/schemas/<name>``). A T pydantic
     cannot build (np.ndarray, an arbitrary class) is ``{}``."""
-    built, out = [], {}
+    built: list[tuple[str, JsonSchemaMode, TypeAdapter[Any]]] = []
+    out: dict[str, JsonSchemaValue] = {}
     for key, (t, mode) in types.items():
         try:
             built.append((key, mode, TypeAdapter(t)))

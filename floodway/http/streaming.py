@@ -167,6 +167,7 @@ class ItemStream:
         return self
 
     async def __anext__(self) -> StreamEvent:
+        ev: StreamEvent | None
         if self._first is not None:
             ev, self._first = self._first, None
         else:

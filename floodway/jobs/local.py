@@ -30,6 +30,7 @@ there and kept, `refresh` brings them up to date.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import math
 import os
@@ -225,7 +226,7 @@ class LocalJobs:
                 continue
             self._failed_queued[ep] = now
             self.io(self.store.fail_queued, ep, str(err)).add_done_callback(
-                lambda f, ep=ep: _failed_out(f, ep))
+                functools.partial(_failed_out, endpoint=ep))
 
     async def start(self) -> None:
         # Jobs of endpoints this router does not serve wait for a router that does (one
@@ -296,9 +297,9 @@ class LocalJobs:
         ep = self.app.endpoints.get(job.endpoint)
         gen = ep.generation if ep is not None else None
         if gen is not None:
-            snap = self.backend.stream_snapshot(job.endpoint)
-            return decide_stream(snap, stream_request(
-                job.inputs, gen.max_new_tokens, deadline_s=snap.now_s + JOB_TIMEOUT_S,
+            streams = self.backend.stream_snapshot(job.endpoint)
+            return decide_stream(streams, stream_request(
+                job.inputs, gen.max_new_tokens, deadline_s=streams.now_s + JOB_TIMEOUT_S,
                 priority=int(Priority.LOW), tenant=tenant, allow_async=False))
         snap = self.backend.snapshot(job.endpoint)
         return decide(snap, Request(rows=len(job.inputs), deadline_s=snap.now_s + JOB_TIMEOUT_S,

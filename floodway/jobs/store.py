@@ -45,7 +45,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
-from typing import Any
+from typing import Any, overload
 
 from floodway.codec import dumps, loads
 from floodway.errors import FloodwayError, RequestError, Unavailable
@@ -66,8 +66,16 @@ BUSY_TIMEOUT_MS = 5000
 # How long an expired job answers as expired (410) before its row is deleted (then 404).
 TOMBSTONE_S = 7 * 86400.0
 
+@overload
+def _scope(tenant: str | None, endpoint: str, key: str) -> str: ...
+
+
+@overload
+def _scope(tenant: str | None, endpoint: str, key: None) -> None: ...
+
+
 def _scope(tenant: str | None, endpoint: str, key: str | None) -> str | None:
-    """Where an idempotency key is unique: per tenant and endpoint."""
+    """Where an idempotency key is unique: per tenant and endpoint (None: no key)."""
     return None if key is None else json.dumps([tenant, endpoint, key])
 
 
@@ -208,7 +216,7 @@ class JobStore(Leases):
         with self._write() as db:
             now = self.clock()
             self._maybe_purge(db, now)
-            if scope is not None:
+            if scope is not None and idempotency_key is not None:
                 row = self._keyed(db, scope, body_sha, idempotency_key, now)
                 if row is not None:
                     return self._job(row), False

@@ -10,6 +10,7 @@ from typing import Any
 
 from floodway.core.snapshot import QueueLoad
 from floodway.routers.batch_item import Item
+from floodway.routers.decide import by_priority
 
 
 def prio(item: Item) -> int:
@@ -50,9 +51,9 @@ class QueueCounts:
     def load(self) -> QueueLoad:
         """The queue as the snapshot builder reads it: rows and requests by priority,
         requests per tenant, and tokens by priority (None unless `counts_tokens`)."""
-        return QueueLoad(tuple(self.rows_by_priority), tuple(self.requests_by_priority),
-                         dict(self._per_tenant), tuple(self.tokens_by_priority)
-                         if self.counts_tokens else None)
+        return QueueLoad(by_priority(self.rows_by_priority),
+                         by_priority(self.requests_by_priority), dict(self._per_tenant),
+                         by_priority(self.tokens_by_priority) if self.counts_tokens else None)
 
     def inflight_tokens(self, slot_id: Any) -> tuple[int, ...]:
         """Padded tokens of each batch in flight on the container `slot_id`."""

@@ -117,7 +117,8 @@ class Batcher(QueueCounts, Sending):
         self.cost, self.max_batch_tokens = cost, max_batch_tokens
         self.batch_s = batch_s or TEXT_SERVICE_PRIOR.seconds
         self.max_low_batch_s = max_low_batch_s
-        self._clock, self._heap = clock, []
+        self._clock = clock
+        self._heap: list[Item] = []
         self.max_batch_rows, self.wait_s = max_batch_rows, wait_ms / 1000.0
         self.pick, self.on_batch, self.on_send, self.on_free = pick, on_batch, on_send, on_free
         self._seq = itertools.count()
@@ -196,7 +197,7 @@ class Batcher(QueueCounts, Sending):
                 item.cost = self.sequences.cost(value)
                 self.sequences.queued(item, self._prio(item))
             # A cancelled future (client gone, timeout) leaves the queue count at once.
-            fut.add_done_callback(lambda f, it=item: self._withdrawn(it, f))
+            fut.add_done_callback(functools.partial(self._withdrawn, item))
             heapq.heappush(self._heap, item)
             futures.append(fut)
         if level > 0:   # low rows never join a sync batch (see the module)

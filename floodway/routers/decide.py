@@ -78,7 +78,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import ClassVar, NamedTuple, Protocol
+from typing import ClassVar, NamedTuple, Protocol, TypeVar
 
 from floodway.routers.service import ServiceTime
 
@@ -92,6 +92,13 @@ HEADROOM = 0.85   # share of the deadline budget a plan may use (the rest absorb
 # The router's loop lag counts twice against a request's time left: once before the router
 # read it, once on its answer's way out (step 2 of the module docstring).
 LAG_FACTOR = 2.0
+
+
+def by_priority(counts: Sequence[int]) -> tuple[int, int, int]:
+    """`counts`, one per priority (low, normal, high), as the triple a snapshot holds.
+    Raises ValueError unless there are three."""
+    low, normal, high = counts
+    return low, normal, high
 
 
 class Action(enum.StrEnum):
@@ -281,16 +288,45 @@ class SpillContext(NamedTuple):
     ahead_rows: int
 
 
-class SpillTarget(Protocol):
-    """One entry of `Route.spill`: `offer` answers with a Decision of `action` when the
+class SpillSnapshot(Protocol):
+    """What the spill targets shared by batches and streams read of a snapshot (`Snapshot`,
+    `floodway.routers.decide_stream.StreamSnapshot`)."""
+
+    @property
+    def spill(self) -> tuple[str, ...]: ...
+
+    @property
+    def async_accepting(self) -> bool: ...
+
+
+class SpillRequest(Protocol):
+    """What they read of a request (`Request`, `floodway.routers.decide_stream.StreamRequest`)."""
+
+    @property
+    def allow_async(self) -> bool: ...
+
+
+SnapT = TypeVar("SnapT", bound=SpillSnapshot)
+ReqT = TypeVar("ReqT", bound=SpillRequest)
+SnapT_contra = TypeVar("SnapT_contra", bound=SpillSnapshot, contravariant=True)
+ReqT_contra = TypeVar("ReqT_contra", bound=SpillRequest, contravariant=True)
+
+
+class SpillTarget(Protocol[SnapT_contra, ReqT_contra]):
+    """One entry of `Route.spill`, for snapshots and requests of one kind (batches: `Snapshot`
+    and `Request`; streams: theirs): `offer` answers with a Decision of `action` when the
     target takes the request, else None (the next target is tried). `waits`: the caller
     still waits for the answer (pointless when even the request alone misses the budget).
     Pure, like `decide()`."""
 
-    action: Action
-    waits: bool
+    @property
+    def action(self) -> Action: ...
 
-    def offer(self, snap: Snapshot, req: Request, ctx: SpillContext) -> Decision | None: ...
+    @property
+    def waits(self) -> bool: ...
+
+    def offer(self, snap: SnapT_contra, req: ReqT_contra, ctx: SpillContext
+              ) -> Decision | None: ...
 
 
 class ColdSpill:
@@ -317,23 +353,24 @@ class AsyncSpill:
     action: ClassVar[Action] = Action.SPILL_ASYNC
     waits: ClassVar[bool] = False
 
-    def offer(self, snap: Snapshot, req: Request, ctx: SpillContext) -> Decision | None:
+    def offer(self, snap: SpillSnapshot, req: SpillRequest, ctx: SpillContext
+              ) -> Decision | None:
         if not (req.allow_async and snap.async_accepting):
             return None
         return Decision(Action.SPILL_ASYNC, ctx.reason, est_wait_s=ctx.wait_s)
 
 
 # `Route.spill` names -> their strategy; `decide()` tries them in the route's order.
-_SPILLS: dict[str, SpillTarget] = {"cold": ColdSpill(), "async": AsyncSpill()}
-SPILLS: Mapping[str, SpillTarget] = MappingProxyType(_SPILLS)
+_SPILLS: dict[str, SpillTarget[Snapshot, Request]] = {"cold": ColdSpill(), "async": AsyncSpill()}
+SPILLS: Mapping[str, SpillTarget[Snapshot, Request]] = MappingProxyType(_SPILLS)
 
 
-def spill_or_shed(snap: Snapshot, req: Request, ctx: SpillContext, *, waiting_ok: bool,
-                  from_zero: bool, spills: Mapping[str, SpillTarget] = SPILLS) -> Decision:
+def spill_or_shed(snap: SnapT, req: ReqT, ctx: SpillContext, *, waiting_ok: bool,
+                  from_zero: bool, spills: Mapping[str, SpillTarget[SnapT, ReqT]]) -> Decision:
     """The first spill target of `snap.spill` that takes `req`, else a shed (steps 6-8).
     `waiting_ok`: targets that keep the caller waiting may be tried; `from_zero`: no live
     container and cold starts allowed, so a job or a shed also starts one. `spills`: the
-    strategy table (streams have their own, `floodway.routers.decide_stream`)."""
+    strategy table: `SPILLS` (streams have their own, `floodway.routers.decide_stream`)."""
     for name in snap.spill:
         target = spills.get(name)
         if target is None or (target.waits and not waiting_ok):
@@ -375,7 +412,7 @@ def decide(snap: Snapshot, req: Request) -> Decision:
     if alone > budget:
         ctx = SpillContext(budget, f"service time {alone:.3f}s exceeds the deadline budget "
                            f"{budget:.3f}s", alone, len(live), 0)
-        return spill_or_shed(snap, req, ctx, waiting_ok=False, from_zero=False)
+        return spill_or_shed(snap, req, ctx, waiting_ok=False, from_zero=False, spills=SPILLS)
 
     if queued == 0:
         free = [c for c in warm if c.free_slots > 0]
@@ -413,4 +450,4 @@ def decide(snap: Snapshot, req: Request) -> Decision:
     ctx = SpillContext(budget, why, snap.cold_start_s if not live else wait, len(live),
                        ahead_rows)
     from_zero = not live and "cold" in snap.spill and snap.max_containers > 0
-    return spill_or_shed(snap, req, ctx, waiting_ok=True, from_zero=from_zero)
+    return spill_or_shed(snap, req, ctx, waiting_ok=True, from_zero=from_zero, spills=SPILLS)

@@ -76,10 +76,10 @@ from floodway.routers.decide import (
     HEADROOM,
     LIVE,
     QUEUE_SHARE,
-    SPILLS,
     TENANT_SHARE,
     WARM,
     Action,
+    AsyncSpill,
     Decision,
     SpillContext,
     SpillTarget,
@@ -323,8 +323,8 @@ class StreamColdSpill:
 
 
 # `Route.spill` names -> their strategy for streams: the same names as `decide.SPILLS`.
-STREAM_SPILLS: Mapping[str, SpillTarget] = MappingProxyType(
-    {"cold": StreamColdSpill(), "async": SPILLS["async"]})
+STREAM_SPILLS: Mapping[str, SpillTarget[StreamSnapshot, StreamRequest]] = MappingProxyType(
+    {"cold": StreamColdSpill(), "async": AsyncSpill()})
 
 
 # ---------------------------------------------------------------- the decision

@@ -22,9 +22,14 @@ SEP = ":"
 class LanedEndpoint(Protocol):
     """What lane resolution reads of an endpoint (`floodway.functions.endpoint.Endpoint`)."""
 
-    name: str
-    route: Route
-    build: Build
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def route(self) -> Route: ...
+
+    @property
+    def build(self) -> Build: ...
 
 
 def request_cost(endpoint: LanedEndpoint, inputs: Sequence[Any]) -> tuple[int, int]:

@@ -40,6 +40,7 @@ from floodway.core.generation import (
     estimate_prompt_tokens,
 )
 from floodway.functions.streams import chunk_tokens
+from floodway.routers.decide import by_priority
 from floodway.routers.decide_stream import SequenceQueue, StreamRequest
 
 
@@ -148,8 +149,9 @@ class SequenceBook:
 
     def queue(self) -> SequenceQueue:
         """The queued sequences by priority, their prompt and max_new tokens, per tenant."""
-        return SequenceQueue(tuple(self.sequences_by_priority), tuple(self.prompt_by_priority),
-                             tuple(self.new_by_priority), dict(self.tenant_sequences))
+        return SequenceQueue(by_priority(self.sequences_by_priority),
+                             by_priority(self.prompt_by_priority),
+                             by_priority(self.new_by_priority), dict(self.tenant_sequences))
 
     # ------------------------------------------------------------------ in flight
     def sent(self, item: Any, slot: Any, now_s: float) -> None:

@@ -104,7 +104,7 @@ class ServiceTime:
                     theta[i] = v
                 j = _objective(theta, sxx, sxy)
                 if j < best_j:
-                    best, best_j = tuple(theta), j
+                    best, best_j = (theta[0], theta[1], theta[2]), j
         return cls(per_row_s=best[1], per_batch_s=best[2], per_token_s=best[0])
 
 

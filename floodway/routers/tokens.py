@@ -79,9 +79,14 @@ def batch_tokens(batching: Batching) -> int:
 class TextEndpoint(Protocol):
     """What `TokenCost.of` reads of an endpoint (`floodway.functions.endpoint.Endpoint`)."""
 
-    input_type: Any
-    build: Build
-    batching: Batching
+    @property
+    def input_type(self) -> Any: ...
+
+    @property
+    def build(self) -> Build: ...
+
+    @property
+    def batching(self) -> Batching: ...
 
 
 def takes_text(item_type: Any) -> bool:

@@ -126,6 +126,8 @@ class Container:
         self.timings_s: dict[str, float] = {}
         self.backend: str | None = None
         self.build: str | None = None   # key of the build it was started on
+        # The unit whose pool it serves: its endpoint, or a lane's key ("embed:short").
+        self.unit = endpoint
         self.torch_imported: bool | None = None
         self.error: str | None = None
         self.proc: Any = None   # asyncio.subprocess.Process, or what `attach` was given

@@ -43,8 +43,8 @@ class BatchResult:
     spent on the batch as the router sees it (from when the worker could start it to its
     answer: compute plus reading, encoding and the pipe), which feeds the service-time fit."""
 
-    outputs: dict[str, Any]
-    errors: dict[str, str]
+    outputs: dict[ItemId, Any]
+    errors: dict[ItemId, str]
     rows: int
     compute_s: float
     service_s: float = 0.0

@@ -98,7 +98,7 @@ def describe_stream(events: list[dict[str, Any]]) -> list[str]:
     """Lines on a stream's events (``{"index", "chunk" | "output" | "error"}``): per input,
     its chunks, then its output (and its text, when it has one) or its error."""
     lines = []
-    for i in sorted({e.get("index") for e in events if isinstance(e.get("index"), int)}):
+    for i in sorted({e["index"] for e in events if isinstance(e.get("index"), int)}):
         mine = [e for e in events if e.get("index") == i]
         count = sum("chunk" in e for e in mine)
         n = f"{count} chunk{'' if count == 1 else 's'}"

@@ -185,7 +185,7 @@ class StreamPending:
         self._changed.set()
         if self.adopted:
             return
-        self._events.put_nowait((ItemFailed(index, out) if isinstance(out, BaseException)
+        self._events.put_nowait((ItemFailed(index, out) if isinstance(out, Exception)
                                  else ItemEnd(index, out), 0))
 
     def dispatched(self) -> bool:

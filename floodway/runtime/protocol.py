@@ -48,7 +48,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar, overload
 
 from floodway.codec import FALLBACK_MARK, dumps, loads
 from floodway.errors import ProtocolError
@@ -192,12 +192,13 @@ FromWorker = Phase | Ready | Failed | Pong | ItemResult | ItemError | Chunk | Ba
 ItemEvent = ItemResult | ItemError | Chunk
 Message = ToWorker | FromWorker
 
-TO_WORKER: tuple[type, ...] = (Batch, Ping, Cancel)
-FROM_WORKER: tuple[type, ...] = (Phase, Ready, Failed, Pong, ItemResult, ItemError, Chunk,
-                                 BatchDone, Load)
+TO_WORKER: tuple[type[ToWorker], ...] = (Batch, Ping, Cancel)
+FROM_WORKER: tuple[type[FromWorker], ...] = (Phase, Ready, Failed, Pong, ItemResult, ItemError,
+                                             Chunk, BatchDone, Load)
+M = TypeVar("M", bound=Message)   # the message classes a decode expects
 
 # Per message type: each field with the JSON types it may hold (bool is no int here).
-_SCHEMA: dict[type, tuple[tuple[str, type | tuple[type, ...]], ...]] = {
+_SCHEMA: dict[type[Message], tuple[tuple[str, type | tuple[type, ...]], ...]] = {
     Batch: (("id", int), ("items", list), ("deadlines", list)),
     Ping: (),
     Cancel: (("batch_id", int), ("item_id", (str, int))),
@@ -212,7 +213,7 @@ _SCHEMA: dict[type, tuple[tuple[str, type | tuple[type, ...]], ...]] = {
     BatchDone: (("batch_id", int), ("compute_s", _NUMBER), ("rows", int)),
     Load: (("active_sequences", int), ("kv_cache_tokens", int), ("kv_cache_capacity", int)),
 }
-_BY_TAG: dict[str, type] = {cls.TYPE: cls for cls in _SCHEMA}
+_BY_TAG: dict[str, type[Message]] = {cls.TYPE: cls for cls in _SCHEMA}
 _NAMES: dict[type, tuple[str, ...]] = {cls: tuple(n for n, _ in f) for cls, f in _SCHEMA.items()}
 # What decode checks, per class: the exact key set (with "type") and the typed fields.
 _KEYS: dict[type, frozenset[str]] = {cls: frozenset(("type", *n)) for cls, n in _NAMES.items()}
@@ -272,7 +273,9 @@ def encode_lines(msgs: Sequence[Message], *, max_line_bytes: int = MAX_LINE_BYTE
             raise ValueError(f"a {m.TYPE!r} message of {len(part)} bytes is over the line "
                              f"limit of {max_line_bytes}")
         parts.append(part)
-    lines, group, size = [], [], 0
+    lines: list[bytes] = []
+    group: list[bytes] = []
+    size = 0
     for part in parts:
         # A line of k >= 2 messages: "[" + k parts + (k - 1) commas + "]\n" = size + 2.
         if group and size + len(part) + 1 + 2 > max_line_bytes:
@@ -307,10 +310,18 @@ def _line(parts: list[bytes]) -> bytes:
     return mark + b"[" + b",".join(parts) + b"]\n"
 
 
-_ANY: tuple[type, ...] = (*TO_WORKER, *FROM_WORKER)
+_ANY: tuple[type[Message], ...] = (*TO_WORKER, *FROM_WORKER)
 
 
-def decode(line: bytes | str, expect: tuple[type, ...] = _ANY) -> Message:
+@overload
+def decode(line: bytes | str) -> Message: ...
+
+
+@overload
+def decode(line: bytes | str, expect: tuple[type[M], ...]) -> M: ...
+
+
+def decode(line: bytes | str, expect: tuple[type, ...] = _ANY) -> Any:
     """One JSON line holding one message -> the message, which must be one of `expect`
     (TO_WORKER on the worker's side). Raises ProtocolError naming what is wrong."""
     obj = _parse(line)
@@ -319,7 +330,15 @@ def decode(line: bytes | str, expect: tuple[type, ...] = _ANY) -> Message:
     return _message(obj, expect, line)
 
 
-def decode_all(line: bytes | str, expect: tuple[type, ...] = _ANY) -> list[Message]:
+@overload
+def decode_all(line: bytes | str) -> list[Message]: ...
+
+
+@overload
+def decode_all(line: bytes | str, expect: tuple[type[M], ...]) -> list[M]: ...
+
+
+def decode_all(line: bytes | str, expect: tuple[type, ...] = _ANY) -> list[Any]:
     """One JSON line from `encode` or `encode_all` -> its messages, in order, each one of
     `expect` (FROM_WORKER on the router's side). Raises ProtocolError naming what is wrong."""
     obj = _parse(line)

@@ -178,6 +178,7 @@ class StreamWorker:
     # ------------------------------------------------------------------ one sequence
     async def _sequence(self, batch_id: int, item_id: p.ItemId, x: Any) -> None:
         gen, seq, key = None, 0, (batch_id, item_id)
+        end: p.ItemResult | p.ItemError
         try:
             gen = self.fn(self.model, x)
             async for chunk in self._chunks(gen):

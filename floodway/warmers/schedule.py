@@ -204,8 +204,8 @@ def shift_cron(expr: str, offset_min: int) -> list[str]:
         groups: dict[tuple[int, ...], list[int]] = defaultdict(list)
         for h, ms in sorted(by_day[day].items()):
             groups[tuple(sorted(ms))].append(h)
-        for ms, hs in groups.items():
-            out.append(" ".join([_cron_list(ms, 60), _cron_list(tuple(hs), 24), *tail]))
+        for minutes, hs in groups.items():
+            out.append(" ".join([_cron_list(minutes, 60), _cron_list(tuple(hs), 24), *tail]))
     return out
 
 
