@@ -11,7 +11,7 @@ many requests, uWSGI's `reload-on-rss` (MiB) and Celery's `worker_max_memory_per
 (KiB; the task running completes, then the worker is replaced) once its resident memory
 passes a limit. floodway does both, gracefully: the container takes no new work, its
 in-flight work finishes, and a replacement is warmed first whenever the warm pool's floor
-needs it (`floodway.runtime.recycle` decides, `floodway.runtime.pool_replace` carries out).
+needs it (`floodway.runtime.recycle` decides, `floodway.runtime.recycle.Recycler` carries out).
 """
 
 from __future__ import annotations

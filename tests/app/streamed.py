@@ -13,7 +13,7 @@ from floodway.functions.streams import combine
 from floodway.http.clock import ManualClock
 from floodway.http.streaming import ChunkEvent, ItemEnd, ItemFailed
 from floodway.routers.batch_item import item_failed
-from floodway.runtime.worker import error_text
+from floodway.runtime.calling import error_text
 
 
 class Streamed:
