@@ -13,8 +13,8 @@ from floodway.http.handoff import HANDOFF_MARGIN_S, DeadlineHandoff
 from floodway.http.protocols import SYSTEM_CLOCK
 from floodway.routers.service import ServiceTime
 from floodway.sim import ServiceModel, SimConfig, Trace, simulate
-from floodway.sim.jobs import HANDOFF_MARGIN_S as SIM_MARGIN_S
-from floodway.sim.jobs import handoff_margin_s
+from floodway.sim.pool import HANDOFF_MARGIN_S as SIM_MARGIN_S
+from floodway.sim.pool import handoff_margin_s
 from tests.unit.sim.cases import assert_same
 
 ONE = WarmPool(min_containers=1, max_containers=1, scaledown_window_s=600)
