@@ -48,7 +48,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from floodway.config_recycle import Recycle
+from floodway.config import Recycle
 from floodway.routers.decide import LIVE, WARM
 
 if TYPE_CHECKING:
