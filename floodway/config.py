@@ -3,10 +3,10 @@
 Constructing one never raises: `@app.endpoint(...)` collects the problems of every config
 object (and of the combination) and raises one `ConfigError` naming the endpoint, each field,
 its bad value and the allowed range. That way a definition reports all its mistakes at once.
-The model sources (`HFModel`, `LocalModel`, `TorchModel`, `TensorSpec`) are defined in
-`floodway.sources` and re-exported here, as are `Cache` (`floodway.config_cache`), `Lane`
-(`floodway.config_lanes`) and `Recycle` (`floodway.config_recycle`); the field checks in
-`floodway.checks`.
+Here: `Build`; the warm pool (`Window`, `WarmPool`); routing (`Lane`, `Route`, `Batching`);
+`Generation`; the response cache (`Cache`); container recycling (`Recycle`). The model
+sources (`HFModel`, `LocalModel`, `TorchModel`, `TensorSpec`) are defined in
+`floodway.sources` and re-exported here; the field checks in `floodway.checks`.
 
 Ranges that mirror Modal come from Modal's own client checks (modal 1.x): `scaledown_window`
 2..3600 s, `@modal.batched` `max_batch_size` 1..1000 and `wait_ms` 0..600000.
@@ -20,14 +20,12 @@ start). Do not set it by hand.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 
 from floodway.build.precision import DEVICE, PRECISIONS, REDUCED
 from floodway.checks import Config as _Config
 from floodway.checks import check_bool, check_int, check_num, is_int, is_num  # noqa: F401
-from floodway.config_cache import Cache
-from floodway.config_lanes import Lane, check_lanes
-from floodway.config_recycle import Recycle
 from floodway.errors import Problem
 from floodway.routers.decide import SPILLS
 from floodway.sources import HFModel, LocalModel, ModelSource, TensorSpec, TorchModel
@@ -252,6 +250,123 @@ class WarmPool(_Config):
         return self.max_containers if self.max_containers is not None else MAX_CONTAINERS_LIMIT
 
 
+# ---------------------------------------------------------------- request lanes
+
+# Request lanes (`Lane`, `Route.lanes`): an endpoint's traffic split by request cost, so
+# that a few expensive requests cannot hold up the cheap ones (no head-of-line blocking).
+#
+# A request goes to the first lane whose bounds it fits: at most `max_tokens` estimated tokens
+# summed over its inputs (`floodway.routers.tokens`: UTF-8 bytes / 4 plus specials, capped at
+# the build's `max_seq_len`; 1 per input that is not text) and at most `max_rows` inputs. The
+# last lane has no bound: it takes the rest. Each lane is served by containers of its own
+# (at least `min_containers`, at most `max_containers`; unset: the endpoint's `WarmPool`) with
+# its own queue (`queue_share` of `Route.max_queue`), batcher, estimators and warm target, so
+# `decide()` plans a short request against the short lane's queue and containers only: the
+# fast path / slow path split of serving practice, since a batch is as slow as its longest
+# input (`floodway.routers.service`: batch seconds grow with padded tokens).
+
+LANE_NAME_RE = re.compile(r"^[a-z][a-z0-9_-]{0,30}$")
+MAX_LANES = 8
+
+
+@dataclass(frozen=True)
+class Lane(_Config):
+    """One lane of an endpoint (see the comment above). `name`: lowercase, shown in the
+    ``X-Floodway-Lane`` answer header, `/metrics` (label ``lane``) and `/readyz`.
+    `max_tokens`, `max_rows`: the most a request of this lane costs (None: no bound; the
+    last lane has neither). `queue_share`: its share of `Route.max_queue`, in (0, 1] (None:
+    an equal part of what the lanes with a share leave). `min_containers`,
+    `max_containers`: its own containers (None: the endpoint's `WarmPool` values)."""
+
+    name: str
+    max_tokens: int | None = None
+    max_rows: int | None = None
+    queue_share: float | None = None
+    min_containers: int | None = None
+    max_containers: int | None = None
+
+    @property
+    def bounded(self) -> bool:
+        return self.max_tokens is not None or self.max_rows is not None
+
+    def fits(self, tokens: int, rows: int) -> bool:
+        """Whether a request of `tokens` estimated tokens and `rows` inputs is this lane's."""
+        return (self.max_tokens is None or tokens <= self.max_tokens) and \
+            (self.max_rows is None or rows <= self.max_rows)
+
+    def _check(self, out: list[Problem], p: str) -> None:
+        if not isinstance(self.name, str) or not LANE_NAME_RE.match(self.name):
+            out.append(Problem(f"{p}.name", self.name,
+                               "1-31 characters: a lowercase letter, then lowercase letters, "
+                               "digits, '-' or '_'"))
+        if self.max_tokens is not None:
+            check_int(out, f"{p}.max_tokens", self.max_tokens, 1, 1 << 30)
+        if self.max_rows is not None:
+            check_int(out, f"{p}.max_rows", self.max_rows, 1, 1_000_000)
+        if self.queue_share is not None:
+            check_num(out, f"{p}.queue_share", self.queue_share, 0, 1, lo_open=True)
+        for field in ("min_containers", "max_containers"):
+            if (v := getattr(self, field)) is not None:
+                check_int(out, f"{p}.{field}", v, 0 if field == "min_containers" else 1,
+                          MAX_CONTAINERS_LIMIT)
+        lo, hi = self.min_containers, self.max_containers
+        if isinstance(lo, int) and isinstance(hi, int) and lo > hi:
+            out.append(Problem(f"{p}.min_containers", lo,
+                               f"at most {p}.max_containers ({hi})"))
+
+
+def check_lanes(out: list[Problem], p: str, lanes: object) -> None:
+    """The problems of `Route.lanes` (field path `p`): none, or 2..MAX_LANES `Lane`s with
+    distinct names, every one but the last bounded, the last unbounded, queue shares that
+    sum to at most 1."""
+    if not isinstance(lanes, tuple) or not all(isinstance(x, Lane) for x in lanes):
+        out.append(Problem(p, lanes, "a tuple of fw.Lane"))
+        return
+    if not lanes:
+        return
+    if not 2 <= len(lanes) <= MAX_LANES:
+        out.append(Problem(p, lanes, f"no lanes, or 2..{MAX_LANES} of them (one lane is the "
+                                     "endpoint itself)"))
+    names = [lane.name for lane in lanes]
+    if len(set(names)) != len(names):
+        out.append(Problem(p, names, "lanes with distinct names"))
+    for i, lane in enumerate(lanes):
+        lane._check(out, f"{p}[{i}]")
+        last = i == len(lanes) - 1
+        if last and lane.bounded:
+            out.append(Problem(f"{p}[{i}]", lane, "the last lane without max_tokens or "
+                                                  "max_rows: it takes every other request"))
+        elif not last and not lane.bounded:
+            out.append(Problem(f"{p}[{i}]", lane, "a bound (max_tokens or max_rows): only "
+                                                  "the last lane takes every request"))
+    for i, lane in enumerate(lanes[:-1]):
+        earlier = next((e for e in lanes[:i] if _covers(e, lane)), None)
+        if earlier is not None:
+            out.append(Problem(f"{p}[{i}]", lane, f"a lane some request can take: every "
+                                                  f"request it would take fits lane "
+                                                  f"{earlier.name!r} first (order lanes "
+                                                  "from the tightest bounds to the widest)"))
+    shares = [lane.queue_share for lane in lanes if isinstance(lane.queue_share, int | float)]
+    if sum(shares) > 1 + 1e-9:
+        out.append(Problem(f"{p}.queue_share", shares, "shares that sum to at most 1"))
+
+
+def _covers(first: Lane, later: Lane) -> bool:
+    """Whether every request `later` would take fits `first` (so `later` is never chosen)."""
+    def wider(a: int | None, b: int | None) -> bool:
+        return a is None or (isinstance(a, int) and isinstance(b, int) and b <= a)
+    return wider(first.max_tokens, later.max_tokens) and wider(first.max_rows, later.max_rows)
+
+
+def queue_shares(lanes: tuple[Lane, ...]) -> tuple[float, ...]:
+    """Each lane's share of `Route.max_queue`: its own, or an equal part of what the lanes
+    with a share leave (at least 0)."""
+    given = sum(lane.queue_share or 0.0 for lane in lanes)
+    unset = sum(1 for lane in lanes if lane.queue_share is None)
+    rest = max(0.0, 1.0 - given) / unset if unset else 0.0
+    return tuple(lane.queue_share if lane.queue_share is not None else rest for lane in lanes)
+
+
 # ---------------------------------------------------------------- routing and batching
 
 @dataclass(frozen=True)
@@ -368,6 +483,103 @@ class Generation(_Config):
             check_int(out, f"{p}.kv_cache_tokens", self.kv_cache_tokens, 1, 1 << 30)
         check_int(out, f"{p}.max_new_tokens", self.max_new_tokens, 1, MAX_NEW_TOKENS_LIMIT)
         check_num(out, f"{p}.max_stream_s", self.max_stream_s, 0, 86400, lo_open=True)
+
+
+
+# ---------------------------------------------------------------- the response cache
+
+MAX_CACHE_BYTES = 1 << 40
+MAX_CACHE_TTL_S = 30 * 86400
+# modal.Dict holds values of up to 100 MiB (https://modal.com/docs/reference/modal.Dict);
+# a cached output is far smaller, and a large one costs more to fetch than a model may.
+MAX_SHARED_ITEM_BYTES = 16 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Cache(_Config):
+    """The response cache of an endpoint (`floodway.cache`): exact match per item, keyed
+    by the endpoint, the key of the build serving it and the item's canonical JSON bytes.
+
+    The router keeps at most `max_bytes` bytes of outputs (and their keys) per endpoint,
+    least recently used first out, each for at most `ttl_s` seconds after it was stored.
+    `shared`: on Modal, also a `modal.Dict` shared by every router container (keys hashed,
+    values of at most `shared_max_item_bytes` bytes, entries older than `ttl_s` ignored);
+    locally it has no effect. With API keys configured, each tenant (API key) has entries
+    of its own, in both tiers: a hit, or how fast it came, would otherwise tell one tenant
+    what another asked. `shared_across_tenants`: every tenant reads and writes the same
+    entries, for an endpoint whose inputs are no secret (public text, a fixed catalogue);
+    off by default. Passed as ``@app.endpoint(cache=fw.Cache(...))``, or
+    ``cache=False`` for an endpoint whose outputs are not a function of its input (it
+    samples); on by default except on streaming endpoints.
+    """
+
+    max_bytes: int = 64 * 1024 * 1024
+    ttl_s: float = 3600.0
+    shared: bool = False
+    shared_max_item_bytes: int = 256 * 1024
+    shared_across_tenants: bool = False
+
+    def _check(self, out: list[Problem], p: str) -> None:
+        check_int(out, f"{p}.max_bytes", self.max_bytes, 1024, MAX_CACHE_BYTES)
+        check_num(out, f"{p}.ttl_s", self.ttl_s, 0, MAX_CACHE_TTL_S, lo_open=True)
+        check_bool(out, f"{p}.shared", self.shared)
+        check_bool(out, f"{p}.shared_across_tenants", self.shared_across_tenants)
+        check_int(out, f"{p}.shared_max_item_bytes", self.shared_max_item_bytes, 1,
+                  MAX_SHARED_ITEM_BYTES)
+
+
+# ---------------------------------------------------------------- recycling
+
+# Container recycling (`Recycle`): a container whose worker has grown past a limit is
+# replaced before the machine kills it.
+#
+# A handler, or a library under it, that leaks (a cache that never evicts, a tokenizer's
+# growing state, fragmentation of the allocator) grows its process with every call until the
+# operating system's out-of-memory killer ends it, mid-batch, failing every input in flight
+# (a Kubernetes container past its `resources.limits.memory` is killed the same way:
+# OOMKilled). Process managers recycle such workers before that: Gunicorn's `max_requests`
+# ("a simple method to help limit the damage of memory leaks") restarts a worker after so
+# many requests, uWSGI's `reload-on-rss` (MiB) and Celery's `worker_max_memory_per_child`
+# (KiB; the task running completes, then the worker is replaced) once its resident memory
+# passes a limit. floodway does both, gracefully: the container takes no new work, its
+# in-flight work finishes, and a replacement is warmed first whenever the warm pool's floor
+# needs it (`floodway.runtime.recycle` decides, and its `Recycler` carries it out).
+
+# A Python worker with floodway imported resides in tens of MiB before any model: a lower
+# limit would recycle every container the moment it served.
+MIN_RSS_MIB = 32.0
+MAX_RSS_MIB = float(1 << 20)      # 1 TiB
+MAX_REQUESTS_LIMIT = 1_000_000_000
+
+
+@dataclass(frozen=True)
+class Recycle(_Config):
+    """When a container is recycled (drained and replaced; see the comment above).
+
+    `max_rss_mib`: the most resident memory (RSS, MiB = 2**20 bytes) its worker process may
+    hold; measured by the router every pool tick (0.5 s) from Linux's ``/proc/<pid>/statm``
+    (on other systems it is not measured and only `max_requests` applies).
+    `max_requests`: the most calls of the endpoint function it may answer: a batch is one
+    call however many inputs it holds; a streaming endpoint's sequence is one call.
+    None: no such limit; at least one is set. Passed as
+    ``@app.endpoint(recycle=fw.Recycle(max_rss_mib=2048))``. A container is marked once
+    its memory, or its memory projected over a cold start at its measured growth rate, is
+    past `max_rss_mib`, and serves on until its replacement is ready when the floor needs
+    one; it can grow past the limit by its growth during that cold start (and the calls
+    already sent to it), so set `max_rss_mib` that much growth below where the machine
+    would kill it. Local containers only (`floodway serve`); on Modal it has no effect yet.
+    """
+
+    max_rss_mib: float | None = None
+    max_requests: int | None = None
+
+    def _check(self, out: list[Problem], p: str) -> None:
+        if self.max_rss_mib is None and self.max_requests is None:
+            out.append(Problem(p, self, "at least one of max_rss_mib, max_requests set"))
+        if self.max_rss_mib is not None:
+            check_num(out, f"{p}.max_rss_mib", self.max_rss_mib, MIN_RSS_MIB, MAX_RSS_MIB)
+        if self.max_requests is not None:
+            check_int(out, f"{p}.max_requests", self.max_requests, 1, MAX_REQUESTS_LIMIT)
 
 
 __all__ = [

@@ -37,8 +37,7 @@ from floodway.runtime.connections import (
     uvicorn_options,
 )
 from floodway.runtime.example import show_example
-from floodway.runtime.pool import Pool
-from floodway.runtime.pool_lanes import lanes_of
+from floodway.runtime.pool import Pool, lanes_of
 from floodway.runtime.rollout import serving
 from floodway.warmers.history import TrafficHistory
 

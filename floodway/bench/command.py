@@ -1,6 +1,6 @@
 """`floodway bench APP|URL --trace CSV`: replay a per-request trace open loop against an
 app served locally or a deployed router, and report what came back (`floodway.cli`
-registers `bench` from here; its help text is `floodway.cli_help.BENCH_HELP`).
+registers `bench` from here, with its help text `BENCH_HELP`).
 
 An APP is served by a `floodway serve` subprocess (`floodway.bench.server`) for the run;
 a URL (http:// or https://) is replayed against as it is, with a bearer key from
@@ -33,6 +33,22 @@ if TYPE_CHECKING:
     from floodway.bench.report import Summary
     from floodway.bench.target import Target
 
+BENCH_HELP = (
+    "Replay a per-request trace open loop against an endpoint: APP is served locally for the "
+    "run, a URL (a deployed router) is used as it is."
+    "\n\n"
+    "Requests go out at the trace's times (divided by --time-scale) whatever the answers, "
+    "each with X-Deadline-Ms and one item: a text about ContextTokens tokens long when the "
+    "trace has that column, else a short text, or --input-json (a URL's /openapi.json is "
+    "read first: no text goes to an endpoint that does not take text). Prints the outcomes (200 "
+    "within the deadline, 200 late, 202, 429, 503, 504, other), the share answered honestly "
+    "in time, the 200s' latency percentiles, the goodput and the router's event-loop lag; "
+    "then follows every 202's job to its end (jobs succeeded, the backlog's drain); lists "
+    "the answers other than 200/202 by status with the first one's error, and exits "
+    "non-zero when every request was refused with a 4xx. Writes "
+    "requests.csv, bench.png, batch_times.json (the "
+    "batch times the router measured and their fit on padded tokens, rows and batches, for "
+    "simulate) and run.json (what was replayed against what: simulate --bench-run) to --out.")
 API_KEY_ENV = "FLOODWAY_API_KEY"
 # The client waits this long for any answer (a router answers within the deadline plus its
 # hand-off; this only bounds a router that does not).
@@ -340,7 +356,7 @@ def bench(app: Annotated[str, typer.Argument(
           follow_jobs: Annotated[bool, typer.Option(
               help="after the replay, poll each 202's job to its end: jobs succeeded, "
                    "time to done, the backlog's drain rate")] = True) -> None:
-    """Replay a trace against an endpoint (`floodway.cli_help.BENCH_HELP`)."""
+    """Replay a trace against an endpoint (`BENCH_HELP`)."""
     try:
         run(app, trace, endpoint, time_scale, duration_s, deadline_ms, out, api_key,
             input_json, capacity_rps, max_words, store, start_s, containers, follow_jobs)
@@ -349,4 +365,4 @@ def bench(app: Annotated[str, typer.Argument(
         raise typer.Exit(code=2) from None
 
 
-__all__ = ["bench", "run"]
+__all__ = ["BENCH_HELP", "bench", "run"]

@@ -1,5 +1,5 @@
 """The endpoints an app is served as: each endpoint, or one per lane of an endpoint with
-`Route.lanes` (`floodway.config_lanes`).
+`Route.lanes` (`floodway.config.Lane`).
 
 A lane's endpoint is the endpoint with `lane` set and its own bounds: the lane's
 `min_containers` / `max_containers` in its `WarmPool` (the endpoint's where the lane sets
@@ -14,7 +14,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from floodway.config_lanes import queue_shares
+from floodway.config import queue_shares
 from floodway.functions.endpoint import Endpoint
 
 

@@ -31,7 +31,7 @@ fails at once.
 
 When work starts: a claimed job costs no attempt until its rows go to a container. The pool
 wakes the job queue as each batch is handed to a container (the batcher's send callback,
-`floodway.runtime.pool_jobs.JobLink.wake`), and `capacity_changed()` then looks at each
+`floodway.runtime.pool.JobLink.wake`), and `capacity_changed()` then looks at each
 group in the batcher: one whose Pending says `dispatched()` (some of its rows left the
 router's queue for a container, in that same turn of the event loop) has started, and
 `on_start` hears its jobs (`JobRunner.started`: one attempt each). A group is one request to

@@ -1,4 +1,4 @@
-"""Which lane a request takes (`floodway.config_lanes`), and the key its lane is served
+"""Which lane a request takes (`floodway.config.Lane`), and the key its lane is served
 under: pure functions of the endpoint's `Route.lanes` and the request's inputs.
 
 A request's cost is its inputs' estimated tokens summed (`floodway.routers.tokens.

@@ -34,22 +34,17 @@ the wait afresh.
 from __future__ import annotations
 
 import asyncio
+import enum
 import itertools
 import logging
 import os
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from floodway.errors import ProtocolError, Unavailable
-from floodway.runtime.container_state import (
-    TRANSITIONS,
-    BatchResult,
-    IllegalTransition,
-    State,
-    _Pending,
-)
 from floodway.runtime.error_log import ERRORS, ErrorLog
 from floodway.runtime.procstat import process_cpu_s
 from floodway.runtime.protocol import (
@@ -63,6 +58,7 @@ from floodway.runtime.protocol import (
     FromWorker,
     ItemError,
     ItemEvent,
+    ItemId,
     ItemResult,
     Load,
     Phase,
@@ -76,6 +72,57 @@ from floodway.runtime.worker import SPAWN_ENV
 
 log = logging.getLogger("floodway.container")
 READ_LIMIT = MAX_LINE_BYTES   # the worker writes no longer line (one large output at most)
+
+
+# The states (the diagram above) and their legal transitions; a batch in flight.
+class State(enum.StrEnum):
+    STARTING = "starting"
+    WARMING = "warming"
+    READY = "ready"
+    BUSY = "busy"
+    DRAINING = "draining"
+    STOPPED = "stopped"
+    FAILED = "failed"
+
+
+TRANSITIONS: dict[State, frozenset[State]] = {
+    State.STARTING: frozenset({State.WARMING, State.FAILED, State.DRAINING, State.STOPPED}),
+    State.WARMING: frozenset({State.READY, State.FAILED, State.DRAINING, State.STOPPED}),
+    State.READY: frozenset({State.BUSY, State.DRAINING, State.FAILED}),
+    State.BUSY: frozenset({State.READY, State.DRAINING, State.FAILED}),
+    State.DRAINING: frozenset({State.STOPPED, State.FAILED}),
+    State.STOPPED: frozenset(),
+    State.FAILED: frozenset(),
+}
+
+
+class IllegalTransition(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    """One batch's answer: outputs and error messages keyed by item id; `compute_s` is the
+    time the endpoint function took inside the worker; `service_s` the time the container
+    spent on the batch as the router sees it (from when the worker could start it to its
+    answer: compute plus reading, encoding and the pipe), which feeds the service-time fit."""
+
+    outputs: dict[ItemId, Any]
+    errors: dict[ItemId, str]
+    rows: int
+    compute_s: float
+    service_s: float = 0.0
+
+
+@dataclass(slots=True)
+class _Pending:
+    """One batch in flight: when it was sent, its item events so far, who hears of them."""
+
+    sent_s: float
+    on_item: Callable[[ItemEvent], None] | None
+    ids: frozenset[ItemId] = frozenset()
+    outputs: dict[ItemId, Any] = field(default_factory=dict)
+    errors: dict[ItemId, str] = field(default_factory=dict)
 
 
 def cold_start_text(timings_s: dict[str, float]) -> str:

@@ -24,14 +24,27 @@ warm target, failure counters); the pool only carries out what the pure function
 - `floodway.runtime.rollout`: a newly published build gets new containers first; the old
   ones drain once as many new ones are ready.
 - `floodway.runtime.recycle`: a container past its `fw.Recycle` limits (its worker's resident
-  memory, its calls) is drained, after its replacement is ready if the floor needs it.
-  Both are carried out by `floodway.runtime.pool_replace`.
+  memory, its calls) is drained, after its replacement is ready if the floor needs it
+  (`floodway.runtime.recycle.Recycler` measures and drains).
 
 Only user batches reset a container's idle timer. `snapshot()` describes an endpoint for
 `decide()` (`floodway.core.snapshot.build_snapshot`), `stream_snapshot()` a streaming one
-for `decide_stream()`. Each lane of an endpoint with `Route.lanes` is a unit of its own
-(`floodway.runtime.pool_lanes`). Times: `clock.monotonic()` seconds, and `clock.wall()` for
-the traffic record and the warm-pool policy.
+for `decide_stream()`. Times: `clock.monotonic()` seconds, and `clock.wall()` for the
+traffic record and the warm-pool policy.
+
+Units: the pool keeps one `EndpointPool` per unit (`floodway.functions.lanes.served_units`):
+an endpoint without lanes, or one lane of one (key ``"embed:short"``). Callers that know only
+the endpoint (the job queue) name it plainly; `resolve` then picks the lane from the inputs
+(`floodway.routers.lanes.lane_of`), or the last lane (which takes every request) when there
+are none to judge by.
+
+The job queue (`floodway.jobs.feed.JobCapacity`, through `JobLink`): the pool wakes it
+whenever a batch is sent or ends and whenever a container changes state (ready, gone), so it
+claims jobs for the room freed and decides its waiting jobs again at once, not after a poll
+or a Retry-After. The call as a batch is handed to a container (the batcher's `on_send`) is
+also when a job's attempt counts: its rows have reached a container
+(`floodway.jobs.feed.JobFeed.check_started`). Each tick reads the job backlog (rows of
+unfinished jobs per endpoint), which the warm-pool policy counts as demand (`job_backlog`).
 """
 
 from __future__ import annotations
@@ -42,8 +55,8 @@ import itertools
 import logging
 import math
 from collections import Counter
-from collections.abc import Callable, Coroutine
-from typing import Any
+from collections.abc import Callable, Coroutine, Sequence
+from typing import TYPE_CHECKING, Any
 
 from floodway.build.store import ArtifactStore
 from floodway.config import VALIDATED_ENV
@@ -53,28 +66,123 @@ from floodway.core.reconcile import Do, Plan
 from floodway.deploy import NO_MODAL_ENV
 from floodway.errors import FloodwayError, StartFailing, Unavailable
 from floodway.functions.app import App
-from floodway.functions.lanes import served_units
+from floodway.functions.lanes import lanes_section, served_units
 from floodway.jobs.local import JOB_TIMEOUT_S
 from floodway.routers.decide import Snapshot
 from floodway.routers.decide_stream import StreamSnapshot
-from floodway.routers.lanes import split_unit
+from floodway.routers.lanes import lane_keys, resolve_unit, split_unit
 from floodway.runtime import health
 from floodway.runtime.container import BatchResult, Container, State, cold_start_text
 from floodway.runtime.endpoint_pool import EndpointPool
 from floodway.runtime.pending import Pending, StreamPending
-from floodway.runtime.pool_jobs import JobLink
-from floodway.runtime.pool_lanes import job_backlog, lane_readiness, lanes_of, resolve
-from floodway.runtime.pool_readiness import readiness
-from floodway.runtime.pool_replace import Recycler, roll
+from floodway.runtime.recycle import Recycler
 from floodway.runtime.share import Share
 from floodway.warmers.history import TrafficHistory
 from floodway.warmers.predictive import PredictiveParams
+
+if TYPE_CHECKING:
+    from floodway.functions.endpoint import Endpoint
 
 log = logging.getLogger("floodway.pool")
 TICK_S = 0.5
 # The policy runs every TICK_S: a pre-warm due before the next run is asked for now.
 POLICY_PARAMS = PredictiveParams(tick_s=TICK_S)
 BUILD_CHECK_S = 2.0   # how often a newly published build is looked for
+
+
+# ---------------------------------------------------------------------- units (lanes)
+def lanes_of(endpoints: dict[str, EndpointPool], name: str) -> list[EndpointPool]:
+    """The units serving endpoint `name`'s lanes, in lane order (none without lanes)."""
+    return [endpoints[key] for key in lane_keys(endpoints, name)]
+
+
+def resolve(endpoints: dict[str, EndpointPool], name: str,
+            inputs: Sequence[Any] | None = None, *,
+            defined: Endpoint | None = None) -> EndpointPool | None:
+    """The unit `name` means: itself when it is a unit's key; for an endpoint with lanes,
+    the lane `inputs` take, judged by `defined` (the endpoint as the app defines it, with
+    its `Route.lanes`: a lane's own endpoint has none), else the last lane; None if unknown
+    (`floodway.routers.lanes.resolve_unit`)."""
+    key = resolve_unit(endpoints, name, inputs, defined)
+    return None if key is None else endpoints[key]
+
+
+def job_backlog(endpoints: dict[str, EndpointPool], ep: EndpointPool,
+                rows: dict[str, int]) -> int:
+    """The job backlog rows (`rows`: per endpoint, from the job store) that count as
+    demand on `ep`'s warm pool: its endpoint's, for a plain endpoint; for a lane, the job
+    rows queued in its own batcher, and the store's backlog only for the last lane (which
+    queued job takes which lane is known only from its inputs, read when it is claimed;
+    the last lane takes every request, and claims follow the lanes' room)."""
+    name, lane = split_unit(ep.name)
+    if lane is None:
+        return rows.get(name, 0)
+    own = ep.batcher.rows_by_priority[0] if ep.batcher is not None else 0
+    last = lanes_of(endpoints, name)[-1] is ep
+    return own + (rows.get(name, 0) if last else 0)
+
+
+def readiness(endpoints: dict[str, EndpointPool],
+              defined: dict[str, Endpoint]) -> dict[str, Any]:
+    """The pool's readiness (`defined`: the app's endpoints, by name): ``{"ready",
+    "endpoints", "queues", "warm_targets", "container_events", "failures", "sequences",
+    "lanes"}``, keyed by unit; ready once every unit has a warm container (or is scaled to
+    zero by its policy); `failures`: failed starts in a row and the last container error
+    (why nothing becomes ready); `sequences`: each streaming unit's running sequences and KV
+    cache (`EndpointPool.sequences`); `lanes`: per endpoint with lanes, per lane, its unit
+    key, bounds, containers and queue: ``{"embed": {"short": {"unit": "embed:short",
+    "max_tokens": 64, "max_rows": None, "min_containers": 0, "max_containers": 1,
+    "max_queue": 32, "live_containers": 1, "queued": 0}}}``
+    (`floodway.functions.lanes.lanes_section`, the same on Modal)."""
+    detail = {name: ep.describe() for name, ep in endpoints.items()}
+
+    def load(key: str) -> dict[str, int]:
+        ep = endpoints[key]
+        return {"live_containers": len(ep.live()),
+                "queued": ep.batcher.queued if ep.batcher is not None else 0}
+
+    return {"ready": all(ep.ready() for ep in endpoints.values()),
+            "endpoints": {name: d["containers"] for name, d in detail.items()},
+            "queues": {name: d["queue"] for name, d in detail.items()
+                       if endpoints[name].batcher is not None},
+            "warm_targets": {name: d["target"] for name, d in detail.items()},
+            "container_events": {name: d["events"] for name, d in detail.items()},
+            "failures": {name: d["failures"] for name, d in detail.items()},
+            "sequences": {name: d["sequences"] for name, d in detail.items()
+                          if "sequences" in d},
+            "lanes": lanes_section({key: ep.endpoint for key, ep in endpoints.items()},
+                                   defined, load)}
+
+
+# ---------------------------------------------------------------------- the job queue
+class JobLink:
+    """What the pool knows of its job queue (nothing until `watch` is called): whom to wake
+    when job room may have grown, and the latest backlog."""
+
+    def __init__(self) -> None:
+        self._backlog: Callable[[], dict[str, int]] | None = None
+        self._wake: Callable[[], None] | None = None
+        self.rows: dict[str, int] = {}   # the latest backlog: rows per endpoint
+
+    def watch(self, backlog: Callable[[], dict[str, int]], wake: Callable[[], None]) -> None:
+        self._backlog, self._wake = backlog, wake
+
+    def wake(self) -> None:
+        if self._wake is not None:
+            self._wake()
+
+    def refresh(self) -> None:
+        """Read the backlog now (a locked store must not stop scaling: logged; a failed
+        read keeps the last one)."""
+        if self._backlog is None:
+            return
+        try:
+            self.rows = dict(self._backlog())
+        except Exception:  # noqa: BLE001
+            log.exception("reading the job backlog failed; keeping the last one")
+
+
+# ---------------------------------------------------------------------- the pool
 
 
 class Pool:
@@ -222,6 +330,23 @@ class Pool:
         if not self._closing and len(ep.live()) < ep.floor:
             self._spawn(ep)
 
+    def _roll(self, ep: EndpointPool) -> bool:
+        """Carry out `ep`'s rollout step (`floodway.runtime.rollout.plan_rollout`): new
+        containers on the latest build, the old ones drained once as many new ones are
+        ready; True while a rollout is in progress (no other scaling then)."""
+        plan = ep.rollout_plan()
+        if plan is None:
+            return False
+        if plan.starts:
+            log.info("build %s of %s published: warming %d new containers",
+                     plan.latest[:12], ep.name, plan.starts)
+        for _ in range(plan.starts):
+            self._spawn(ep)
+        for cid in plan.drain:   # stop routing to them; in-flight work finishes
+            if (victim := ep.by_id(cid)) is not None:
+                self._drain(ep, victim, "rolled")
+        return True
+
     def _carry_out(self, ep: EndpointPool, plan: Plan) -> None:
         for action in plan.actions:
             if action.do == Do.START:
@@ -323,7 +448,7 @@ class Pool:
         self.jobs.refresh()
         for ep in self.endpoints.values():
             self._retarget(ep, wall)
-            if roll(ep, self._spawn, self._drain):
+            if self._roll(ep):
                 continue
             ep.check_health(now)
             self.recycler.tick(ep)
@@ -347,7 +472,7 @@ class Pool:
 
     def snapshot(self, endpoint: str) -> Snapshot:
         """`endpoint`'s (or a lane's, by unit key) state for `decide()`; an endpoint with lanes
-        named plainly: its last lane's (`floodway.runtime.pool_lanes.resolve`)."""
+        named plainly: its last lane's (`resolve`)."""
         ep = resolve(self.endpoints, endpoint)
         if ep is None:
             raise KeyError(endpoint)
@@ -405,15 +530,13 @@ class Pool:
 
     def readiness(self) -> dict[str, Any]:
         """``{"ready", "endpoints", "queues", "warm_targets", "container_events",
-        "failures", "sequences", "lanes"}`` (`floodway.runtime.pool_readiness.readiness`,
-        keyed by unit; `lanes`: `floodway.runtime.pool_lanes.lane_readiness`)."""
-        return {**readiness(self.endpoints),
-                "lanes": lane_readiness(self.endpoints, self.app.endpoints)}
+        "failures", "sequences", "lanes"}`` (`readiness`)."""
+        return readiness(self.endpoints, self.app.endpoints)
 
     # ------------------------------------------------------------------ the job queue
     def watch_jobs(self, backlog: Callable[[], dict[str, int]],
                    wake: Callable[[], None]) -> None:
-        """`floodway.jobs.feed.JobCapacity` (`floodway.runtime.pool_jobs.JobLink`)."""
+        """`floodway.jobs.feed.JobCapacity` (`JobLink`)."""
         self.jobs.watch(backlog, wake)
 
     def job_room(self, endpoint: str) -> int:
@@ -424,4 +547,5 @@ class Pool:
         return sum(ep.job_room() for ep in lanes_of(self.endpoints, endpoint))
 
 
-__all__ = ["BUILD_CHECK_S", "POLICY_PARAMS", "TICK_S", "Pending", "Pool"]
+__all__ = ["BUILD_CHECK_S", "POLICY_PARAMS", "TICK_S", "JobLink", "Pending", "Pool",
+           "job_backlog", "lanes_of", "readiness", "resolve"]

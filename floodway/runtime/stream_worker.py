@@ -7,7 +7,7 @@ generator function ``fn(model, item)``) is loaded and warmed up. It speaks the s
 - stdin is read on the loop (never blocking it); Ping is answered at once, whatever runs;
 - every item of a Batch becomes its own task, iterating its generator: an async generator
   directly, a sync one by calling ``next()`` on a thread (a slow step never blocks the loop);
-- each yielded chunk goes out as a Chunk (seq 0, 1, ...; data as JSON, `worker._to_jsonable`);
+- each yielded chunk goes out as a Chunk (seq 0, 1, ...; data as JSON, `calling.to_jsonable`);
   the end of a generator as an ItemResult with output None (the router combines the chunks);
   whatever it raises (SystemExit too) as that item's ItemError; BatchDone once every item
   of the batch ended;
@@ -33,13 +33,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from floodway.runtime import protocol as p
-from floodway.runtime.worker import (
+from floodway.runtime.calling import (
     ContractError,
-    _decoded,
-    _fatal,
-    _to_jsonable,
+    decode_inputs,
     error_text,
     error_trace,
+    is_fatal,
+    to_jsonable,
 )
 
 # Threads pulling sync generators (made on demand): one per sequence stepping at once.
@@ -50,7 +50,7 @@ Write = Callable[[bytes], None]   # writes bytes to the router's pipe, then flus
 
 def _text(e: BaseException) -> str:
     """``"Type: message"``, valid UTF-8 whatever the message holds (a lone surrogate);
-    ``"InputError: ..."`` for a RequestError (`floodway.runtime.worker.error_text`)."""
+    ``"InputError: ..."`` for a RequestError (`floodway.runtime.calling.error_text`)."""
     return error_text(e)
 
 
@@ -149,7 +149,7 @@ class StreamWorker:
 
     def _start(self, batch: p.Batch) -> None:
         loop = asyncio.get_running_loop()
-        ok, failed = _decoded(self.fn, batch.id, list(batch.items))
+        ok, failed = decode_inputs(self.fn, batch.id, list(batch.items))
         self._batches[batch.id] = _Batch(len(batch.items), len(batch.items), loop.time())
         for ev in failed:
             self._end(ev)
@@ -184,14 +184,14 @@ class StreamWorker:
             async for chunk in self._chunks(gen):
                 if key in self._cancelled:
                     raise asyncio.CancelledError
-                self._emit(p.Chunk(batch_id, item_id, seq, _to_jsonable(chunk)))
+                self._emit(p.Chunk(batch_id, item_id, seq, to_jsonable(chunk)))
                 seq += 1
             end = p.ItemResult(batch_id, item_id, None)
         except asyncio.CancelledError:
             end = p.ItemError(batch_id, item_id, CANCELLED)
             await self._shut(gen)
         except BaseException as e:  # noqa: BLE001 - one sequence fails alone
-            if _fatal(e) and not isinstance(e, GeneratorExit):
+            if is_fatal(e) and not isinstance(e, GeneratorExit):
                 raise
             why = f"ContractError: {e}" if isinstance(e, RecursionError) else _text(e)
             end = p.ItemError(batch_id, item_id, why, error_trace(e))
@@ -243,7 +243,7 @@ async def _aclose(gen: Any) -> None:
     try:
         await gen.aclose()
     except BaseException as e:  # noqa: BLE001 - its cleanup raising fails nothing more
-        if _fatal(e) and not isinstance(e, GeneratorExit):
+        if is_fatal(e) and not isinstance(e, GeneratorExit):
             raise
 
 
@@ -362,12 +362,12 @@ def warm_up(fn: Callable[..., Any], model: Any, items: list[Any]) -> None:
         try:
             if inspect.isasyncgen(gen):
                 async for chunk in gen:
-                    _to_jsonable(chunk)
+                    to_jsonable(chunk)
                     if (n := n + 1) >= WARMUP_MAX_CHUNKS:
                         break
             else:
                 for chunk in gen:
-                    _to_jsonable(chunk)
+                    to_jsonable(chunk)
                     if (n := n + 1) >= WARMUP_MAX_CHUNKS:
                         break
         finally:

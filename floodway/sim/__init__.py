@@ -1,9 +1,10 @@
 """A discrete-event simulator that drives the same `decide()` and warm-pool policy code as the
 router and the warmers over a trace (see `floodway.sim.engine`).
 
-    engine.py   the run: arrivals, decide() or the fast path, bulk segments
-    pool.py     containers, batches, the router's queue, policy ticks, the event heap;
-                carries out `floodway.core.reconcile`'s plans
+    engine.py   the run (`Simulator`): arrivals, decide() or the fast path, bulk segments
+    pool.py     containers, batches, the router's queue, async jobs and the deadline
+                hand-off, policy ticks, the event heap; carries out
+                `floodway.core.reconcile`'s plans
     fastpath.py exact shortcuts: the dispatch test, bulk segments of traffic dispatched (or
                 queued and drained into a batch at once)
     kernel.py   the compiled (numba) kernel that replays a bulk segment over arrays

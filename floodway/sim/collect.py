@@ -1,7 +1,7 @@
 """The `SimResult` of one run of `floodway.sim.engine`, from what the run recorded.
 
 Busy intervals come from two sources: the event loop records each batch as it ends
-(`_Sim.busy_a` / `busy_b`), and bulk segments (`floodway.sim.fastpath`) record theirs, in run
+(`Pool.busy_a` / `busy_b`), and bulk segments (`floodway.sim.fastpath`) record theirs, in run
 order, in one pair of arrays (`Segments.out_s` / `out_e`), each segment's as a piece ``(at,
 count)``: `count` intervals that the event loop would have recorded just before its `at`-th
 one. `splice_busy` puts every piece in its place with one scatter, so the arrays are in the
@@ -37,7 +37,7 @@ def splice_busy(busy_a: list[float], busy_b: list[float], at: np.ndarray, lens: 
 
 
 def collect(sim, codes: bytearray, wall_s: float) -> SimResult:
-    """The `SimResult` of the finished run `sim` (a `floodway.sim.engine._Sim`), with its
+    """The `SimResult` of the finished run `sim` (a `floodway.sim.engine.Simulator`), with its
     per-arrival action `codes` (indices into `ACTIONS`) and its wall time."""
     tr, seg = sim.trace, sim.seg
     dec = np.frombuffer(bytes(codes), dtype=np.uint8)

@@ -29,7 +29,7 @@ The model (times in seconds on the trace's clock):
   (arrival + ``route.timeout_s``): dispatch to the warm container `decide` picks (least backlog
   among those with a free slot, first in start order), queue, spill_cold (start a container, the
   request then waits in the queue), spill_async (a job that runs later on an idle container:
-  `floodway.sim.jobs`) or shed. The snapshot is built as the local runtime builds it, with
+  `floodway.sim.pool`) or shed. The snapshot is built as the local runtime builds it, with
   `floodway.core.snapshot.build_snapshot`: each live container's batches in flight (rows) and slots,
   a starting one's time since its start was asked for (its remaining start is
   estimated from `cold_start_s`, the slowest measured start, not known), the queue at
@@ -73,7 +73,8 @@ times by size no bulk segment runs):
 - The policy sees the minutes that have ended as an O(1) view of the trace's counts
   (`History.view_of`), checked once.
 
-Containers, batches, the queue and the policy's ticks are in `floodway.sim.pool.Pool`.
+Containers, batches, the queue, the async jobs and the policy's ticks are in
+`floodway.sim.pool.Pool`, which `Simulator` extends with the decisions and the run.
 
 `check=True` runs `decide` on every arrival as well (no bulk segments) and raises
 `DecisionMismatch` if the dispatch test ever disagrees.
@@ -85,32 +86,22 @@ import heapq
 import math
 import time
 from bisect import bisect_left
-from collections import deque
 from dataclasses import dataclass, replace
 
 import numpy as np
 
 from floodway.config import Batching, Route, WarmPool
-from floodway.core.estimators import (
-    RATE_WINDOW_S,
-    ArrivalRate,
-    ColdStartEstimator,
-    ServiceEstimator,
-    measured,
-)
-from floodway.core.snapshot import ContainerLoad, QueueLoad, build_snapshot, pipeline_slots
+from floodway.core.estimators import RATE_WINDOW_S, ArrivalRate
+from floodway.core.snapshot import ContainerLoad, QueueLoad, build_snapshot
 from floodway.routers.decide import QUEUE_SHARE, Action, Decision, Request, Snapshot, decide
-from floodway.routers.tokens import batch_tokens
 from floodway.sim.collect import collect
-from floodway.sim.costs import request_tokens
 from floodway.sim.fastpath import Segments, dispatch_box
 from floodway.sim.kernel import prepare
 from floodway.sim.model import ColdStartModel, ServiceModel
-from floodway.sim.policy import DesiredPolicy, Policy
-from floodway.sim.pool import _CHECK, _TICK, Pool, _Box
+from floodway.sim.policy import Policy
+from floodway.sim.pool import CHECK, Pool, SimBox
 from floodway.sim.result import ACTIONS, CODES, SimResult
 from floodway.sim.trace import Trace
-from floodway.warmers.target import History, WarmTarget
 
 DISPATCH_CODE = CODES[Action.DISPATCH]
 assert DISPATCH_CODE == 0                 # the segment kernel writes 0 for a dispatch
@@ -153,41 +144,18 @@ def simulate(trace: Trace, config: SimConfig | None = None, **kw) -> SimResult:
     fast path's kernel, which the first call in a process does first (`kernel.prepare`)."""
     prepare()
     wall0 = time.perf_counter()
-    result = _Sim(trace, config or SimConfig(**kw)).run()
+    result = Simulator(trace, config or SimConfig(**kw)).run()
     return replace(result, wall_s=time.perf_counter() - wall0)
 
 
-class _Sim(Pool):
+class Simulator(Pool):
+    """One run: the pool (`floodway.sim.pool.Pool`) with the router's decision for every
+    arrival (`decide()`, or the exact fast path and bulk segments: the module docstring)."""
+
     def __init__(self, trace: Trace, cfg: SimConfig) -> None:
-        self.trace, self.cfg = trace, cfg
-        self.rng = np.random.default_rng(cfg.seed)
-        self.policy = cfg.policy or DesiredPolicy(cfg.warm)
-        self.fit = cfg.service.fit
-        self.mbr = cfg.batching.max_batch_rows
-        self.wait_s = cfg.batching.wait_ms / 1000.0
-        self.slots = pipeline_slots(cfg.route.max_inflight_per_container)
-        self.cap = cfg.warm.container_cap
-        self.cold_est = cfg.cold.estimate_s
-        self.measured = measured(ColdStartEstimator(self.cold_est), ServiceEstimator(self.fit),
-                                 self.mbr)
-        self.scaledown_s = float(cfg.warm.scaledown_window_s)
-        self.target = WarmTarget(min(cfg.warm.min_containers, self.cap), 0, self.scaledown_s,
-                                 "the configured floor, before the policy's first tick")
-        self.heap: list[tuple] = []
-        self.seq = 0
-        self.live: list[_Box] = []           # starting + warm, in start order
-        self.all: list[_Box] = []
-        self.queue: deque[int] = deque()
-        self.queued_rows = 0
-        self.queued_tokens = 0
-        # Token costs (`setup` sets them from the trace): None and 0 decide by rows.
-        self.tok, self.max_tokens, self.row_tokens = None, 0, 0.0
-        self.pstate = None
-        self.started = self.cold_requests = self.expired = 0
-        self.busy_a: list[float] = []
-        self.busy_b: list[float] = []
-        self.policy_s = 0.0
-        self.working = 0                     # live containers with a batch in flight
+        super().__init__(trace, cfg)
+        self.row_tokens = 0.0                # a request's mean tokens (`setup`; 0: rows alone)
+        self.cum = None                      # admitted rows before each arrival (`setup`)
         self.seg: Segments | None = None
         self.pieces: list[tuple] = []        # (at, count): segments' busy intervals
         self.bulk_runs = self.bulk_requests = 0     # segments run in bulk, and their arrivals
@@ -195,8 +163,6 @@ class _Sim(Pool):
         # admitted rows (`cum`) and the first arrival of the window (`win_lo`).
         self.arrivals = None if cfg.fast else ArrivalRate()
         self.win_lo = 0
-        # (min, buffer, warm, live) -> max_busy: how `keep` answers, remembered.
-        self.busy_limits: dict[tuple[int, int, int, int], int] = {}
         self.starts_changed()
 
     def starts_changed(self) -> None:
@@ -236,7 +202,7 @@ class _Sim(Pool):
             rows=rows, deadline_s=self.deadline[i], priority=PRIORITY, tenant=TENANT,
             row_tokens=0 if self.tok is None else self.tok[i]))
 
-    def best_free(self) -> _Box | None:
+    def best_free(self) -> SimBox | None:
         """decide()'s choice: least backlog among warm containers with a free slot, the
         first in start order on a tie."""
         best = None
@@ -298,7 +264,7 @@ class _Sim(Pool):
             due = e + sd
             if due < box.check_at_s:
                 box.check_at_s = due
-                self.push(due, _CHECK, box)
+                self.push(due, CHECK, box)
         for box, at in zip(boxes, idle_at, strict=True):
             if at == at:                   # not nan: it went idle in the segment
                 box.idle_since_s = at
@@ -307,34 +273,19 @@ class _Sim(Pool):
         return k
 
     def setup(self) -> None:
-        """The trace as arrays, the initial warm floor, the first tick, and the segments."""
+        """The pool's setup (the trace as arrays, the initial floor, the first tick), then the
+        admitted rows' running sum and the segments."""
+        super().setup()
         tr, cfg = self.trace, self.cfg
         n = tr.requests
-        # Read one by one as Python numbers through memoryviews: no per-element objects to
-        # build and free for a million arrivals, most of which bulk segments take as arrays.
-        times_np = np.ascontiguousarray(tr.times_s, dtype=np.float64)
-        rows_np = None if tr.rows is None else np.ascontiguousarray(tr.rows, dtype=np.int64)
-        deadline_np = times_np + cfg.route.timeout_s
         cum_np = np.zeros(n + 1, dtype=np.int64)
-        self.times, self.deadline, self.cum = (memoryview(times_np), memoryview(deadline_np),
-                                               memoryview(cum_np))
-        self.rows = None if rows_np is None else memoryview(rows_np)
-        tok_np = request_tokens(tr, cfg.max_seq_len, self.fit)
-        self.tok = None if tok_np is None else memoryview(tok_np)
-        self.max_tokens = 0 if tok_np is None else batch_tokens(cfg.batching)
+        self.cum = memoryview(cum_np)
+        tok_np = self.tok_np
         self.row_tokens = 0.0 if tok_np is None or not n else float(tok_np.mean())
-        self.lat_end = np.full(n, math.nan)
-        self.counts = tr.counts
-        self.history = History(tr.start_minute, tr.counts)    # checked once, cut each minute
-        start_s = tr.start_s
-        for _ in range(min(cfg.warm.min_containers, self.cap)):
-            self.start_box(start_s, warm_now=True).idle_since_s = start_s
-        for b in self.live:
-            self.went_idle(b, start_s)
-        self.push(start_s, _TICK, None)
         if cfg.fast and not cfg.check and n and tok_np is None and cfg.service.plain:
-            self.seg = Segments(times_np, rows_np, deadline_np, self.lat_end, cum_np, self.fit,
-                                self.mbr, self.wait_s, self.slots, cfg.service.samples_s)
+            self.seg = Segments(self.times_np, self.rows_np, self.deadline_np, self.lat_end,
+                                cum_np, self.fit, self.mbr, self.wait_s, self.slots,
+                                cfg.service.samples_s)
 
     def run(self) -> SimResult:
         wall0 = time.perf_counter()
@@ -396,4 +347,5 @@ def _at_priority(n: int) -> tuple[int, int, int]:
     return (n, 0, 0) if PRIORITY == 0 else (0, n, 0) if PRIORITY == 1 else (0, 0, n)
 
 
-__all__ = ["ACTIONS", "ADMITTED", "CODES", "DecisionMismatch", "SimConfig", "simulate"]
+__all__ = ["ACTIONS", "ADMITTED", "CODES", "DecisionMismatch", "SimConfig", "Simulator",
+           "simulate"]

@@ -1,6 +1,7 @@
 """The pool of one simulated endpoint: containers, their batches, the router's queue, the
-warm-pool policy every minute and the events that drive them (`Pool`, the base of
-`floodway.sim.engine`'s simulator; the model is described there).
+async jobs, the warm-pool policy every minute and the events that drive them (`Pool`, which
+`floodway.sim.engine.Simulator` extends with the router's decisions; the model is described
+there).
 
 The pool decides nothing about its size itself: the policy's `WarmTarget` says how many
 containers to keep (`WarmTarget.keep(busy, cap)`) and `floodway.core.reconcile.reconcile`
@@ -8,12 +9,27 @@ which to start and stop, as in the local runtime; the pool carries out the plan 
 at each policy tick, at each idle check whose container's scaledown window has run out, and
 when a container gets busy while fewer are live than the target keeps (Modal's buffer).
 
-The deadline hand-off (`floodway.sim.jobs`): where the route spills to async, a request
+The deadline hand-off (`floodway.http.handoff`): where the route spills to async, a request
 still queued `handoff_margin_s` before its deadline is withdrawn from the queue and becomes
 an async job (`handed_off`), as the router's hand-off does; one whose batch ends after that
 instant is answered 202 too (its job adopts the work, which runs on), which
 `floodway.sim.collect` counts. Without an async spill a queued request is dropped at its
-deadline (`expired`). Async jobs run on idle containers (`floodway.sim.jobs.JobBacklog`).
+deadline (`expired`).
+
+The job backlog: every request spilled to async (`decide()`'s spill_async) or handed off
+becomes a job, in arrival order. As the local pool feeds jobs (`floodway.jobs.feed`, the
+batcher's low priority and top-up rule), a job batch goes only to a warm container with
+nothing in flight while no sync request is queued, is sent at once (its jobs have waited),
+and holds jobs in order while its rows fit ``max_batch_rows``, its padded tokens the
+batcher's token budget, and its time by the router's fit `JOB_BATCH_SHARE` x the route's
+timeout (its first job always goes). A sync request that comes meanwhile waits behind it, as
+in the runtime (measured: with 427 jobs spilled in a 30 s replay, job batches of 7 long texts
+filled both containers for seconds between bursts and the sync requests behind them took up
+to 1.5 s). A job batch holds containers busy (the busy time, the buffer) but records no
+latency: its requests were answered 202 when they spilled. `jobs_run` counts the jobs run,
+`jobs_end_s` when the last one ended (NaN: none ran). Not modelled: the backlog as demand
+for the warm-pool policy (the runtime counts queued jobs towards its warm target; the
+simulated policy sees arrivals only), and job retries.
 
 Events are heap entries ``(time, kind, seq, obj, extra)``: at equal times a container that
 becomes ready or frees a slot does so before a policy tick or idle check (`kind`), and events
@@ -27,20 +43,44 @@ import math
 import time
 from bisect import bisect_right
 from collections import deque
+from typing import TYPE_CHECKING
 
-from floodway.core.estimators import ServiceEstimator
+import numpy as np
+
+from floodway.config import Route
+from floodway.core import handoff
+from floodway.core.estimators import ColdStartEstimator, ServiceEstimator, measured
 from floodway.core.reconcile import EPS_S, Box, Do, reconcile, starts_needed
-from floodway.sim.jobs import JobBacklog
+from floodway.core.snapshot import pipeline_slots
+from floodway.routers.batch_item import JOB_BATCH_SHARE
+from floodway.routers.tokens import batch_tokens
+from floodway.sim.costs import request_tokens
 from floodway.sim.model import LOAD_WINDOW_S
-from floodway.sim.trace import MINUTE_S
+from floodway.sim.policy import DesiredPolicy
+from floodway.sim.trace import MINUTE_S, Trace
 from floodway.warmers.target import History, WarmTarget
+
+if TYPE_CHECKING:
+    from floodway.sim.engine import SimConfig
 
 # Event kinds; at equal times the heap orders by kind: a container that becomes ready or
 # frees a slot does so before a policy tick or idle check at the same instant.
-_READY, _DONE, _TICK, _CHECK = 0, 1, 2, 3
+READY, DONE, TICK, CHECK = 0, 1, 2, 3
 
 
-class _Batch:
+def handoff_margin_s(route: Route) -> float:
+    """Seconds before a request's deadline (``route.timeout_s`` after its arrival) at which
+    it is handed off to the async queue: the router's margin
+    (`floodway.core.handoff.handoff_margin_s`); 0.0 when the route does not spill to async
+    (no hand-off: a queued request waits until its deadline)."""
+    if "async" not in route.spill:
+        return 0.0
+    return handoff.handoff_margin_s(route.timeout_s)
+
+
+class SimBatch:
+    """One batch on a simulated container: its requests (trace indices), rows and times."""
+
     __slots__ = ("reqs", "rows", "tok", "cut_s", "start_s", "end_s", "dur_s", "est_s", "fac",
                  "low")
 
@@ -57,7 +97,7 @@ class _Batch:
         self.low = False             # async jobs' (no latency recorded)
 
 
-class _Box:
+class SimBox:
     """One simulated container."""
 
     __slots__ = ("id", "key", "warm", "stopped", "created_s", "ready_s", "stop_s", "batches",
@@ -71,7 +111,7 @@ class _Box:
         self.created_s = created_s
         self.ready_s = ready_s
         self.stop_s = math.inf
-        self.batches: deque[_Batch] = deque()
+        self.batches: deque[SimBatch] = deque()
         self.backlog_s = 0.0
         self.idle_since_s = ready_s
         self.check_at_s = math.inf
@@ -92,27 +132,88 @@ class _Box:
         return seen
 
 
-class Pool(JobBacklog):
-    """Containers, batches, the queue and the policy of one run. The simulator sets the run's
-    attributes (`cfg`, `rng`, `policy`, `measured`, `fit`, `mbr`, `wait_s`, `slots`, `cap`,
-    `target` (the policy's last `WarmTarget`), `scaledown_s`, `heap`, `live`, `all`, `queue`,
-    `busy_limits` (`max_busy`'s answers),
-    the trace's `times`, `rows`, `deadline`, `counts`, `history`, `lat_end`, `tok` (each
-    request's tokens, or None: rows alone) and `max_tokens` (the batch's padded-token budget,
-    0: none), and the counters) before the first event."""
+class Pool:
+    """Containers, batches, the queue, the async jobs and the policy of one run of `trace`
+    with `cfg` (a `floodway.sim.engine.SimConfig`); `setup` reads the trace into arrays,
+    starts the initial floor and pushes the first policy tick, then events are `handle`d in
+    time order. Requests are trace indices; every time is on the trace's clock."""
 
-    heap: list[tuple]
-    queue: deque[int]
-    target: WarmTarget
+    def __init__(self, trace: Trace, cfg: SimConfig) -> None:
+        self.trace, self.cfg = trace, cfg
+        self.rng = np.random.default_rng(cfg.seed)
+        self.policy = cfg.policy or DesiredPolicy(cfg.warm)
+        self.fit = cfg.service.fit           # the router's service fit (it may follow batches)
+        self.estimator: ServiceEstimator | None = None   # made when it first follows one
+        self.mbr = cfg.batching.max_batch_rows
+        self.wait_s = cfg.batching.wait_ms / 1000.0
+        self.slots = pipeline_slots(cfg.route.max_inflight_per_container)
+        self.cap = cfg.warm.container_cap
+        self.cold_est = cfg.cold.estimate_s
+        self.measured = measured(ColdStartEstimator(self.cold_est), ServiceEstimator(self.fit),
+                                 self.mbr)
+        self.scaledown_s = float(cfg.warm.scaledown_window_s)
+        self.target = WarmTarget(min(cfg.warm.min_containers, self.cap), 0, self.scaledown_s,
+                                 "the configured floor, before the policy's first tick")
+        self.pstate = None
+        self.heap: list[tuple] = []
+        self.seq = 0
+        self.live: list[SimBox] = []         # starting + warm, in start order
+        self.all: list[SimBox] = []
+        self.queue: deque[int] = deque()
+        self.queued_rows = 0
+        self.queued_tokens = 0
+        # The trace as arrays (`setup`); token costs: None and 0 decide by rows.
+        self.times = self.deadline = self.rows = self.tok = None
+        self.times_np = self.deadline_np = self.rows_np = self.tok_np = None
+        self.max_tokens = 0
+        self.lat_end = self.counts = self.history = None
+        self.started = self.cold_requests = self.expired = 0
+        self.busy_a: list[float] = []
+        self.busy_b: list[float] = []
+        self.policy_s = 0.0
+        self.working = 0                     # live containers with a batch in flight
+        # (min, buffer, warm, live) -> max_busy: how `keep` answers, remembered.
+        self.busy_limits: dict[tuple[int, int, int, int], int] = {}
+        # The async jobs (request indices, in order), and the hand-off's margin.
+        self.jobs: deque[int] = deque()
+        self.jobs_run = 0
+        self.jobs_end_s = math.nan
+        self.handed_off = 0                  # queued requests withdrawn at their hand-off
+        self.handoff_s = handoff_margin_s(cfg.route)
+
+    def setup(self) -> None:
+        """The trace as arrays, the initial warm floor, and the first tick."""
+        tr, cfg = self.trace, self.cfg
+        n = tr.requests
+        # Read one by one as Python numbers through memoryviews: no per-element objects to
+        # build and free for a million arrivals, most of which bulk segments take as arrays.
+        self.times_np = np.ascontiguousarray(tr.times_s, dtype=np.float64)
+        self.rows_np = None if tr.rows is None else np.ascontiguousarray(tr.rows,
+                                                                          dtype=np.int64)
+        self.deadline_np = self.times_np + cfg.route.timeout_s
+        self.times, self.deadline = memoryview(self.times_np), memoryview(self.deadline_np)
+        self.rows = None if self.rows_np is None else memoryview(self.rows_np)
+        self.tok_np = request_tokens(tr, cfg.max_seq_len, self.fit)
+        self.tok = None if self.tok_np is None else memoryview(self.tok_np)
+        self.max_tokens = 0 if self.tok_np is None else batch_tokens(cfg.batching)
+        self.lat_end = np.full(n, math.nan)
+        self.counts = tr.counts
+        self.history = History(tr.start_minute, tr.counts)    # checked once, cut each minute
+        start_s = tr.start_s
+        for _ in range(min(cfg.warm.min_containers, self.cap)):
+            self.start_box(start_s, warm_now=True).idle_since_s = start_s
+        for b in self.live:
+            self.went_idle(b, start_s)
+        self.push(start_s, TICK, None)
 
     # ------------------------------------------------------------ events and containers
     def push(self, t: float, kind: int, obj: object, extra: object = None) -> None:
         self.seq += 1
         heapq.heappush(self.heap, (t, kind, self.seq, obj, extra))
 
-    def start_box(self, now: float, warm_now: bool = False) -> _Box:
+    def start_box(self, now: float, warm_now: bool = False) -> SimBox:
         cold = 0.0 if warm_now else self.cfg.cold.sample(self.rng)
-        box = _Box(len(self.all), now, now + cold)
+        box = SimBox(len(self.all), now, now + cold)
         self.all.append(box)
         self.live.append(box)
         if warm_now:
@@ -120,27 +221,27 @@ class Pool(JobBacklog):
             box.created_s = now
         else:
             self.started += 1
-            self.push(box.ready_s, _READY, box)
+            self.push(box.ready_s, READY, box)
             self.starts_changed()
         return box
 
     def starts_changed(self) -> None:
         """The containers starting changed (the engine's segments read them)."""
 
-    def stop_box(self, box: _Box, now: float) -> None:
+    def stop_box(self, box: SimBox, now: float) -> None:
         box.stopped = True
         box.stop_s = now
         self.live.remove(box)
 
-    def went_idle(self, box: _Box, now: float) -> None:
+    def went_idle(self, box: SimBox, now: float) -> None:
         box.idle_since_s = now
         due = now + self.scaledown_s
         if due < box.check_at_s:
             box.check_at_s = due
-            self.push(due, _CHECK, box)
+            self.push(due, CHECK, box)
 
     # ------------------------------------------------------------ batches
-    def assign(self, box: _Box, idx: int, rows: int, now: float) -> bool:
+    def assign(self, box: SimBox, idx: int, rows: int, now: float) -> bool:
         """Give request `idx` to the router's forming batch: the newest batch not yet cut of
         `box`, else of any warm container (first in start order), if its rows (and padded
         tokens) fit; else open a new one on `box` if a slot is free. False if neither.
@@ -162,7 +263,7 @@ class Pool(JobBacklog):
         bs = box.batches
         if len(bs) >= self.slots:
             return False
-        b = _Batch()
+        b = SimBatch()
         bs.append(b)
         self._grow(box, b, idx, rows, tok)
         full = b.rows >= self.mbr or 0 < self.max_tokens <= b.rows * b.tok
@@ -171,7 +272,7 @@ class Pool(JobBacklog):
             self._first(box, b, now)
         return True
 
-    def _first(self, box: _Box, b: _Batch, now: float) -> None:
+    def _first(self, box: SimBox, b: SimBatch, now: float) -> None:
         """`b` is the only batch of `box`: it gets busy, and `b` begins when it is cut."""
         self.working += 1
         # Modal's buffer: idle containers on top of the busy ones, started as one gets busy.
@@ -182,18 +283,18 @@ class Pool(JobBacklog):
             self.start_box(now)
         self._begin(box, b, b.cut_s)
 
-    def open_batch(self, box: _Box, reqs: list[int], rows: int, tok: int, now: float,
+    def open_batch(self, box: SimBox, reqs: list[int], rows: int, tok: int, now: float,
                    low: bool = False) -> None:
         """A batch of `reqs` (`rows` rows, the longest `tok` tokens) cut at `now` on `box`,
-        which has nothing in flight (`JobBacklog.run_jobs`'s job batches)."""
-        b = _Batch()
+        which has nothing in flight (`run_jobs`'s job batches)."""
+        b = SimBatch()
         b.reqs, b.rows, b.tok, b.low, b.cut_s = reqs, rows, tok, low, now
         b.est_s = self.fit.seconds(rows, rows * tok)
         box.batches.append(b)
         box.backlog_s = self._backlog(box)
         self._first(box, b, now)
 
-    def _grow(self, box: _Box, b: _Batch, idx: int, rows: int, tok: int = 0) -> None:
+    def _grow(self, box: SimBox, b: SimBatch, idx: int, rows: int, tok: int = 0) -> None:
         b.reqs.append(idx)
         b.rows += rows
         if tok > b.tok:
@@ -203,23 +304,23 @@ class Pool(JobBacklog):
         if b.start_s < math.inf and b.dur_s < 0:     # joined before it started: runs longer
             b.end_s = b.start_s + self._run_s(b) * b.fac
 
-    def _run_s(self, b: _Batch) -> float:
+    def _run_s(self, b: SimBatch) -> float:
         """Seconds `b` runs before contention: the model's, where the router's estimate
         (`fit`, `b.est_s`) may have moved away from it (`ServiceModel.follow_batches`)."""
         svc = self.cfg.service
         est = b.est_s if self.fit is svc.fit else svc.fit.seconds(b.rows, b.rows * b.tok)
         return svc.batch_s(b.rows, est)
 
-    def _learn(self, b: _Batch, now: float) -> None:
+    def _learn(self, b: SimBatch, now: float) -> None:
         """The router's estimate after `b` ran (the runtime records each batch's seconds)."""
-        est = self.__dict__.get("_estimator")
+        est = self.estimator
         if est is None:
             svc = self.cfg.service
-            est = self._estimator = ServiceEstimator(svc.fit, svc.follow_batches)
+            est = self.estimator = ServiceEstimator(svc.fit, svc.follow_batches)
         est.record(b.rows, now - b.start_s, b.rows * b.tok)
         self.fit = est.fit
 
-    def _backlog(self, box: _Box) -> float:
+    def _backlog(self, box: SimBox) -> float:
         """The container's backlog as the snapshot builder sums it (`container_view`; a
         running total would round differently): its batches' fitted times, oldest first,
         or with tokens their row costs plus the per-token cost of all their tokens."""
@@ -229,7 +330,7 @@ class Pool(JobBacklog):
         return sum(fit.seconds(x.rows) for x in box.batches) + \
             fit.per_token_s * sum(x.rows * x.tok for x in box.batches)
 
-    def _begin(self, box: _Box, b: _Batch, start: float) -> None:
+    def _begin(self, box: SimBox, b: SimBatch, start: float) -> None:
         b.start_s = start
         svc = self.cfg.service
         # Containers share the machine: a batch runs slower the more are busy as it starts
@@ -244,11 +345,11 @@ class Pool(JobBacklog):
             b.end_s = start + b.dur_s
         else:
             b.end_s = start + self._run_s(b) * b.fac
-        self.push(b.end_s, _DONE, box, b)
+        self.push(b.end_s, DONE, box, b)
 
-    def on_done(self, box: _Box, b: _Batch, now: float) -> None:
+    def on_done(self, box: SimBox, b: SimBatch, now: float) -> None:
         if b.end_s > now:                  # it grew after this event was pushed
-            self.push(b.end_s, _DONE, box, b)
+            self.push(b.end_s, DONE, box, b)
             return
         box.batches.popleft()
         if self.cfg.service.follow_batches:
@@ -274,7 +375,7 @@ class Pool(JobBacklog):
         if not box.batches and not self.run_jobs(box, now):
             self.went_idle(box, now)
 
-    def drain(self, box: _Box, now: float) -> None:
+    def drain(self, box: SimBox, now: float) -> None:
         q, rows, times_dl, tok = self.queue, self.rows, self.deadline, self.tok
         margin = self.handoff_s
         while q:
@@ -319,6 +420,41 @@ class Pool(JobBacklog):
             self.busy_limits[key] = busy
         return busy
 
+    # ------------------------------------------------------------ async jobs
+    def add_job(self, idx: int, now: float) -> None:
+        """Request `idx` became an async job at `now`: it waits, or runs at once on an idle
+        container."""
+        self.jobs.append(idx)
+        if not self.queue:
+            for box in self.live:
+                if not self.jobs:
+                    return
+                if box.warm and not box.batches:
+                    self.run_jobs(box, now)
+
+    def run_jobs(self, box: SimBox, now: float) -> bool:
+        """Open a job batch on `box` (warm, nothing in flight) if jobs wait and no sync
+        request is queued; True if it did."""
+        jobs = self.jobs
+        if not jobs or self.queue or box.batches or not box.warm:
+            return False
+        limit_s = JOB_BATCH_SHARE * self.cfg.route.timeout_s
+        take, rows, tok = [], 0, 0
+        for idx in jobs:
+            r = 1 if self.rows is None else self.rows[idx]
+            t = 0 if self.tok is None else self.tok[idx]
+            hi, n = max(tok, t), rows + r
+            if take and (n > self.mbr or (self.max_tokens and n * hi > self.max_tokens)
+                         or self.fit.seconds(n, n * hi) > limit_s):
+                break
+            take.append(idx)
+            rows, tok = n, hi
+        for _ in take:
+            jobs.popleft()
+        self.jobs_run += len(take)
+        self.open_batch(box, take, rows, tok, now, low=True)
+        return True
+
     # ------------------------------------------------------------ policy
     def on_tick(self, now: float) -> None:
         k = int(round(now / MINUTE_S)) - self.trace.start_minute
@@ -355,9 +491,9 @@ class Pool(JobBacklog):
                     due = box.idle_since_s + self.scaledown_s
                     if now < due < box.check_at_s:
                         box.check_at_s = due
-                        self.push(due, _CHECK, box)
+                        self.push(due, CHECK, box)
 
-    def on_check(self, box: _Box, now: float) -> None:
+    def on_check(self, box: SimBox, now: float) -> None:
         """An idle check of `box`: reconcile once its scaledown window has run out, else check
         again when it does."""
         if now >= box.check_at_s - EPS_S:
@@ -368,12 +504,12 @@ class Pool(JobBacklog):
         if due > now + EPS_S:
             if due < box.check_at_s:
                 box.check_at_s = due
-                self.push(due, _CHECK, box)
+                self.push(due, CHECK, box)
             return
         if len(self.live) > self.target.keep(self.working, self.cap):     # one may stop
             self.reconcile(now)
 
-    def on_ready(self, box: _Box, now: float) -> None:
+    def on_ready(self, box: SimBox, now: float) -> None:
         box.warm = True
         self.starts_changed()
         if self.queue:
@@ -383,18 +519,18 @@ class Pool(JobBacklog):
 
     def handle(self, ev: tuple, end_s: float) -> None:
         t, kind, _, obj, extra = ev
-        if kind == _DONE:
+        if kind == DONE:
             self.on_done(obj, extra, t)
-        elif kind == _READY:
+        elif kind == READY:
             self.on_ready(obj, t)
         elif t <= end_s:
-            if kind == _TICK:
+            if kind == TICK:
                 self.on_tick(t)
                 if t + MINUTE_S < end_s:
-                    self.push(t + MINUTE_S, _TICK, None)
+                    self.push(t + MINUTE_S, TICK, None)
             else:
                 self.on_check(obj, t)
 
 
-
-__all__ = ["Pool"]
+__all__ = ["CHECK", "DONE", "READY", "TICK", "Pool", "SimBatch", "SimBox",
+           "handoff_margin_s"]

@@ -20,7 +20,7 @@ class SimResult:
 
     Counts: `requests` arrivals, of which `dispatched` / `queued` / `spill_cold` went to a
     container (directly, after waiting in the router's queue, after asking for a new one),
-    `spill_async` became async jobs (run later on idle containers, `floodway.sim.jobs`:
+    `spill_async` became async jobs (run later on idle containers, `floodway.sim.pool`:
     their busy time counts, their latency is not a served one), `shed` were rejected, and
     `expired` waited past their deadline and were dropped before reaching a model.
     `handed_off`: requests the deadline hand-off made async jobs (`floodway.sim.pool`):

@@ -13,7 +13,7 @@ from floodway.core.stream_events import ChunkEvent, ItemEnd, ItemFailed
 from floodway.functions.items import item_decoder
 from floodway.functions.streams import combine
 from floodway.routers.batch_item import item_failed
-from floodway.runtime.worker import error_text
+from floodway.runtime.calling import error_text
 
 
 class Streamed:

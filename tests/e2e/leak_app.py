@@ -16,7 +16,7 @@ import os
 import time
 
 import floodway as fw
-from floodway.runtime.pool_replace import rss_mib
+from floodway.runtime.recycle import rss_mib
 
 LEAK_MIB = 2
 # A fresh worker of this app resides in some 45 MiB (CPython 3.11, Linux x86-64): the limit

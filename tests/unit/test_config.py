@@ -1,8 +1,14 @@
-"""Decorator-time validation: every problem names endpoint, field, value and allowed range."""
+"""Decorator-time validation: every problem names endpoint, field, value and allowed range;
+what a definition may say of its lanes (Route.lanes) and of recycling (fw.Recycle), and what
+it is told when it is wrong."""
+
+from __future__ import annotations
 
 import pytest
 
 import floodway as fw
+from floodway.config import MAX_RSS_MIB, MIN_RSS_MIB, queue_shares
+from floodway.errors import ConfigError
 
 MODEL = fw.HFModel("org/model", revision="a" * 40)
 
@@ -314,3 +320,128 @@ def test_build_precision_where_it_cannot_apply():
                                                                       (None, 4))])
     (msg,) = problems(model=torch_model, build=fw.Build(precision=("int8",)))
     assert "task 'torch-module'" in msg and "feature-extraction" in msg
+
+
+def lane_fields(route: fw.Route) -> set[str]:
+    return {p.field for p in route.problems("route")}
+
+
+def test_two_lanes_with_a_bounded_first_and_an_open_last_are_fine():
+    route = fw.Route(lanes=[fw.Lane("short", max_tokens=64), fw.Lane("long")])
+    assert route.problems("route") == [] and isinstance(route.lanes, tuple)
+
+
+@pytest.mark.parametrize(("lanes", "field"), [
+    ((fw.Lane("only"),), "route.lanes"),
+    ((fw.Lane("a"), fw.Lane("b")), "route.lanes[0]"),
+    ((fw.Lane("a", max_rows=2), fw.Lane("b", max_tokens=9)), "route.lanes[1]"),
+    ((fw.Lane("a", max_rows=2), fw.Lane("a")), "route.lanes"),
+    ((fw.Lane("Short", max_rows=2), fw.Lane("b")), "route.lanes[0].name"),
+    ((fw.Lane("a:b", max_rows=2), fw.Lane("b")), "route.lanes[0].name"),
+    ((fw.Lane("a", max_tokens=0), fw.Lane("b")), "route.lanes[0].max_tokens"),
+    ((fw.Lane("a", max_rows=1, queue_share=0.8), fw.Lane("b", queue_share=0.5)),
+     "route.lanes.queue_share"),
+    ((fw.Lane("a", max_rows=1, queue_share=0), fw.Lane("b")), "route.lanes[0].queue_share"),
+    ((fw.Lane("a", max_rows=1, min_containers=3, max_containers=2), fw.Lane("b")),
+     "route.lanes[0].min_containers"),
+    (("short", "long"), "route.lanes"),
+    ((fw.Lane("a", max_tokens=500), fw.Lane("b", max_tokens=64), fw.Lane("c")),
+     "route.lanes[1]"),
+    ((fw.Lane("a", max_tokens=64), fw.Lane("b", max_tokens=64, max_rows=2), fw.Lane("c")),
+     "route.lanes[1]"),
+])
+def test_each_lane_mistake_names_its_field(lanes, field):
+    assert field in lane_fields(fw.Route(lanes=lanes))
+
+
+def test_the_decorator_names_the_endpoint_field_and_allowed_values():
+    app = fw.App("t")
+    with pytest.raises(ConfigError) as e:
+        app.endpoint(route=fw.Route(lanes=(fw.Lane("a"), fw.Lane("b"))))(
+            lambda model, texts: texts)
+    text = str(e.value)
+    assert "route.lanes[0]" in text and "max_tokens or max_rows" in text
+
+
+def test_a_streaming_endpoint_takes_no_lanes_and_a_lane_floor_must_fit_its_ceiling():
+    app = fw.App("t")
+    lanes = (fw.Lane("short", max_tokens=8), fw.Lane("long"))
+
+    async def gen(model, text: str):
+        yield text
+
+    with pytest.raises(ConfigError, match="route.lanes"):
+        app.endpoint(route=fw.Route(lanes=lanes))(gen)
+    with pytest.raises(ConfigError, match=r"route.lanes\[1\].min_containers"):
+        app.endpoint(warm=fw.WarmPool(max_containers=1), route=fw.Route(
+            lanes=(lanes[0], fw.Lane("long", min_containers=2))))(lambda model, t: t)
+
+
+def test_queue_shares_split_what_the_set_ones_leave():
+    lanes = (fw.Lane("a", max_rows=1, queue_share=0.5), fw.Lane("b", max_rows=9), fw.Lane("c"))
+    assert queue_shares(lanes) == (0.5, 0.25, 0.25)
+    assert queue_shares((fw.Lane("a", max_rows=1), fw.Lane("b"))) == (0.5, 0.5)
+
+
+def test_tighter_lanes_first_is_fine():
+    lanes = (fw.Lane("tiny", max_tokens=16, max_rows=1), fw.Lane("short", max_tokens=64),
+             fw.Lane("rows", max_rows=4), fw.Lane("rest"))
+    assert fw.Route(lanes=lanes).problems("route") == []
+
+
+def recycle_fields(r: fw.Recycle) -> set[str]:
+    return {p.field for p in r.problems("recycle")}
+
+
+def test_either_limit_or_both_are_fine_and_the_config_is_frozen():
+    for r in (fw.Recycle(max_rss_mib=2048), fw.Recycle(max_requests=1000),
+              fw.Recycle(max_rss_mib=MIN_RSS_MIB, max_requests=1)):
+        assert r.problems("recycle") == []
+    r = fw.Recycle(max_rss_mib=512.5)
+    with pytest.raises(AttributeError):
+        r.max_rss_mib = 1.0  # type: ignore[misc]
+    assert fw.Recycle is fw.config.Recycle
+
+
+@pytest.mark.parametrize(("recycle", "field"), [
+    (fw.Recycle(), "recycle"),
+    (fw.Recycle(max_rss_mib=MIN_RSS_MIB - 1), "recycle.max_rss_mib"),
+    (fw.Recycle(max_rss_mib=MAX_RSS_MIB * 2), "recycle.max_rss_mib"),
+    (fw.Recycle(max_rss_mib=float("nan")), "recycle.max_rss_mib"),
+    (fw.Recycle(max_rss_mib="1G"), "recycle.max_rss_mib"),  # type: ignore[arg-type]
+    (fw.Recycle(max_requests=0), "recycle.max_requests"),
+    (fw.Recycle(max_requests=2.5), "recycle.max_requests"),  # type: ignore[arg-type]
+    (fw.Recycle(max_requests=True), "recycle.max_requests"),  # type: ignore[arg-type]
+])
+def test_each_recycle_mistake_names_its_field(recycle, field):
+    assert recycle_fields(recycle) == {field}
+
+
+def test_the_decorator_keeps_it_and_names_endpoint_field_value_and_range():
+    app = fw.App("t")
+    ep = app.endpoint(name="ok", recycle=fw.Recycle(max_rss_mib=1024, max_requests=50))(
+        lambda model, texts: texts)
+    assert ep.recycle == fw.Recycle(max_rss_mib=1024, max_requests=50)
+    assert app.endpoint(name="plain")(lambda model, texts: texts).recycle is None
+    with pytest.raises(ConfigError) as e:
+        app.endpoint(name="leaky", recycle=fw.Recycle(max_rss_mib=8, max_requests=0))(
+            lambda model, texts: texts)
+    text = str(e.value)
+    assert "'leaky'" in text and "recycle.max_rss_mib" in text and "8" in text
+    assert f"[{MIN_RSS_MIB:g}, {MAX_RSS_MIB:g}]" in text
+    assert "recycle.max_requests" in text and "[1, " in text
+    with pytest.raises(ConfigError, match=r"recycle.*fw\.Recycle"):
+        app.endpoint(name="wrong", recycle={"max_rss_mib": 100})(  # type: ignore[arg-type]
+            lambda model, texts: texts)
+
+
+def test_each_lane_of_an_endpoint_recycles_alike():
+    from floodway.functions.lanes import served_units
+
+    app = fw.App("t")
+    app.endpoint(name="embed", recycle=fw.Recycle(max_requests=10),
+                 route=fw.Route(lanes=(fw.Lane("short", max_rows=1), fw.Lane("long"))))(
+        lambda model, texts: texts)
+    units = served_units(app)
+    assert set(units) == {"embed:short", "embed:long"}
+    assert all(u.recycle == fw.Recycle(max_requests=10) for u in units.values())

@@ -34,8 +34,8 @@ from floodway.routers.decide import Action, Request, Snapshot, decide
 from floodway.runtime.container import State
 from floodway.runtime.endpoint_pool import EndpointPool
 from floodway.sim import ColdStartModel, ServiceModel, Trace
-from floodway.sim.engine import TENANT, SimConfig, _Sim
-from floodway.sim.pool import _Batch
+from floodway.sim.engine import TENANT, SimConfig, Simulator
+from floodway.sim.pool import SimBatch
 from tests.unit.deploy.test_modal_router import FakeModal
 from tests.unit.runtime.fakes import T0, FakeContainer, StepClock
 
@@ -111,11 +111,11 @@ def modal_snapshot() -> Snapshot:
 def sim_snapshot() -> Snapshot:
     cfg = SimConfig(route=ROUTE, warm=WARM, batching=BATCHING, cold=ColdStartModel.of(COLD_S),
                     service=ServiceModel(fitted().fit), fast=False)
-    sim = _Sim(Trace.from_times(np.array([0.0]), minutes=1), cfg)
+    sim = Simulator(Trace.from_times(np.array([0.0]), minutes=1), cfg)
     now = T0
     for rows in (8, 8):
         box = sim.start_box(now, warm_now=True)
-        b = _Batch()
+        b = SimBatch()
         b.rows = rows
         box.batches.append(b)
     sim.start_box(now - 1.0)

@@ -47,7 +47,7 @@ def _file(fmt: str, size: tuple[int, int], noise: bool = False) -> bytes:
 ])
 def test_a_truncated_image_passes_the_router_and_fails_its_decode(raw, needle):
     """The router reads headers only (whole here); the container's decode finds the missing
-    data, and that item fails alone (`floodway.runtime.worker._decoded`)."""
+    data, and that item fails alone (`floodway.runtime.calling.decode_inputs`)."""
     text = base64.b64encode(raw).decode()
     assert validate(text, ImageSpec(), WIRE) == text
     with pytest.raises(PydanticCustomError) as e:

@@ -1,9 +1,11 @@
 """The local pool carrying out reconcile, health and rollout, on fake containers and a fake
-clock (no processes, no waiting on the real clock)."""
+clock (no processes, no waiting on the real clock); a job backlog counted as warm-pool demand
+on the lane that will run it."""
 
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 
 import pytest
 
@@ -12,7 +14,7 @@ from floodway.core.estimators import start_remaining_s
 from floodway.errors import Unavailable
 from floodway.runtime import health
 from floodway.runtime.container import State
-from floodway.runtime.pool import BUILD_CHECK_S, Pool
+from floodway.runtime.pool import BUILD_CHECK_S, Pool, job_backlog
 from tests.unit.runtime.fakes import T0, FakeContainer, StepClock, app_with, settle
 
 
@@ -456,3 +458,20 @@ def test_a_pinned_pool_spills_no_further_than_the_cores_or_the_pin(tmp_path):
     free, _ = make_pool(app_with(warm=fw.WarmPool(max_containers=8)), tmp_path)
     free.machine_cap = 3
     assert free.cap("embed") == 3
+
+
+# A job backlog counts as warm-pool demand on the lane that will run it: the store's backlog
+# on the last lane (which takes every request), each lane's own queued job rows on itself; a
+# plain endpoint keeps its whole backlog.
+def unit(key: str, low_rows: int) -> SimpleNamespace:
+    return SimpleNamespace(name=key, batcher=SimpleNamespace(rows_by_priority=[low_rows, 3, 0]))
+
+
+def test_the_store_backlog_goes_to_the_last_lane_and_queued_rows_to_their_own():
+    eps = {"echo:short": unit("echo:short", 2), "echo:long": unit("echo:long", 5),
+           "plain": unit("plain", 7)}
+    rows = {"echo": 40, "plain": 9}
+    assert job_backlog(eps, eps["echo:short"], rows) == 2
+    assert job_backlog(eps, eps["echo:long"], rows) == 5 + 40
+    assert job_backlog(eps, eps["plain"], rows) == 9
+    assert job_backlog(eps, eps["echo:short"], {}) == 2

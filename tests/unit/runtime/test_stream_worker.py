@@ -10,6 +10,7 @@ import threading
 import pytest
 
 from floodway.runtime import stream_worker
+from floodway.runtime.calling import ContractError
 from floodway.runtime.protocol import (
     FROM_WORKER,
     Batch,
@@ -25,7 +26,6 @@ from floodway.runtime.protocol import (
     decode_all,
     encode,
 )
-from floodway.runtime.worker import ContractError
 
 
 class Pipe:

@@ -12,7 +12,7 @@ import pytest
 import floodway as fw
 from floodway.codec import dumps, loads
 from floodway.functions.arrays import to_wire
-from floodway.runtime import worker
+from floodway.runtime import calling, worker
 from floodway.runtime.protocol import (
     FROM_WORKER,
     Batch,
@@ -344,7 +344,7 @@ def test_outputs_of_every_kind_travel_as_plain_json():
 
     for name, (_, want) in KINDS.items():   # one batch each: arrays of a batch share a shape
         assert through_the_pipe(kinds, [name]) == [want], name
-        assert type(worker._to_jsonable(KINDS[name][0])) in (list, dict, float, type(None)), name
+        assert type(calling.to_jsonable(KINDS[name][0])) in (list, dict, float, type(None)), name
         # The Modal class's path: plain values, which the router's JSON writes the same way.
         assert loads(dumps(worker.run_batch(kinds, None, [[0, name]]))) == [[[0, want]], []]
     mixed = ["labels", "tuple", "top_k", "nan", "scalar"]

@@ -12,7 +12,7 @@ from floodway.config import Batching, Route, WarmPool
 from floodway.errors import FloodwayError
 from floodway.routers.service import ServiceTime
 from floodway.sim import SimConfig, Trace, simulate
-from floodway.sim.engine import _Sim
+from floodway.sim.engine import Simulator
 from floodway.sim.model import BATCH_TIMES_FORMAT, CpuShare, ServiceModel, contention_of
 from tests.unit.sim.cases import assert_same
 
@@ -71,7 +71,7 @@ def test_the_fast_path_steps_aside_and_decisions_match_decide() -> None:
     cfg = dict(route=Route(timeout_s=0.5, max_queue=16), warm=TWO,
                batching=Batching(max_batch_rows=8, wait_ms=5),
                service=ServiceModel(ServiceTime(0.004, 0.02), contention=(0.8, 1.6)))
-    sim = _Sim(tr, SimConfig(**cfg))
+    sim = Simulator(tr, SimConfig(**cfg))
     sim.setup()
     assert sim.seg is None                             # no bulk segments with factors
     fast, slow = simulate(tr, **cfg), simulate(tr, **cfg, fast=False)

@@ -15,7 +15,7 @@ from floodway.routers.decide import Action
 from floodway.routers.service import ServiceTime
 from floodway.sim import SimConfig, Trace, simulate
 from floodway.sim.costs import request_tokens
-from floodway.sim.engine import _Sim
+from floodway.sim.engine import Simulator
 from floodway.sim.model import BATCH_TIMES_FORMAT, ServiceModel
 from tests.unit.sim.cases import assert_same, code
 
@@ -83,7 +83,7 @@ def test_a_container_pipes_two_batches_even_when_the_route_allows_eight(fast: bo
     cfg = SimConfig(route=Route(max_inflight_per_container=8, max_queue=100, timeout_s=30.0,
                                 spill=()), warm=ONE, batching=Batching(max_batch_rows=1),
                     service=ServiceModel.of(1.0), fast=fast)
-    sim = _Sim(tr, cfg)
+    sim = Simulator(tr, cfg)
     sim.setup()
     assert sim.slots == 2 and (not fast or sim.seg.slots == 2)
     res = simulate(tr, cfg)

@@ -23,7 +23,7 @@ from floodway.sim import (
     Trace,
     simulate,
 )
-from floodway.sim.engine import ADMITTED, PRIORITY, TENANT, _Sim
+from floodway.sim.engine import ADMITTED, PRIORITY, TENANT, Simulator
 from floodway.sim.kernel import BACKLOG
 from tests.unit.sim.cases import (
     HEAVY_ROWS,
@@ -121,10 +121,11 @@ def test_the_histogram_policy_prewarms_a_periodic_endpoint() -> None:
 
 def test_a_container_holds_the_local_routers_pipeline_of_batches() -> None:
     # max_inflight_per_container=8 allows 8, but the router keeps 2 in a container's pipe.
-    sim = _Sim(every_20_min(), SimConfig(route=Route(max_inflight_per_container=8)))
+    sim = Simulator(every_20_min(), SimConfig(route=Route(max_inflight_per_container=8)))
     assert sim.slots == pipeline_slots(8) == 2
-    assert _Sim(every_20_min(), SimConfig(route=WAIT)).slots == 2
-    assert _Sim(every_20_min(), SimConfig(route=Route(max_inflight_per_container=1))).slots == 1
+    assert Simulator(every_20_min(), SimConfig(route=WAIT)).slots == 2
+    one = SimConfig(route=Route(max_inflight_per_container=1))
+    assert Simulator(every_20_min(), one).slots == 1
 
 
 @pytest.mark.parametrize("fast", [True, False])
@@ -144,7 +145,7 @@ def test_a_request_that_comes_while_a_batch_forms_rides_in_it(fast) -> None:
     assert res.latencies_s[2:] == pytest.approx([0.035, 0.035])
 
 
-class Recording(_Sim):
+class Recording(Simulator):
     """A run that checks every snapshot decide() gets against `build_snapshot` of the same
     state, built here: every live container's batches in flight and slots, a starting one's
     time since it was asked for, the FIFO queue at normal priority for one tenant, and the
@@ -210,7 +211,7 @@ def test_the_arrival_rate_decides_a_dispatch_and_both_modes_agree() -> None:
                     warm=WarmPool(min_containers=1, scaledown_window_s=600),
                     batching=Batching(max_batch_rows=32, wait_ms=5),
                     service=ServiceModel.of(0.05, 0.25))
-    sim = _Sim(trace, cfg)
+    sim = Simulator(trace, cfg)
     fast = sim.run()
     assert list(fast.decisions) == [code(Action.DISPATCH), code(Action.SHED)]
     assert sim.seg.stops[BACKLOG] == 1          # the segment kernel stopped there too
@@ -251,9 +252,9 @@ def test_the_arrival_rate_changes_decisions_and_the_fast_mode_stays_exact(warm) 
                                                        buffer_containers=2 - warm,
                                                        scaledown_window_s=60)})
     slow = simulate(trace, replace(cfg, fast=False))
-    blind = _Sim(trace, replace(cfg, fast=False))
+    blind = Simulator(trace, replace(cfg, fast=False))
     blind.arrivals = NoRate()
     assert not np.array_equal(blind.run().decisions, slow.decisions)
-    sim = _Sim(trace, cfg)
+    sim = Simulator(trace, cfg)
     assert_same(sim.run(), slow)
     assert sim.bulk_requests > 0.3 * trace.requests          # the kernel decided many

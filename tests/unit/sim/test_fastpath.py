@@ -10,9 +10,9 @@ from floodway.config import Batching, Route, WarmPool
 from floodway.core.snapshot import ContainerLoad, build_snapshot
 from floodway.routers.decide import Action, Request, ServiceTime, decide
 from floodway.sim import ColdStartModel, ServiceModel, SimConfig, Trace, simulate
-from floodway.sim.engine import _Sim
+from floodway.sim.engine import Simulator
 from floodway.sim.fastpath import dispatch_box
-from floodway.sim.pool import _Batch, _Box
+from floodway.sim.pool import SimBatch, SimBox
 from tests.unit.sim.cases import assert_same, bulk_cases, code
 
 
@@ -35,7 +35,7 @@ def test_fast_path_equals_decide_on_a_real_shaped_trace() -> None:
 @pytest.mark.parametrize("case", list(bulk_cases()))
 def test_the_bulk_fast_mode_gives_the_same_result_as_decide_on_every_request(case) -> None:
     trace, cfg = bulk_cases()[case]
-    sim = _Sim(trace, SimConfig(**cfg))
+    sim = Simulator(trace, SimConfig(**cfg))
     fast = sim.run()
     assert_same(fast, simulate(trace, SimConfig(**cfg, fast=False)))
     assert_same(fast, simulate(trace, SimConfig(**cfg, check=True)))
@@ -59,15 +59,15 @@ ENDPOINT = SimConfig(route=Route(max_inflight_per_container=2),
                      warm=WarmPool(max_containers=8))
 
 
-def random_pool(rng: np.random.Generator, fit: ServiceTime) -> list[_Box]:
+def random_pool(rng: np.random.Generator, fit: ServiceTime) -> list[SimBox]:
     """Up to 4 containers, warm (0-2 batches of 1-16 rows, their backlog summed as the pool
     sums it) or starting."""
     boxes = []
     for cid in range(int(rng.integers(1, 5))):
-        box = _Box(cid, 0.0, 0.0)
+        box = SimBox(cid, 0.0, 0.0)
         box.warm = bool(rng.random() < 0.85)
         for _ in range(int(rng.integers(0, 3)) if box.warm else 0):
-            b = _Batch()
+            b = SimBatch()
             b.rows = int(rng.integers(1, 17))
             b.est_s = fit.seconds(b.rows)
             box.batches.append(b)

@@ -14,7 +14,7 @@ from floodway.core.handoff import HANDOFF_MARGIN_S
 from floodway.http.handoff import DeadlineHandoff
 from floodway.routers.service import ServiceTime
 from floodway.sim import ServiceModel, SimConfig, Trace, simulate
-from floodway.sim.jobs import handoff_margin_s
+from floodway.sim.pool import handoff_margin_s
 from tests.unit.sim.cases import assert_same
 
 ONE = WarmPool(min_containers=1, max_containers=1, scaledown_window_s=600)

@@ -9,7 +9,7 @@ import pytest
 
 from floodway.routers.decide import Action
 from floodway.sim import SimConfig, simulate
-from floodway.sim.engine import _Sim
+from floodway.sim.engine import Simulator
 from floodway.sim.kernel import REASONS
 from tests.unit.sim.cases import assert_same, bulk_cases, code, kernel_edge_cases
 
@@ -28,14 +28,14 @@ def test_every_reason_for_a_segment_to_stop_is_exercised() -> None:
     in these tests take each of those branches."""
     stops = np.zeros(len(REASONS), dtype=np.int64)
     for trace, cfg in [*bulk_cases().values(), *kernel_edge_cases().values()]:
-        sim = _Sim(trace, SimConfig(**cfg))
+        sim = Simulator(trace, SimConfig(**cfg))
         sim.run()
         if sim.seg is not None:
             stops += sim.seg.stops
     assert np.all(stops > 0), dict(zip(REASONS, stops.tolist(), strict=True))
 
 
-class Counting(_Sim):
+class Counting(Simulator):
     """Counts the arrivals decided by decide() itself (not by a shortcut)."""
 
     decided = 0

@@ -1,10 +1,13 @@
-"""`floodway simulate --batch-times`: the service model a `floodway bench` run measured
-(its batch_times.json), token costs for a text endpoint on a trace with ContextTokens."""
+"""`floodway simulate`: a counts trace run and plotted, options that do not apply refused;
+--batch-times: the service model a `floodway bench` run measured (its batch_times.json),
+token costs for a text endpoint on a trace with ContextTokens."""
 
 from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 
 import pytest
 from typer.testing import CliRunner
@@ -12,6 +15,7 @@ from typer.testing import CliRunner
 from floodway import cli
 from floodway.deploy import NO_MODAL_ENV
 from floodway.sim.model import BATCH_TIMES_FORMAT
+from tests.conftest import ROOT
 
 
 @pytest.fixture(autouse=True)
@@ -102,3 +106,59 @@ def test_simulate_names_its_service_model_and_takes_the_last_bench_runs(tmp_path
     assert _p50_ms(last.output) > 5 * _p50_ms(prior.output)     # the measured fit ran
     given = _simulate(str(app), "--trace", str(trace), "--service-ms", "10")
     assert "service model: --service-ms 10 (10.0 ms + 0.00 ms/row)" in given.output
+
+
+def test_cli_simulates_a_counts_csv_and_writes_the_plot(tmp_path) -> None:
+    csv = tmp_path / "inv.csv"
+    minutes = [0] * 30
+    minutes[0], minutes[10], minutes[11] = 3, 1, 4
+    csv.write_text("HashFunction,HashApp,HashOwner," + ",".join(
+        f"minute_{i + 1}" for i in range(30)) + "\n" + "abc123,a,o," + ",".join(
+        map(str, minutes)) + "\n")
+    png = tmp_path / "sim.png"
+    r = subprocess.run([sys.executable, "-m", "floodway.cli", "simulate",
+                        str(ROOT / "modal_app.py"), "--trace", str(csv), "--function", "abc",
+                        "--cold-start-s", "20,30", "--service-ms", "40", "--out", str(png)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=120,
+                       env={"FLOODWAY_NO_MODAL": "1", "PATH": "/usr/bin:/bin", "COLUMNS": "120"})
+    assert r.returncode == 0, r.stderr
+    assert "cold-start requests" in r.stdout and "8" in r.stdout
+    assert png.stat().st_size > 10_000 and png.read_bytes()[:4] == b"\x89PNG"
+    per_request = tmp_path / "req.csv"
+    per_request.write_text("TIMESTAMP,ContextTokens\n2023-11-16 18:17:03.9799600,5\n"
+                           "2023-11-16 18:19:04.0319600,3\n")
+    r = subprocess.run([sys.executable, "-m", "floodway.cli", "simulate",
+                        str(ROOT / "modal_app.py"), "--trace", str(per_request)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=120,
+                       env={"FLOODWAY_NO_MODAL": "1", "PATH": "/usr/bin:/bin", "COLUMNS": "120"})
+    assert r.returncode == 0, r.stderr
+    assert "requests" in r.stdout and "2" in r.stdout
+
+
+def test_cli_refuses_options_that_do_not_apply(tmp_path) -> None:
+    counts = tmp_path / "inv.csv"
+    counts.write_text("HashFunction,minute_1,minute_2\nabc,1,2\n")
+    per_request = tmp_path / "req.csv"
+    per_request.write_text("TIMESTAMP\n2023-11-16 18:17:03.9799600\n")
+    cases = [
+        (["--trace", str(per_request), "--function", "3"], "--function ('3') applies to "
+                                                           "per-minute counts only"),
+        (["--trace", str(counts), "--column", "TIMESTAMP"], "applies to per-request traces"),
+        (["--trace", str(counts), "--per-row-ms", "3"], "--per-row-ms applies with a single "
+                                                         "--service-ms"),
+        (["--trace", str(counts), "--service-ms", "10,20", "--per-row-ms", "3"],
+         "not 2 samples"),
+        (["--trace", str(counts), "--cold-start-s", "nan"], "--cold-start-s: give numbers in"),
+        (["--trace", str(counts), "--service-ms", "1e308"], "--service-ms: give numbers in"),
+        (["--trace", str(counts), "--out", str(tmp_path / "p.txt")], "the plot is a PNG"),
+        (["--trace", str(counts), "--out", str(tmp_path)], "is a directory"),
+        (["--trace", str(counts), "--out", str(counts / "p.png")], "cannot write there"),
+    ]
+    for args, needle in cases:
+        r = subprocess.run([sys.executable, "-m", "floodway.cli", "simulate",
+                            str(ROOT / "modal_app.py"), *args], cwd=ROOT, capture_output=True,
+                           text=True, timeout=120, env={"FLOODWAY_NO_MODAL": "1",
+                                                        "PATH": "/usr/bin:/bin",
+                                                        "COLUMNS": "200"})
+        assert r.returncode != 0 and needle in " ".join(r.stderr.split()), (args, r.stderr)
+        assert "Traceback" not in r.stderr
