@@ -3,7 +3,7 @@
 a clock (`Clock`).
 
 The local runtime (`floodway.runtime.pool.Pool`, `floodway.jobs.local.LocalJobs`) and the
-Modal router (`floodway.deploy.modal_router.ModalBackend`, `floodway.deploy.modal_jobs`)
+Modal router (`floodway.modal.router.backend.ModalBackend`, `floodway.modal.jobs`)
 implement them in full: the handlers never probe an implementation with hasattr/getattr.
 """
 

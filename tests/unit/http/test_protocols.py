@@ -7,8 +7,8 @@ import inspect
 
 import pytest
 
-from floodway.deploy.modal_jobs import ModalJobs
 from floodway.http.protocols import SYSTEM_CLOCK, Clock, Jobs
+from floodway.modal.jobs import ModalJobs
 
 
 @pytest.mark.parametrize("name", ["submit", "adopt", "find", "get"])
