@@ -1,5 +1,6 @@
-"""The Modal router offline: `ModalBackend` and `ModalJobs` over a recording stand-in for the
-Modal calls (class objects, FunctionCalls, Dicts), through the same ASGI app as locally."""
+"""The Modal router offline: `ModalBackend` over a recording stand-in for the Modal calls
+(class objects, FunctionCalls, Dicts), through the same ASGI app as locally; the stand-ins
+serve the other router tests too."""
 
 from __future__ import annotations
 
@@ -18,12 +19,11 @@ from floodway.errors import EndpointError, FloodwayError, Unavailable
 from floodway.http.app import make_asgi_app
 from floodway.http.clock import ManualClock
 from floodway.modal.contract import ITEM_ERROR
-from floodway.modal.jobs import ModalJobs, run_job_rows
+from floodway.modal.jobs import ModalJobs
 from floodway.modal.kv import MemoryKV
 from floodway.modal.router.backend import ModalBackend, router_api_keys
-from floodway.modal.router.units import runner_loads
-from floodway.modal.stats import BOOT_S, record_cold_start
-from floodway.routers.admission import ApiKeys, key_id
+from floodway.modal.stats import BOOT_S
+from floodway.routers.admission import ApiKeys
 
 app = fw.App("t")
 
@@ -327,20 +327,6 @@ def test_cold_start_before_any_sample_comes_from_the_builds_probe_on_the_volume(
     assert asyncio.run(go()) == (BOOT_S + build_start_s(0.8), BOOT_S + 9.0)
 
 
-def test_record_cold_start_tells_restores_apart():
-    class SyncDict(dict):
-        def put(self, key, value):
-            self[key] = value
-
-    d = SyncDict()
-    # A fresh boot: both hooks ran now, back to back -> the whole span counts.
-    assert record_cold_start("e", 100.0, 108.0, 108.1, 110.0, kv=d) == pytest.approx(10.0)
-    # Restored from a snapshot taken at deploy time: only the snap=False hook ran now.
-    assert record_cold_start("e", 0.0, 8.0, 5000.0, 5001.5, kv=d) == pytest.approx(1.5)
-    assert [s["init_s"] for s in d["cold:e"]] == [10.0, 1.5]
-    assert record_cold_start("e", 0, 1, 1, 2, kv=object()) == 2   # a broken store: no raise
-
-
 def test_start_cold_counts_until_max_containers(fake):
     clock = _clock()
     backend = _backend(fake, clock)
@@ -352,16 +338,6 @@ def test_start_cold_counts_until_max_containers(fake):
     clock.advance(COLD_START_PRIOR_S)                          # its cold start has passed
     assert not [c for c in backend.snapshot("upper").containers if c.state == "starting"]
     assert fake.count("predict.remote.aio") == 0            # no Modal call: the autoscaler
-
-
-def test_runner_loads_spread_rows_evenly_in_batches():
-    loads = runner_loads(3, 10, 4, 2)
-    assert [c.batch_rows for c in loads] == [(4,), (3,), (3,)]
-    assert [c.state for c in loads] == ["ready"] * 3
-    deep = runner_loads(2, 17, 4, 2)          # 9 + 8 rows: three and two batches
-    assert [c.batch_rows for c in deep] == [(4, 4, 1), (4, 4)]
-    assert [c.state for c in deep] == ["busy", "busy"]
-    assert runner_loads(0, 5, 4, 2) == []
 
 
 def test_snapshot_slots_are_the_pipeline_depth():
@@ -516,102 +492,6 @@ def test_deadline_through_http_is_504(fake):
     assert early is False
     assert r.status_code == 504
     assert cancelled == ["a"]
-
-
-# ---------------------------------------------------------------- async jobs
-
-def test_jobs_lifecycle(fake, job_fn):
-    async def go():
-        async with _client(_backend(fake), _jobs(job_fn)) as c:
-            created = await _post(c, ["a", "b"], "/v1/upper/jobs")
-            job_id = created.json()["id"]
-            call = job_fn.registry[job_id]
-            pending = await c.get(f"/v1/jobs/{job_id}", headers=AUTH_A)
-            other = await c.get(f"/v1/jobs/{job_id}", headers=AUTH_B)
-            call.state, call.value = "done", ["A", "B"]
-            done = await c.get(f"/v1/jobs/{job_id}", headers=AUTH_A)
-            call.state, call.error = "failed", EndpointError("1 of 2 inputs failed; first: x")
-            failed = await c.get(f"/v1/jobs/{job_id}", headers=AUTH_A)
-            call.state = "unreachable"
-            unreachable = await c.get(f"/v1/jobs/{job_id}", headers=AUTH_A)
-            call.state = "expired"
-            expired = await c.get(f"/v1/jobs/{job_id}", headers=AUTH_A)
-            unknown = await c.get("/v1/jobs/fc-00000000000000000000000999", headers=AUTH_A)
-            malformed = await c.get("/v1/jobs/not-an-id", headers=AUTH_A)
-            return (created, job_id, call, pending, other, done, failed, unreachable,
-                    expired, unknown, malformed)
-
-    (created, job_id, call, pending, other, done, failed, unreachable, expired, unknown,
-     malformed) = asyncio.run(go())
-    assert created.status_code == 202
-    assert created.headers["location"] == f"/v1/jobs/{job_id}"
-    assert created.json()["status"] == "queued" and created.json()["endpoint"] == "upper"
-    assert job_fn.spawns == [("upper", ["a", "b"])]
-    assert fake.count("predict.remote.aio") == 0        # the job function runs the rows
-    assert pending.status_code == 200 and pending.json()["status"] == "running"
-    assert call.gets[0] == 0                            # a poll, never a wait
-    assert other.status_code == 404
-    assert done.json()["status"] == "succeeded" and done.json()["outputs"] == ["A", "B"]
-    assert failed.json()["status"] == "failed" and "1 of 2 inputs" in failed.json()["error"]
-    assert unreachable.status_code == 503 and unreachable.headers["retry-after"] == "1"
-    assert expired.status_code == 410 and expired.json()["error"]["type"] == "expired"
-    assert unknown.status_code == 404 and malformed.status_code == 404
-
-
-def test_idempotency_key(fake, job_fn):
-    data: dict = {}
-
-    async def go():
-        async with _client(_backend(fake), _jobs(job_fn, data)) as c:
-            key = {"Idempotency-Key": "order-1"}
-            first = await _post(c, ["a"], "/v1/upper/jobs", key)
-            again = await _post(c, ["a"], "/v1/upper/jobs", key)
-            other_body = await _post(c, ["b"], "/v1/upper/jobs", key)
-            other_tenant = await c.post("/v1/upper/jobs", json={"inputs": ["a"]},
-                                        headers={**AUTH_B, **key})
-            bad_key = await _post(c, ["a"], "/v1/upper/jobs", {"Idempotency-Key": "a b"})
-            return first, again, other_body, other_tenant, bad_key
-
-    first, again, other_body, other_tenant, bad_key = asyncio.run(go())
-    assert first.status_code == 202
-    assert again.status_code == 200 and again.json()["id"] == first.json()["id"]
-    assert other_body.status_code == 409
-    assert other_body.json()["error"]["field"] == "Idempotency-Key"
-    assert other_tenant.status_code == 202 and other_tenant.json()["id"] != first.json()["id"]
-    assert bad_key.status_code == 400
-    assert len(job_fn.spawns) == 2                      # the resubmit spawned nothing
-    assert data[("job", first.json()["id"])]["tenant"] == key_id(KEY_A)
-
-
-def test_idempotency_race_keeps_the_first_job(job_fn):
-    data: dict = {}
-    jobs = _jobs(job_fn, data)
-
-    class Racing(MemoryKV):
-        """Another router stores the same key between our check and our put."""
-
-        async def put(self, key, value, *, skip_if_exists=False):
-            if skip_if_exists and key[0] == "idem" and key not in self.data:
-                self.data[key] = {"id": winner.object_id, "body": value["body"]}
-                self.data[("job", winner.object_id)] = {"tenant": "t", "endpoint": "upper",
-                                                        "created_s": 0.0}
-            return await super().put(key, value, skip_if_exists=skip_if_exists)
-
-    winner = FakeCall("fc-" + "w" * 26)
-    job_fn.registry[winner.object_id] = winner
-    jobs._kv = Racing(data)
-    wire, created = asyncio.run(jobs.submit("upper", ["a"], tenant="t", priority=None,
-                                            idempotency_key="k"))
-    assert (wire["id"], created) == (winner.object_id, False)
-    ours = [c for i, c in job_fn.registry.items() if i != winner.object_id]
-    assert [c.state for c in ours] == ["cancelled"]
-
-
-def test_run_job_rows_fails_the_job_on_a_bad_row(fake):
-    backend = _backend(fake)
-    assert asyncio.run(run_job_rows(backend, "upper", ["a", "b"])) == ["A", "B"]
-    with pytest.raises(EndpointError, match=r"1 of 2 inputs failed; first: inputs\[1\]"):
-        asyncio.run(run_job_rows(backend, "upper", ["a", "bad"]))
 
 
 def test_router_needs_keys_unless_public():

@@ -1,11 +1,10 @@
 """The Modal warmers offline: the generated cron functions (names, schedules, time zones),
-their bodies run against a recording stand-in for ``update_autoscaler`` and in-memory Dicts,
-the router's per-minute arrival counts."""
+their bodies run against a recording stand-in for ``update_autoscaler`` and in-memory
+Dicts."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import importlib.util
 import json
 import sys
@@ -13,7 +12,6 @@ import types
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
-import httpx
 import modal
 import pytest
 from croniter import croniter
@@ -21,27 +19,16 @@ from modal._utils.async_utils import synchronizer
 
 import floodway as fw
 from floodway.core.priors import COLD_START_PRIOR_S, SERVICE_PRIOR
-from floodway.http.app import make_asgi_app
-from floodway.http.clock import ManualClock
 from floodway.modal import autoscaler
 from floodway.modal.kv import MemoryKV, MemoryStore
 from floodway.modal.router import units
 from floodway.modal.router.backend import STATS_DICT, ModalBackend
 from floodway.modal.stats import BOOT_S
-from floodway.modal.traffic import ArrivalRecorder, scan_traffic
 from floodway.modal.warmers import apply
 from floodway.modal.warmers.apply import REAPPLY_S, Stores, run_warmer
 from floodway.modal.warmers.plan import TICK_NAME, WarmerSpec, warmer_plan
-from floodway.routers.admission import ApiKeys
 from floodway.warmers.target import minute_of
-from tests.unit.modal.router.test_backend import (
-    AUTH_A,
-    KEY_A,
-    FakeJobFunction,
-    FakeModal,
-    _jobs,
-    until,
-)
+from tests.unit.modal.router.test_backend import FakeModal
 from tests.unit.modal.router.test_backend import app as router_app
 
 NY_9AM = fw.Window(cron="0 9 * * 1-5", duration_s=3600, min_containers=3,
@@ -99,37 +86,6 @@ def _utc(*args) -> float:
 def _next_fire(spec: WarmerSpec, after_s: float) -> float:
     start = datetime.fromtimestamp(after_s, tz=UTC).astimezone(ZoneInfo(spec.timezone))
     return croniter(spec.cron, start).get_next(datetime).timestamp()
-
-
-# ---------------------------------------------------------------- the plan
-
-def test_plan_shares_cron_expressions_and_ticks_for_predictive(tmp_path):
-    plan = warmer_plan(_app(tmp_path))
-    # 09:00 minus lead 60 s minus the 30 s cold-start prior, rounded out: 08:58 New York.
-    assert plan == [
-        WarmerSpec("warm_cron_0", "58 8 * * 1-5", "America/New_York", ("sched", "twin"),
-                   ("sched:start", "twin:start")),
-        WarmerSpec("warm_cron_1", "0 10 * * 1-5", "America/New_York", ("sched", "twin"),
-                   ("sched:end", "twin:end")),
-        WarmerSpec(TICK_NAME, "* * * * *", "UTC", ("pred",)),
-    ]
-
-
-def test_plan_falls_back_to_the_tick(tmp_path):
-    plan = warmer_plan(_app(tmp_path), max_window_crons=1)
-    assert plan == [WarmerSpec(TICK_NAME, "* * * * *", "UTC", ("sched", "twin", "pred"))]
-    # The first of the month at 00:00 minus the lead crosses into an unknown day of month.
-    app = fw.App("monthly")
-    app.endpoint(model=fw.LocalModel(tmp_path), name="monthly", warm=fw.WarmPool(windows=[
-        fw.Window(cron="0 0 1 * *", duration_s=600, min_containers=2)]))(lambda m, x: x)
-    assert warmer_plan(app) == [WarmerSpec(TICK_NAME, "* * * * *", "UTC", ("monthly",))]
-
-
-def test_no_warmers_without_windows_or_prediction(tmp_path):
-    app = fw.App("static")
-    app.endpoint(model=fw.LocalModel(tmp_path), name="fixed",
-                 warm=fw.WarmPool(min_containers=2))(lambda m, x: x)
-    assert warmer_plan(app) == []
 
 
 # ---------------------------------------------------------------- the generated functions
@@ -215,11 +171,6 @@ def test_window_crons_raise_then_drop_the_floor(deployed, on_modal):
         ("sched", {"min_containers": 0, "buffer_containers": 1, "scaledown_window": 120}),
         ("twin", {"min_containers": 1, "buffer_containers": 0, "scaledown_window": 60})]
     assert stores.warm.get(("applied", "warmers", "sched"))["settings"]["min_containers"] == 0
-
-
-def test_summer_time_moves_the_utc_instant(tmp_path):
-    start_spec = warmer_plan(_app(tmp_path))[0]
-    assert _next_fire(start_spec, _utc(2025, 7, 6, 12)) == _utc(2025, 7, 7, 12, 58)   # EDT
 
 
 def test_no_call_while_the_target_is_unchanged(deployed, on_modal):
@@ -345,120 +296,3 @@ def test_the_router_publishes_its_batch_time_for_the_warmers():
     svc = asyncio.run(go())
     assert svc["batch_rows"] == router_app.endpoints["upper"].batching.max_batch_rows
     assert svc["batch_s"] > 0 and svc["rows_per_request"] == 2.0 and svc["samples"] == 1
-
-
-# ---------------------------------------------------------------- the router's arrivals
-
-def test_recorder_aggregates_per_minute_and_rewrites_idempotently():
-    data: dict = {}
-    rec = ArrivalRecorder("warmers", MemoryKV(data), router_id="r1")
-    t0 = _utc(2025, 1, 6, 12)
-    for dt in (0, 10, 59.9):
-        rec.record("pred", t0 + dt)
-    rec.record("pred", t0 + 60)
-    rec.record("sched", t0 + 5)
-    assert asyncio.run(rec.flush()) == 2
-    m = minute_of(t0)
-    assert data[("arrivals", "warmers", "pred", "r1")] == {m: 3, m + 1: 1}
-    assert data[("arrivals", "warmers", "sched", "r1")] == {m: 1}
-    assert asyncio.run(rec.flush()) == 0                # nothing new: no write
-    rec.record("pred", t0 + 70)
-    asyncio.run(rec.flush())
-    assert data[("arrivals", "warmers", "pred", "r1")] == {m: 3, m + 1: 2}   # not 3
-
-    other = ArrivalRecorder("warmers", MemoryKV(data), router_id="r2")
-    other.record("pred", t0 + 80)
-    asyncio.run(other.flush())
-    hist, stale = scan_traffic(MemoryStore(data), "warmers", ["pred", "sched"], t0 + 90,
-                               minutes=5)
-    assert hist["pred"].counts.tolist() == [0, 0, 0, 3, 3]
-    assert hist["sched"].counts.tolist() == [0, 0, 0, 1, 0]
-    assert stale == []
-
-
-def test_recorder_writes_once_per_period_on_the_loop():
-    class CountingKV(MemoryKV):
-        puts = 0
-        fail = True
-
-        async def put(self, key, value, *, skip_if_exists=False):
-            CountingKV.puts += 1
-            if CountingKV.fail:
-                CountingKV.fail = False
-                raise modal.exception.ConnectionError("blip")
-            return await super().put(key, value)
-
-    kv, clock = CountingKV(), ManualClock()
-    rec = ArrivalRecorder("warmers", kv, router_id="r1", flush_s=30.0, clock=clock)
-    t0 = _utc(2025, 1, 6, 12)
-
-    async def go():
-        for i in range(50):
-            rec.record("pred", t0 + i * 0.1)
-        await until(lambda: clock.sleeping == 1)        # one timer for the 50 arrivals
-        puts = [CountingKV.puts]
-        clock.advance(29.0)                             # before the period: no write
-        await until(lambda: clock.sleeping == 1)
-        puts.append(CountingKV.puts)
-        clock.advance(1.0)                              # the write fails: a retry is timed
-        await until(lambda: CountingKV.puts == 1 and clock.sleeping == 1)
-        clock.advance(30.0)                             # the retry writes
-        await until(lambda: CountingKV.puts == 2)
-        await until(lambda: rec._timer is None)
-        for _ in range(5):                              # nothing new: no timer, no write
-            clock.advance(30.0)
-            await asyncio.sleep(0)
-        return puts, clock.sleeping
-
-    puts, sleeping = asyncio.run(go())
-    assert puts == [0, 0] and sleeping == 0
-    # The first write failed and was retried; 50 arrivals cost two writes.
-    assert CountingKV.puts == 2 and rec.writes == 1
-    assert kv.data[rec.key("pred")] == {minute_of(t0): 50}
-
-
-def test_a_cancelled_write_timer_does_not_start_another():
-    """A router shutting down cancels the timer with counts unsaved: it must end there (a
-    new timer would never be awaited, and shutdown would wait on it forever)."""
-    kv, clock = MemoryKV(), ManualClock()
-    rec = ArrivalRecorder("warmers", kv, router_id="r1", flush_s=30.0, clock=clock)
-
-    async def go():
-        rec.record("pred", _utc(2025, 1, 6, 12))
-        await until(lambda: clock.sleeping == 1)
-        timer = rec._timer
-        timer.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await timer
-        await asyncio.sleep(0)
-        return rec._timer, [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-
-    timer, others = asyncio.run(go())
-    assert timer is None and others == []
-
-
-def test_router_records_user_requests_only():
-    arrivals: list[tuple[str, float]] = []
-    fake = FakeModal()
-    backend = ModalBackend(router_app, {"upper": fake.cls()}, stats=MemoryKV())
-    asgi = make_asgi_app(router_app, backend, jobs=_jobs(FakeJobFunction()),
-                         api_keys=ApiKeys([KEY_A]), on_arrival=lambda e, t: arrivals.append((e, t)))
-
-    async def go():
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=asgi),
-                                     base_url="http://t") as c:
-            codes = [
-                (await c.post("/v1/upper", json={"inputs": ["a"]}, headers=AUTH_A)).status_code,
-                (await c.post("/v1/upper/jobs", json={"inputs": ["a"]},
-                              headers=AUTH_A)).status_code,
-                (await c.post("/v1/upper", json={"inputs": ["a"]})).status_code,
-                (await c.post("/v1/nope", json={"inputs": ["a"]}, headers=AUTH_A)).status_code,
-                (await c.post("/v1/upper", content=b"{", headers=AUTH_A)).status_code,
-            ]
-            for path in ("/healthz", "/readyz", "/metrics"):
-                await c.get(path)
-            return codes
-
-    assert asyncio.run(go()) == [200, 202, 401, 404, 400]
-    assert [e for e, _ in arrivals] == ["upper", "upper"]
-    assert all(abs(t - arrivals[0][1]) < 60 for _, t in arrivals)
