@@ -1,6 +1,6 @@
 """The build functions `to_modal` generates (``build_l4``, ``build_cpu``, ...), offline.
 
-Their settings are read as in test_modal_objects.py: `Function.info()` for GPU, volumes, timeout
+Their settings are read as in test_objects.py: `Function.info()` for GPU, volumes, timeout
 and secrets; the image layers from each image's Dockerfile function (what the loader would send
 to Modal's builder). Their body runs here through `.local()`, on the store of `built_store`.
 Nothing here contacts Modal: `run_builds_on_modal` is only run against stand-ins.
