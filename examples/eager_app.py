@@ -26,7 +26,7 @@ import numpy as np
 
 import floodway as fw
 from floodway.deploy import to_modal
-from floodway.deploy.modal_images import PYTHON_VERSION, SERVING_PACKAGES
+from floodway.modal.app.images import PYTHON_VERSION, SERVING_PACKAGES
 
 MODEL_REPO = "sentence-transformers/all-MiniLM-L6-v2"      # as in modal_app.py
 MODEL_REVISION = "c9745ed1d9f207416be6d2e6f8de32d1f16199bf"

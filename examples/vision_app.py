@@ -25,7 +25,7 @@ import PIL.Image
 
 import floodway as fw
 from floodway.deploy import to_modal
-from floodway.deploy.modal_images import default_build_image
+from floodway.modal.app.images import default_build_image
 
 RESIZE, CROP = 256, 224
 MEAN = np.array([0.485, 0.456, 0.406], dtype=np.float32)    # ImageNet's, per RGB channel

@@ -59,3 +59,16 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@pytest.fixture(autouse=True)
+def _no_modal_env_restored():
+    """``FLOODWAY_NO_MODAL`` as it was before each test: `floodway serve` and `floodway build`
+    set it in their own process, so one run in-process by a test would otherwise make every
+    later `to_modal` return None."""
+    before = os.environ.get("FLOODWAY_NO_MODAL")
+    yield
+    if before is None:
+        os.environ.pop("FLOODWAY_NO_MODAL", None)
+    else:
+        os.environ["FLOODWAY_NO_MODAL"] = before

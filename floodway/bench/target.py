@@ -83,9 +83,9 @@ def _app_target(app: str, endpoint: str | None, input_json: Any,
     from floodway.bench.plan import Inputs
     from floodway.bench.runfile import config_doc
     from floodway.config import Generation
-    from floodway.deploy import NO_MODAL_ENV
     from floodway.functions.discover import load_app
     from floodway.functions.prompts import Prompt
+    from floodway.modal.extra import NO_MODAL_ENV
 
     os.environ.setdefault(NO_MODAL_ENV, "1")      # the app's Modal objects are not used
     spec = app if endpoint is None or "::" in app else f"{app}::{endpoint}"

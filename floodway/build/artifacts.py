@@ -12,7 +12,7 @@ A build for such an endpoint (`floodway.build.own`) holds the source's files as 
 checks every file's size against the manifest at once and hashes them (sha256) on a thread
 while the hook runs; `Artifacts.check()` waits for the hashes and raises ArtifactError for
 an altered file. `load_own` does all of it for a container (`floodway.runtime.worker`; the
-Modal class splits it at the memory snapshot, `floodway.deploy.modal_worker`).
+Modal class splits it at the memory snapshot, `floodway.modal.worker.gpu_class`).
 
 No torch, no pydantic: a container pays only for what its hook imports.
 """

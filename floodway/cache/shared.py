@@ -1,6 +1,6 @@
 """The shared tier of the response cache: a key-value store that every router container
 reads and writes (on Modal a `modal.Dict`; any object with the async ``get`` / ``put`` of
-`floodway.deploy.modal_kv.KV`).
+`floodway.modal.kv.KV`).
 
     tier = SharedTier(kv, wall=time.time, timeout_s=0.1)
     await tier.get_many(keys, ttl_s) -> {index: value bytes}    (misses absent)
@@ -31,7 +31,7 @@ SHARED_TIMEOUT_S = 0.1
 
 
 class SharedKV(Protocol):
-    """The async slice of `modal.Dict` the tier uses (`floodway.deploy.modal_kv.KV`)."""
+    """The async slice of `modal.Dict` the tier uses (`floodway.modal.kv.KV`)."""
 
     async def get(self, key: Any, default: Any = None) -> Any: ...
 

@@ -21,7 +21,7 @@ StoreOpt = Annotated[Path | None, typer.Option(
 
 def no_modal() -> None:
     """build/serve never use the Modal objects an app file makes: skip importing Modal."""
-    from floodway.deploy import NO_MODAL_ENV
+    from floodway.modal.extra import NO_MODAL_ENV
 
     os.environ.setdefault(NO_MODAL_ENV, "1")
 

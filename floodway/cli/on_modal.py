@@ -20,7 +20,7 @@ def modal_app(app: str, what: str):
 
     Clears ``FLOODWAY_NO_MODAL`` first: left set in the shell, it would make `to_modal` skip
     building the Modal objects that deploying and building on Modal need."""
-    from floodway.deploy import NO_MODAL_ENV, require_modal
+    from floodway.modal.extra import NO_MODAL_ENV, require_modal
 
     require_modal(what)
     import modal
@@ -63,10 +63,10 @@ def talking_to_modal(what: str) -> Iterator[None]:
 def check_credentials() -> None:
     """Raise FloodwayError, before anything is sent to Modal, when the Modal credentials are
     missing or incomplete, or a JWT key's libraries are not installed (`credentials_problem`,
-    looked up on `modal_warmers` as `deploy_and_apply` does)."""
-    from floodway.deploy import modal_warmers
+    looked up on `floodway.modal.deploy` as `deploy_and_apply` does)."""
+    from floodway.modal import deploy as deployer
 
-    problem = modal_warmers.credentials_problem()
+    problem = deployer.credentials_problem()
     if problem is not None:
         raise FloodwayError(problem)
 
@@ -77,7 +77,7 @@ def build_on_modal(app: str, force: bool) -> None:
     endpoint = app.partition("::")[2]
     fw_app, module_app = modal_app(app, "build on Modal")
     check_credentials()
-    from floodway.deploy.modal_objects import run_builds_on_modal
+    from floodway.modal.app.build import run_builds_on_modal
 
     with talking_to_modal("build"):
         results = run_builds_on_modal(module_app, fw_app, endpoint or None, force)
@@ -92,7 +92,8 @@ def deploy(app: Annotated[str, typer.Argument(
     """Deploy to Modal (as `modal deploy` does), then re-apply every endpoint's current warm
     target, which the deploy reset to the decorator's values (needs Modal credentials, and
     the router's keys Secret unless the router is public: checked before deploying)."""
-    from floodway.deploy import modal_warmers
+    from floodway.modal import deploy as deployer
+    from floodway.modal.warmers.apply import summary_line
 
     try:
         if "::" in app:
@@ -100,12 +101,12 @@ def deploy(app: Annotated[str, typer.Argument(
         fw_app, module_app = modal_app(app, "deploy")
         check_credentials()
         with talking_to_modal("deploy"):
-            applied = modal_warmers.deploy_and_apply(module_app, fw_app)
+            applied = deployer.deploy_and_apply(module_app, fw_app)
     except FloodwayError as e:
         raise fail(e) from None
     console.print(f"deployed {module_app.name}; warm targets:")
     for a in applied:
-        console.print(modal_warmers.summary_line(a))
+        console.print(summary_line(a))
     if any(a.error for a in applied):
         raise typer.Exit(code=1)
 

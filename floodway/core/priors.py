@@ -26,7 +26,7 @@ defined here once, for the local runtime, the Modal router and warmers, and the 
   container wait for it until the deadline hands it to a job (the 202 it would have had at
   once); the first start the router times replaces it. On Modal the router adds the
   scheduling and snapshot restore no container can time itself
-  (`floodway.deploy.modal_stats.BOOT_S`, 5 s) as a floor.
+  (`floodway.modal.stats.BOOT_S`, 5 s) as a floor.
 - `SERVICE_PRIOR`: seconds one batch of `rows` rows holds a container, 20 ms + 5 ms per row:
   a conservative CPU-class guess for a small encoder (benchmarks/cold_start.py measures
   all-MiniLM-L6-v2 at about 2-3 ms per row on two cores), replaced by the least-squares fit of

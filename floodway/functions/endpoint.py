@@ -55,7 +55,7 @@ class Endpoint:
     when there is neither `load` nor a model source. `input_type` is T (from the annotation,
     `Annotated` metadata kept; `Any` if absent) and is what the router validates each item of
     a request's ``inputs`` against. `gpu_memory_snapshot`: on Modal, the GPU's memory is
-    snapshotted too (only with `gpu`; see `floodway.deploy.modal_worker`). `cache`: its
+    snapshotted too (only with `gpu`; see `floodway.modal.worker.gpu_class`). `cache`: its
     response cache (`floodway.cache`), None when off. `recycle`: when a container is drained
     and replaced (`fw.Recycle`: its worker's resident memory, its calls), None: never. `lane`:
     set only on the endpoint one lane of it is served as (`floodway.functions.lanes`), `unit`

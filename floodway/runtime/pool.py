@@ -63,11 +63,11 @@ from floodway.config import VALIDATED_ENV
 from floodway.core.backend import BatchListener
 from floodway.core.clock import SYSTEM_CLOCK, Clock
 from floodway.core.reconcile import Do, Plan
-from floodway.deploy import NO_MODAL_ENV
 from floodway.errors import FloodwayError, StartFailing, Unavailable
 from floodway.functions.app import App
 from floodway.functions.lanes import lanes_section, served_units
 from floodway.jobs.local import JOB_TIMEOUT_S
+from floodway.modal.extra import NO_MODAL_ENV
 from floodway.routers.decide import Snapshot
 from floodway.routers.decide_stream import StreamSnapshot
 from floodway.routers.lanes import lane_keys, resolve_unit, split_unit

@@ -51,9 +51,6 @@ WARMUP_INPUTS_ENV = "FLOODWAY_WARMUP_INPUTS"
 # classes take milliseconds to create, which a container pays after its artifact prefetch
 # has started (overlapping it), not before.
 Send = Callable[[list[Any]], None]   # writes protocol messages, then flushes
-# The old names of two `floodway.runtime.calling` functions, for `floodway.deploy` until it
-# imports them from there.
-_fatal, _to_jsonable = is_fatal, to_jsonable
 
 
 def _what(value) -> str:
@@ -78,7 +75,7 @@ def _call(fn, model, inputs: list) -> list:
 
 
 def _result(batch_id: int, item_id, output):
-    """One item's ItemResult, its output as JSON (`_to_jsonable`); an ItemError for that
+    """One item's ItemResult, its output as JSON (`to_jsonable`); an ItemError for that
     item alone when JSON cannot carry it (the message names only this output's kind)."""
     from floodway.runtime.protocol import ItemError, ItemResult
 

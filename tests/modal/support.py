@@ -14,7 +14,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, TypeVar
 
-from floodway.deploy.modal_deploy import ROUTER_KEYS_SECRET
+from floodway.modal.deploy import ROUTER_KEYS_SECRET
 from tests.conftest import MODAL_APP
 from tests.modal.conftest import load_modal_app
 from tests.modal_fake import FakeModalServer

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from modal_proto import api_pb2
 
-from floodway.deploy.modal_build import run_builds_on_modal
+from floodway.modal.app.build import run_builds_on_modal
 from tests.modal.conftest import load_modal_app
 
 

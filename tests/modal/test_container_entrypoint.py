@@ -19,10 +19,9 @@ import numpy as np
 import pytest
 
 import modal_app
-from floodway.deploy.modal_calls import ITEM_ERROR
-from floodway.deploy.modal_router import container_slots
-from floodway.deploy.modal_stats import STATS_DICT, cold_key
-from floodway.deploy.modal_warmers import WARM_DICT
+from floodway.modal.contract import ITEM_ERROR, container_slots
+from floodway.modal.stats import STATS_DICT, cold_key
+from floodway.modal.warmers.apply import WARM_DICT
 from tests.modal.support import APP_NAME, DIM, deploy_example
 from tests.modal_fake import FakeModalServer
 from tests.modal_fake.entrypoint import Container

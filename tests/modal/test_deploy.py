@@ -10,11 +10,11 @@ import modal
 import pytest
 from modal_proto import api_pb2
 
-from floodway.deploy.modal_deploy import class_autoscale
-from floodway.deploy.modal_kv import MemoryKV
-from floodway.deploy.modal_objects import ROUTER_MAX_INPUTS
-from floodway.deploy.modal_router import ModalBackend
-from floodway.deploy.modal_warmers import warmer_plan
+from floodway.modal.app.objects import ROUTER_MAX_INPUTS
+from floodway.modal.autoscaler import class_autoscale
+from floodway.modal.kv import MemoryKV
+from floodway.modal.router.backend import ModalBackend
+from floodway.modal.warmers.plan import warmer_plan
 from tests.modal.support import APP_NAME, ROUTER_SECRET, deploy_example
 
 
@@ -28,7 +28,7 @@ def test_deploy_sends_every_function_and_class(fake_modal):
     # Images are answered as built at once; the floodway source travels as a mount.
     assert state.images
     mounted = {path for files in state.mounts.values() for path in files}
-    assert "/root/floodway/deploy/modal_objects.py" in mounted
+    assert "/root/floodway/modal/app/objects.py" in mounted
 
 
 def test_gpu_class_definition(fake_modal):

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from floodway.deploy.modal_objects import class_name
+from floodway.modal.contract import class_name
 from tests.conftest import ROOT
 from tests.modal.support import deploy_example
 

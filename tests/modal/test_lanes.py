@@ -9,8 +9,9 @@ from pathlib import Path
 
 import httpx
 
-from floodway.deploy.modal_deploy import class_autoscale
-from floodway.deploy.modal_warmers import deploy_and_apply, modal_stores, run_warmer
+from floodway.modal.autoscaler import class_autoscale
+from floodway.modal.deploy import deploy_and_apply
+from floodway.modal.warmers.apply import modal_stores, run_warmer
 from tests.modal.support import API_KEY, ROUTER_SECRET, deploy_example, embed_rows, run_async
 
 LANES_APP = Path(__file__).with_name("lanes_app.py")

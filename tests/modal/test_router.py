@@ -16,8 +16,8 @@ from modal_proto import api_pb2
 # Imported here, on the main thread: a handler would import it lazily on the fake's thread
 # otherwise, and CPython 3.11 breaks when two threads compile modules at once.
 import floodway.runtime.worker  # noqa: F401
-from floodway.deploy.modal_kv import MemoryKV
-from floodway.deploy.modal_router import ModalBackend
+from floodway.modal.kv import MemoryKV
+from floodway.modal.router.backend import ModalBackend
 from tests.modal.support import API_KEY, APP_NAME, DIM, deploy_example, embed_rows, run_async
 from tests.modal_fake import Timing
 
@@ -146,7 +146,7 @@ def test_a_row_refused_on_its_input_is_a_422_naming_its_field(fake_modal, monkey
     from types import SimpleNamespace
 
     import floodway as fw
-    from floodway.deploy.modal_worker import _Hooks
+    from floodway.modal.worker.gpu_class import _Hooks
 
     monkeypatch.setenv("FLOODWAY_API_KEYS", API_KEY)
     mod = deploy_example(fake_modal)

@@ -6,7 +6,7 @@
 - the GPU class of a streaming endpoint, run by Modal's own container entrypoint: one input
   per sequence, its chunks on data_out, a failure as the last item, a cancelled input's
   generator closed;
-- the router side (`floodway.deploy.modal_stream.remote_chunks`): closing the stream cancels
+- the router side (`floodway.modal.router.streams.remote_chunks`): closing the stream cancels
   the Modal call, and the container side's chunks come through unchanged.
 """
 
@@ -25,9 +25,10 @@ from modal_proto import api_pb2
 import floodway.functions.items  # noqa: F401
 import floodway.runtime.pending  # noqa: F401
 import floodway.runtime.worker  # noqa: F401
-from floodway.deploy.modal_calls import ITEM_ERROR
-from floodway.deploy.modal_stream import CALL_HEADER, container_chunks, remote_chunks
 from floodway.errors import EndpointError
+from floodway.modal.contract import CALL_HEADER, ITEM_ERROR
+from floodway.modal.router.streams import remote_chunks
+from floodway.modal.worker.stream import container_chunks
 from tests.modal.support import asgi_post, deploy_example, run_async, sse_events
 from tests.modal_fake.entrypoint import Container, Failed
 
@@ -228,8 +229,8 @@ def test_a_sync_generator_endpoint_streams_from_a_thread(fake_modal, stream_stor
 
 
 def _backend(mod: Any) -> Any:
-    from floodway.deploy.modal_kv import MemoryKV
-    from floodway.deploy.modal_router import ModalBackend
+    from floodway.modal.kv import MemoryKV
+    from floodway.modal.router.backend import ModalBackend
 
     return ModalBackend(mod.endpoints, {"talk": mod.Talk, "count": mod.Count}, stats=MemoryKV())
 

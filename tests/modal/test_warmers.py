@@ -7,8 +7,9 @@ from __future__ import annotations
 import warnings
 from datetime import UTC, datetime
 
-from floodway.deploy.modal_deploy import class_autoscale
-from floodway.deploy.modal_warmers import WARM_DICT, deploy_and_apply, modal_stores, run_warmer
+from floodway.modal.autoscaler import class_autoscale
+from floodway.modal.deploy import deploy_and_apply
+from floodway.modal.warmers.apply import WARM_DICT, modal_stores, run_warmer
 from tests.modal.support import APP_NAME, ROUTER_SECRET, deploy_example
 from tests.modal_fake import FakeModalServer
 
@@ -88,11 +89,11 @@ def test_a_streaming_endpoint_is_sized_from_what_the_router_published(fake_modal
     real ``floodway-stats`` Dict (``generation:<endpoint>``): the warmer's measurements are
     the local pool's `measured_generation` of the router's own estimator."""
     from floodway.core.generation import measured_generation
-    from floodway.deploy.modal_router import ModalBackend
-    from floodway.deploy.modal_sequences import max_sequences
-    from floodway.deploy.modal_stats import STATS_DICT, cold_estimator, generation_record
-    from floodway.deploy.modal_stream import container_chunks
-    from floodway.deploy.modal_warmers import measured_of
+    from floodway.modal.contract import max_sequences
+    from floodway.modal.router.backend import ModalBackend
+    from floodway.modal.stats import STATS_DICT, cold_estimator, generation_record
+    from floodway.modal.warmers.apply import measured_of
+    from floodway.modal.worker.stream import container_chunks
     from tests.modal.support import run_async
     from tests.modal.test_streaming import STREAM_APP, WORDS
 

@@ -120,16 +120,10 @@ def private_uses(source: str, own: str) -> list[str]:
     return [f"{what} (line {line})" for line, what in sorted(out)]
 
 
-# floodway/deploy/ is left out: regrouped separately.
-PRIVATE_EXEMPT = ("deploy/",)
-
-
 @pytest.mark.parametrize("path", MODULES, ids=_rel)
 def test_no_module_takes_another_modules_private_names(path: Path):
     """A name with a leading underscore belongs to its module: another module that needs it
     needs a public name (or the concept is cut in the wrong place)."""
-    if _rel(path).startswith(PRIVATE_EXEMPT):
-        pytest.skip("regrouped separately")
     own = "floodway." + _rel(path).removesuffix(".py").replace("/", ".").removesuffix(
         ".__init__")
     assert private_uses(path.read_text(), own) == [], _rel(path)
@@ -157,23 +151,26 @@ def test_the_private_name_check_finds_each_form():
 # contracts in core/; the runtime and the job queue implement those contracts without the
 # HTTP layer; the simulator drives the pure code without any runtime.
 NEVER = {
-    "routers/decide.py": ("floodway.runtime", "floodway.http", "floodway.deploy", "floodway.sim",
-                          "floodway.jobs", "modal", "starlette", "torch"),
+    "routers/decide.py": ("floodway.runtime", "floodway.http", "floodway.deploy", "floodway.modal",
+                          "floodway.sim", "floodway.jobs", "modal", "starlette", "torch"),
     "routers/decide_stream.py": ("floodway.runtime", "floodway.http", "floodway.deploy",
-                                 "floodway.sim", "floodway.jobs", "modal", "starlette", "torch"),
-    "warmers": ("floodway.runtime", "floodway.http", "floodway.deploy", "floodway.sim",
-                "floodway.jobs", "modal", "starlette", "torch"),
-    "core": ("floodway.runtime", "floodway.http", "floodway.deploy", "floodway.sim",
-             "floodway.jobs", "modal", "starlette", "torch"),
-    "cache": ("floodway.runtime", "floodway.http", "floodway.deploy", "floodway.sim",
-              "floodway.jobs", "modal", "starlette", "torch"),
-    "http": ("floodway.runtime", "floodway.deploy", "floodway.sim", "modal", "torch"),
-    "sim": ("floodway.runtime", "floodway.http", "floodway.deploy", "floodway.jobs", "modal",
-            "starlette", "torch"),
+                                 "floodway.modal", "floodway.sim", "floodway.jobs", "modal",
+                                 "starlette", "torch"),
+    "warmers": ("floodway.runtime", "floodway.http", "floodway.deploy", "floodway.modal",
+                "floodway.sim", "floodway.jobs", "modal", "starlette", "torch"),
+    "core": ("floodway.runtime", "floodway.http", "floodway.deploy", "floodway.modal",
+             "floodway.sim", "floodway.jobs", "modal", "starlette", "torch"),
+    "cache": ("floodway.runtime", "floodway.http", "floodway.deploy", "floodway.modal",
+              "floodway.sim", "floodway.jobs", "modal", "starlette", "torch"),
+    "http": ("floodway.runtime", "floodway.deploy", "floodway.modal", "floodway.sim", "modal",
+             "torch"),
+    "sim": ("floodway.runtime", "floodway.http", "floodway.deploy", "floodway.modal",
+            "floodway.jobs", "modal", "starlette", "torch"),
     "runtime": ("floodway.http", "floodway.sim", "modal", "starlette"),
-    "jobs": ("floodway.runtime", "floodway.http", "floodway.deploy", "floodway.sim", "modal",
-             "starlette", "torch"),
-    "runtime/worker.py": ("torch", "floodway.http", "floodway.deploy", "floodway.sim"),
+    "jobs": ("floodway.runtime", "floodway.http", "floodway.deploy", "floodway.modal",
+             "floodway.sim", "modal", "starlette", "torch"),
+    "runtime/worker.py": ("torch", "floodway.http", "floodway.deploy", "floodway.modal",
+                          "floodway.sim"),
 }
 
 
@@ -194,6 +191,73 @@ def test_import_boundaries(scope: str):
     bad = {f"{_rel(p)} imports {m}" for p in paths for m in _imports(p)
            for banned in NEVER[scope] if m == banned or m.startswith(banned + ".")}
     assert not bad, sorted(bad)
+
+
+def _module_name(path: Path) -> str:
+    parts = ("floodway", *path.relative_to(PKG).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imported_modules(path: Path, known: set[str]) -> set[str]:
+    """The modules of `known` that `path` imports anywhere (also inside functions, where a
+    deferred import only hides a cycle): ``from a import b`` names ``a.b`` when that is a
+    module, else ``a``; a relative import is resolved against `path`'s package."""
+    package = _module_name(path).split(".")
+    if path.name != "__init__.py":
+        package = package[:-1]
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join([*package[:len(package) - node.level + 1], *filter(None, [base])])
+            names = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base
+                     for a in node.names]
+        else:
+            continue
+        out.update(n for n in names if n in known)
+    return out
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle of `graph` (module -> modules it imports), as a path, or None."""
+    done: set[str] = set()
+
+    def visit(node: str, path: list[str]) -> list[str] | None:
+        if node in path:
+            return path[path.index(node):] + [node]
+        if node in done:
+            return None
+        for nxt in sorted(graph[node]):
+            found = visit(nxt, [*path, node])
+            if found:
+                return found
+        done.add(node)
+        return None
+
+    for start in sorted(graph):
+        found = visit(start, [])
+        if found:
+            return found
+    return None
+
+
+def test_the_modal_package_has_no_import_cycle():
+    """`floodway/modal/` is grouped by where each part runs, and its modules import one
+    another in one direction only: every import counts, the deferred ones inside functions
+    too (`to_modal` imports `app.objects` when it runs)."""
+    paths = [p for p in MODULES if _rel(p).startswith("modal/")]
+    known = {_module_name(p) for p in paths}
+    graph = {_module_name(p): _imported_modules(p, known) - {_module_name(p)} for p in paths}
+    assert sum(map(len, graph.values())) > len(graph) // 2, "the import graph looks empty"
+    assert _cycle(graph) is None, " -> ".join(_cycle(graph))
+
+
+def test_a_cycle_is_found():
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
 
 
 TESTS = Path(__file__).resolve().parents[1]

@@ -76,6 +76,9 @@ def test_the_cli_passes_allow_stale_to_serve(monkeypatch):
 
     seen = {}
     monkeypatch.setattr(server, "serve", lambda app, **kw: seen.update(kw))
+    # `serve` sets FLOODWAY_NO_MODAL in its process (this one): set here, it is unset again
+    # when the test ends, so later tests still build Modal objects.
+    monkeypatch.setenv("FLOODWAY_NO_MODAL", "1")
     res = CliRunner().invoke(cli.cli, ["serve", "app.py", "--allow-stale"])
     assert res.exit_code == 0, res.output
     assert seen["allow_stale"] is True

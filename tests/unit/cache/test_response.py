@@ -4,8 +4,8 @@ import asyncio
 
 import floodway as fw
 from floodway.cache import ResponseCache
-from floodway.deploy.modal_kv import MemoryKV
 from floodway.errors import EndpointError
+from floodway.modal.kv import MemoryKV
 
 app = fw.App("c")
 

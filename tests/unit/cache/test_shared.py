@@ -5,7 +5,7 @@ import asyncio
 import pytest
 
 from floodway.cache.shared import SharedTier
-from floodway.deploy.modal_kv import MemoryKV
+from floodway.modal.kv import MemoryKV
 
 KEY = bytes(range(32))
 

@@ -11,7 +11,7 @@ def test_build_on_modal_calls_the_apps_build_functions(monkeypatch):
     from typer.testing import CliRunner
 
     from floodway import cli
-    from floodway.deploy import modal_objects
+    from floodway.modal.app import build
 
     calls = []
 
@@ -24,7 +24,7 @@ def test_build_on_modal_calls_the_apps_build_functions(monkeypatch):
     monkeypatch.setenv("FLOODWAY_NO_MODAL", "1")
     monkeypatch.setenv("MODAL_TOKEN_ID", "ak-test")
     monkeypatch.setenv("MODAL_TOKEN_SECRET", "as-test")
-    monkeypatch.setattr(modal_objects, "run_builds_on_modal", fake)
+    monkeypatch.setattr(build, "run_builds_on_modal", fake)
     r = CliRunner().invoke(cli.cli, ["build", f"{MODAL_APP}::embed", "--on-modal", "--force"])
     assert r.exit_code == 0, r.output
     ((module_app, fw_app, endpoint, force),) = calls
@@ -49,13 +49,13 @@ def _modal_cli(monkeypatch, *, creds: bool):
 def test_build_on_modal_without_credentials_says_so_before_contacting_modal(monkeypatch):
     from typer.testing import CliRunner
 
-    from floodway.deploy import modal_objects
+    from floodway.modal.app import build
 
     def contacted(*a, **k):
         raise AssertionError("contacted Modal")
 
     cli = _modal_cli(monkeypatch, creds=False)
-    monkeypatch.setattr(modal_objects, "run_builds_on_modal", contacted)
+    monkeypatch.setattr(build, "run_builds_on_modal", contacted)
     r = CliRunner().invoke(cli.cli, ["build", str(MODAL_APP), "--on-modal"])
     assert r.exit_code == 2, r.output
     assert "no Modal credentials" in r.output and "Traceback" not in r.output
@@ -67,7 +67,8 @@ def test_modal_errors_are_one_line(monkeypatch):
     import modal.exception
     from typer.testing import CliRunner
 
-    from floodway.deploy import modal_objects, modal_warmers
+    from floodway.modal import deploy
+    from floodway.modal.app import build
 
     cli = _modal_cli(monkeypatch, creds=True)
 
@@ -77,11 +78,11 @@ def test_modal_errors_are_one_line(monkeypatch):
     def refused(*a, **k):
         raise modal.exception.InvalidError("Invalid App name")
 
-    monkeypatch.setattr(modal_objects, "run_builds_on_modal", unreachable)
+    monkeypatch.setattr(build, "run_builds_on_modal", unreachable)
     r = CliRunner().invoke(cli.cli, ["build", str(MODAL_APP), "--on-modal"])
     assert r.exit_code == 2 and "contacting Modal to build" in r.output
     assert "could not reach Modal to build" in r.output and "Traceback" not in r.output
-    monkeypatch.setattr(modal_warmers, "deploy_and_apply", refused)
+    monkeypatch.setattr(deploy, "deploy_and_apply", refused)
     r = CliRunner().invoke(cli.cli, ["deploy", str(MODAL_APP)])
     assert r.exit_code == 2
     assert "Modal refused to deploy: InvalidError: Invalid App name" in r.output

@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from floodway import cli
-from floodway.deploy import NO_MODAL_ENV
+from floodway.modal.extra import NO_MODAL_ENV
 from floodway.sim.model import BATCH_TIMES_FORMAT
 from tests.conftest import ROOT
 

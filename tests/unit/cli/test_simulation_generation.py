@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from floodway import cli
-from floodway.deploy import NO_MODAL_ENV
+from floodway.modal.extra import NO_MODAL_ENV
 
 
 @pytest.fixture(autouse=True)

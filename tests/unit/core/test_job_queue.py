@@ -8,7 +8,7 @@ import inspect
 import pytest
 
 from floodway.core.job_queue import Jobs
-from floodway.deploy.modal_jobs import ModalJobs
+from floodway.modal.jobs import ModalJobs
 
 
 @pytest.mark.parametrize("name", ["submit", "adopt", "find", "get"])

@@ -26,9 +26,9 @@ import numpy as np
 import floodway as fw
 from floodway.core.clock import ManualClock
 from floodway.core.estimators import ServiceEstimator
-from floodway.deploy.modal_kv import MemoryKV
-from floodway.deploy.modal_router import ModalBackend
-from floodway.deploy.modal_stats import BOOT_S
+from floodway.modal.kv import MemoryKV
+from floodway.modal.router.backend import ModalBackend
+from floodway.modal.stats import BOOT_S
 from floodway.routers.batcher import Batcher
 from floodway.routers.decide import Action, Request, Snapshot, decide
 from floodway.runtime.container import State
@@ -36,7 +36,7 @@ from floodway.runtime.endpoint_pool import EndpointPool
 from floodway.sim import ColdStartModel, ServiceModel, Trace
 from floodway.sim.engine import TENANT, SimConfig, Simulator
 from floodway.sim.pool import SimBatch
-from tests.unit.deploy.test_modal_router import FakeModal
+from tests.unit.modal.router.test_backend import FakeModal
 from tests.unit.runtime.fakes import T0, FakeContainer, StepClock
 
 ROUTE = fw.Route(max_inflight_per_container=8, max_queue=32, timeout_s=2.0,

@@ -19,12 +19,12 @@ from modal._partial_function import _find_partial_methods_for_user_cls, _Partial
 
 import floodway as fw
 from floodway.core.clock import ManualClock
-from floodway.deploy.modal_calls import row_result
-from floodway.deploy.modal_worker import worker_class
 from floodway.errors import EndpointError
 from floodway.http.app import make_asgi_app
 from floodway.http.responses import JSONResponse, outputs
 from floodway.jobs.local import LocalJobs
+from floodway.modal.router.calls import row_result
+from floodway.modal.worker.gpu_class import worker_class
 from floodway.routers.schema import parse_predict
 from floodway.runtime import worker
 from floodway.runtime.protocol import (
