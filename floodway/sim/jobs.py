@@ -1,25 +1,7 @@
-"""The async side of the simulated router: the deadline hand-off, and the job backlog that
-runs on idle containers, as the local runtime runs it.
-
-The hand-off (`floodway.http.handoff`): where the route spills to async, a request still
-queued `handoff_margin_s` before its deadline leaves the queue as an async job.
-
-The backlog (`JobBacklog`, mixed into `floodway.sim.pool.Pool`): every request spilled to
-async (`decide()`'s spill_async) or handed off becomes a job, in arrival order. As the
-local pool feeds jobs (`floodway.jobs.feed`, the batcher's low priority and top-up rule), a
-job batch goes only to a warm container with nothing in flight while no sync request is
-queued, is sent at once (its jobs have waited), and holds jobs in order while its rows fit
-``max_batch_rows``, its padded tokens the batcher's token budget, and its time by the
-router's fit `JOB_BATCH_SHARE` x the route's timeout (its first job always goes). A sync
-request that comes meanwhile waits behind it, as in the runtime (measured: with 427 jobs
-spilled in a 30 s replay, job batches of 7 long texts filled both containers for seconds
-between bursts and the sync requests behind them took up to 1.5 s). A job batch holds
-containers busy (the busy time, the buffer) but records no latency: its requests were
-answered 202 when they spilled. `jobs_run` counts the jobs run, `jobs_end_s` when the last
-one ended (NaN: none ran).
-
-Not modelled: the backlog as demand for the warm-pool policy (the runtime counts queued
-jobs towards its warm target; the simulated policy sees arrivals only), and job retries.
+"""The async side of the simulated router: the deadline hand-off, and the job backlog
+(`JobBacklog`, mixed into `floodway.sim.pool.Pool`) that runs on idle containers as the
+local runtime runs it (`floodway.jobs.feed`). What is and is not modelled:
+docs/design/simulator.md ("Jobs and the deadline hand-off").
 """
 
 from __future__ import annotations

@@ -1,23 +1,9 @@
 """The pool of one simulated endpoint: containers, their batches, the router's queue, the
 warm-pool policy every minute and the events that drive them (`Pool`, the base of
-`floodway.sim.engine`'s simulator; the model is described there).
-
-The pool decides nothing about its size itself: the policy's `WarmTarget` says how many
-containers to keep (`WarmTarget.keep(busy, cap)`) and `floodway.core.reconcile.reconcile`
-which to start and stop, as in the local runtime; the pool carries out the plan (`reconcile`)
-at each policy tick, at each idle check whose container's scaledown window has run out, and
-when a container gets busy while fewer are live than the target keeps (Modal's buffer).
-
-The deadline hand-off (`floodway.sim.jobs`): where the route spills to async, a request
-still queued `handoff_margin_s` before its deadline is withdrawn from the queue and becomes
-an async job (`handed_off`), as the router's hand-off does; one whose batch ends after that
-instant is answered 202 too (its job adopts the work, which runs on), which
-`floodway.sim.collect` counts. Without an async spill a queued request is dropped at its
-deadline (`expired`). Async jobs run on idle containers (`floodway.sim.jobs.JobBacklog`).
-
-Events are heap entries ``(time, kind, seq, obj, extra)``: at equal times a container that
-becomes ready or frees a slot does so before a policy tick or idle check (`kind`), and events
-of one kind in the order they were pushed (`seq`).
+`floodway.sim.engine`'s simulator). It carries out `floodway.core.reconcile`'s plans and
+decides nothing about its size itself; the deadline hand-off and jobs are
+`floodway.sim.jobs`. Events are heap entries ``(time, kind, seq, obj, extra)``, ordered as
+docs/design/simulator.md ("The pool") says.
 """
 
 from __future__ import annotations
