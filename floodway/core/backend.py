@@ -2,7 +2,7 @@
 queues (`Pending`; `StreamPending` for a streaming endpoint).
 
 The local runtime (`floodway.runtime.pool.Pool`) and the Modal router
-(`floodway.deploy.modal_router.ModalBackend`) implement them in full: the handlers never
+(`floodway.modal.router.backend.ModalBackend`) implement them in full: the handlers never
 probe an implementation with hasattr/getattr. The job queue's contract is
 `floodway.core.job_queue.Jobs`; the clock's, `floodway.core.clock.Clock`.
 """

@@ -1,5 +1,5 @@
 """How long before its deadline a sync request is handed to the async job queue: the router's
-deadline hand-off (`floodway.http.handoff`) and the simulator's (`floodway.sim.jobs`) read it
+deadline hand-off (`floodway.http.handoff`) and the simulator's (`floodway.sim.pool`) read it
 here, so both hand off at the same instant.
 """
 

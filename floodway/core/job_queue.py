@@ -1,6 +1,6 @@
 """The async job queue's contract: what the HTTP layer needs of it (``/v1/<endpoint>/jobs``,
 ``/v1/jobs/<id>``, the deadline hand-off, ``/metrics``). The local runtime
-(`floodway.jobs.local.LocalJobs`) and the Modal router (`floodway.deploy.modal_jobs`)
+(`floodway.jobs.local.LocalJobs`) and the Modal router (`floodway.modal.jobs`)
 implement it in full.
 """
 

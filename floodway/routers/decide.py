@@ -2,73 +2,15 @@
 
     decide(snapshot, request) -> Decision(action, reason, est_wait_s, retry_after_s, status)
 
-The local runtime, the Modal router and the simulator all call `decide`; only the source of
-the snapshot differs (the local pool, `Function.get_current_stats()`, the simulated pool).
-
-Algorithm (all times in seconds, on the snapshot's clock):
-
-1. `alone` = predicted seconds of one batch of the request's rows (at most a batch: max_batch_rows,
-   fewer where `max_batch_tokens` is reached first), from the measured line
-   a*padded_tokens + b*rows + c (`ServiceTime`, fitted on the batches sent); a batch is
-   padded to its longest row, which is the request's longest input (`Request.row_tokens`,
-   estimated at admission: `floodway.routers.tokens`), so a long text costs what its tokens
-   cost. `service` = the same for the batch the request will ride in: the part-filled batch
-   ahead of it, its own rows, and the rows that arrive while it waits (measured arrival
-   rate), capped as above; the batcher groups similar lengths, so the batch is costed at the
-   request's own row length. A request finishes with its whole batch, so under load this
-   tends to a full batch, and at light load to the request alone.
-2. `budget` = (deadline - now - LAG_FACTOR x loop lag) x HEADROOM (0.85: estimates are
-   means; a miss costs a 504, an early spill only a 202). The router's event-loop lag
-   (`Snapshot.loop_lag_s`, the worst of the last seconds) counts twice: a request may have
-   waited that long before the router read it, and its answer waits for the loop again on
-   the way out; a router that runs late is overloaded itself, and spills or sheds sooner.
-   No budget left -> shed (deadline, or the router's lag). A budget shorter than
-   `alone` can never be met synchronously -> the spill targets that do not keep the caller
-   waiting (step 6: async), else shed.
-3. `wait` = when this request would start if it joined the queue: water-filling of the work
-   ahead (queued rows and tokens of its priority or higher, which the batcher serves first,
-   cut into batches by rows and tokens, at the fitted rate) over every live container, each
-   available from its own backlog (warm) or remaining cold start (starting/warming). A
-   container processes one batch at a time; its slots only pipeline work, not throughput.
-4. dispatch: nothing is queued at this priority or above (the batcher serves lower
-   priorities, e.g. async jobs, after it) and a warm container is idle (whatever the estimate
-   says: no other path would be faster), or has a free slot and its backlog plus `service`
-   fits the budget.
-5. queue: `wait + service` fits the budget and the bounded queue has room for this priority
-   (low may use half of `max_queue`, normal 90 %, high all of it: low sheds and spills
-   first) and this tenant (at most half the queue while other tenants wait too, so one
-   tenant cannot starve the rest).
-   Each starting container adds its slots to the room: work may wait for capacity that is
-   already on its way.
-6. spill: the targets of `Route.spill` (`snapshot.spill`), in that order, each a strategy
-   in the `SPILLS` table, until one takes the request (a target the table lacks is skipped:
-   the config refuses it). When even the request alone cannot meet the budget (step 2),
-   only targets that do not keep the caller waiting are tried.
-   - "cold" (`ColdSpill`): a container may still be started (live < max_containers) and the
-     *measured* cold start plus `service` fits the budget -> spill_cold. Started containers
-     enter step 3 for the next requests, which is the hysteresis that keeps one burst from
-     starting max_containers at once.
-   - "async" (`AsyncSpill`): the request accepts it and the job store is accepting ->
-     spill_async: the request becomes a durable job (202).
-   So ("cold", "async") starts a container when one is in time and makes a job otherwise;
-   ("async", "cold") makes a job whenever the request allows one, and starts a container
-   for the requests that cannot become jobs.
-7. shed: no target took it: 503 with Retry-After = the estimated wait until capacity frees
-   (1..60 s).
-8. scale from zero: with no live container at all and "cold" in the spill list (and
-   max_containers > 0), a spill_async or shed of steps 6-7 also asks for a container
-   (`start_cold`), so that the requests after it find one.
-
+Dispatch, queue, spill (the targets of `Route.spill`, tried in order from `SPILLS`) or shed,
+all times in seconds on the snapshot's clock. The local runtime, the Modal router and the
+simulator all call it, each on a snapshot from `floodway.core.snapshot.build_snapshot`. The
+algorithm, step by step (the steps the code's comments name): docs/design/decision.md.
 A new spill target is one more `SpillTarget` in `SPILLS` (and an `Action` for it); the
 config accepts exactly the table's names (`floodway.config.SPILL_TARGETS`).
 
-Overload behaviour: nothing waits that cannot meet its deadline, the queue never exceeds its
-cap, and a shed answer costs one call of this function (microseconds). Rate limiting by tenant
-(429) happens before `decide`, in `floodway.routers.admission`.
-
 The water-filling wait is the M/D/c-style deterministic estimate used by Clipper
-(Crankshaw et al., NSDI 2017) and Ray Serve's queue-length based routing: predictable,
-cheap, and conservative under bursts because it counts work, not requests.
+(Crankshaw et al., NSDI 2017) and Ray Serve's queue-length based routing.
 """
 
 from __future__ import annotations

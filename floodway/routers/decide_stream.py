@@ -3,64 +3,12 @@ of sequence slots and one request.
 
     decide_stream(snapshot, request) -> Decision     (decide.py's Action and Decision)
 
-The local pool, the Modal router and the simulator build the `StreamSnapshot` with
-`floodway.core.stream_snapshot.build_stream_snapshot`. The service model is
-`floodway.core.generation` (iteration-level scheduling after Orca, Yu et al., OSDI 2022; a
-KV-cache budget per container after vLLM, Kwon et al., SOSP 2023): a container runs up to
-`max_sequences` sequences, each reserving prompt + max_new_tokens of its KV budget.
-
-The deadline (`X-Deadline-Ms`, else `Route.timeout_s`) bounds the time to the first token
-(TTFT): once a stream has started it runs to its end. `Decision.est_wait_s` is the estimated
-TTFT. Algorithm (seconds on the snapshot's clock; `budget` = (deadline - now - 2 x the
-router's loop lag) x HEADROOM, as in `decide()`):
-
-1. No time left -> shed (503). A request whose sequence cannot fit a container's KV budget at
-   all (prompt + max_new_tokens > kv_cache_tokens), or of more sequences than its priority
-   can ever be admitted with (`most_sequences`: dispatched whole onto every container the
-   endpoint may run, or queued whole within its priority's share of the queue) -> shed
-   with status 413: no wait helps. The async spill is offered only to a request that a job
-   (low priority) could hold: a larger one would become a job that never starts.
-2. Nothing queued and warm containers with free slots and KV room for all of the request's
-   sequences, each on the container where its first token comes soonest (`place`: prefill of
-   the prompts sent there and not yet prefilled plus its own, then one decode step with one
-   more sequence). All of them idle -> dispatch whatever the estimate says (no path is
-   faster). Otherwise `alone` (prefill of its prompt + a one-sequence step) over the budget
-   -> only the spill targets that do not keep the caller waiting (async), else shed; the
-   placement's TTFT within the budget -> dispatch.
-3. queue: TTFT = the instant the slot of its last sequence frees (`nth_slot_s` over every
-   live container's slot instants: free now, when each running sequence ends after its
-   expected remaining tokens at the container's current step time, when a starting one is
-   ready; the sequences queued at its priority or above take slots first, each holding one
-   for the prefill of a mean prompt and its expected tokens, ``model.expected_new`` of the
-   mean max_new_tokens, at a full container's step time) + the prefill of the prompt tokens
-   ahead (queued at its priority or above, and sent but not yet prefilled) shared over the
-   live containers and of its own, with one per-prompt cost + one full step. Queue when
-   that fits the budget and the queue has room (`QUEUE_SHARE` of `max_queue` sequences for
-   its priority, plus each starting container's slots; the tenant at most `TENANT_SHARE`
-   while others wait, as in `decide()`).
-4. spill: `Route.spill` in order, from `STREAM_SPILLS`: "cold" (`StreamColdSpill`) when a
-   container may still be started and the measured cold start + the wait for its slots +
-   prefill (its share of the queue ahead and its own) + one step fits; "async"
-   (`decide.AsyncSpill`: a job whose result is the whole completion) when allowed.
-5. else shed 503 with Retry-After = the estimated TTFT (1..60 s); scale from zero as in
-   `decide()`.
-
-Why the parts are counted as they are (measured with benchmarks/generate.py, where counting
-otherwise shed requests whose first token came in half the estimate):
-
-- The per-prompt cost of the prefill fit (`ServiceTime.per_batch_s` of `model.prefill`) is
-  paid once per request, not once per prompt ahead: the engine prefills the prompts that
-  join between two decode steps in one call (iteration-level scheduling), and what the
-  runtimes measure as a prompt's prefill (dispatch to first chunk, less a step) is mostly
-  the wait for the step under way, which a sequence waits once. The prompt tokens ahead
-  still count at the fit's per-token rate: that compute comes before its first token.
-- How long sequences run is the measured distribution's expectation
-  (`floodway.core.generation`), not max_new_tokens, which most sequences never reach; with
-  nothing measured yet the estimate falls back to max_new_tokens, the upper bound. Where
-  an error would break a promise it stays conservative: the KV-cache room a sequence needs
-  is its prompt + max_new_tokens (the engine reserves that much), and steps are timed at
-  the current (or a full container's) step time, though steps get faster as sequences
-  leave.
+The deadline bounds the time to the first token; `Decision.est_wait_s` is its estimate. The
+snapshot comes from `floodway.core.stream_snapshot.build_stream_snapshot` and the service
+model from `floodway.core.generation` (iteration-level scheduling after Orca, Yu et al.,
+OSDI 2022; a KV-cache budget per container after vLLM, Kwon et al., SOSP 2023). The
+algorithm, step by step (the steps the code's comments name), and why each part is
+counted as it is (measured with benchmarks/generate.py): docs/design/decision.md.
 """
 
 from __future__ import annotations

@@ -1,20 +1,7 @@
 """A discrete-event simulator that drives the same `decide()` and warm-pool policy code as the
-router and the warmers over a trace (see `floodway.sim.engine`).
-
-    engine.py   the run (`Simulator`): arrivals, decide() or the fast path, bulk segments
-    pool.py     containers, batches, the router's queue, async jobs and the deadline
-                hand-off, policy ticks, the event heap; carries out
-                `floodway.core.reconcile`'s plans
-    fastpath.py exact shortcuts: the dispatch test, bulk segments of traffic dispatched (or
-                queued and drained into a batch at once)
-    kernel.py   the compiled (numba) kernel that replays a bulk segment over arrays
-    collect.py  the SimResult of a run, segments' busy intervals spliced in order
-    model.py    measured cold-start and service-time models (a bench run's batch times)
-    costs.py    a request's tokens, where the runtime counts them
-    policy.py   policies to compare: floodway's `desired`, the hybrid histogram alone
-    trace.py    per-request and per-minute traces
-    result.py   SimResult
-    plot.py     the PNG: arrivals, warm and busy containers over time
+router and the warmers over a trace: `simulate` (`floodway.sim.engine`) for batched
+endpoints, `simulate_generation` (`floodway.sim.generation`) for streaming ones. The model,
+the module map and the exact fast path: docs/design/simulator.md.
 """
 
 from floodway.sim.engine import DecisionMismatch, SimConfig, simulate

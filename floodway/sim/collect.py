@@ -1,11 +1,8 @@
 """The `SimResult` of one run of `floodway.sim.engine`, from what the run recorded.
 
-Busy intervals come from two sources: the event loop records each batch as it ends
-(`Pool.busy_a` / `busy_b`), and bulk segments (`floodway.sim.fastpath`) record theirs, in run
-order, in one pair of arrays (`Segments.out_s` / `out_e`), each segment's as a piece ``(at,
-count)``: `count` intervals that the event loop would have recorded just before its `at`-th
-one. `splice_busy` puts every piece in its place with one scatter, so the arrays are in the
-event loop's order (their float sums depend on it).
+`splice_busy` puts the bulk segments' busy intervals among the event loop's, in the order
+the event loop would have recorded them (their float sums depend on it):
+docs/design/simulator.md ("Collecting the result").
 """
 
 from __future__ import annotations

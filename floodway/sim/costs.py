@@ -3,14 +3,7 @@ them (`floodway.routers.tokens`).
 
     request_tokens(trace, max_seq_len, service) -> int64 array (n,) | None
 
-The runtime estimates each text's tokens at admission and its service line is fitted on
-padded tokens (`floodway.routers.service.ServiceTime`). A per-request trace with a
-``ContextTokens`` column says how long each request's text is; for an endpoint that takes
-text, a request then costs that many tokens plus the tokenizer's special tokens
-(`floodway.routers.tokens.SPECIAL_TOKENS`), at most the build's `max_seq_len` and at least 1,
-as `floodway.routers.tokens.item_tokens` counts a text. Only where the service model has a
-per-token term: without one tokens change no estimate and no batch time, and the simulator
-costs rows alone (and keeps its exact fast path).
+As the runtime counts a text (docs/design/simulator.md, "What a request costs").
 """
 
 from __future__ import annotations

@@ -4,80 +4,10 @@
 
     simulate(trace, route=..., warm=..., batching=..., cold=..., service=...) -> SimResult
 
-The model (times in seconds on the trace's clock):
-
-- Containers go starting -> ready (idle or busy) -> stopped. A start takes a cold start drawn
-  from `ColdStartModel` with the run's seeded numpy Generator. Starting time is billed.
-- A ready container runs one batch at a time and holds at most
-  ``pipeline_slots(route.max_inflight_per_container)`` batches (its slots, as the local router
-  keeps them: `floodway.core.snapshot.pipeline_slots`; as in `decide`, slots pipeline work,
-  they add no throughput). A request sent to it joins the router's forming batch (its newest
-  batch not yet cut, sent ``batching.wait_ms`` after its oldest request, at once if full; else
-  any container's: the runtime's batcher forms one batch at a time) if the rows fit in
-  ``batching.max_batch_rows`` (and, where requests cost tokens, its padded tokens the
-  batcher's token budget), else opens one. A batch on an idle container starts when it is
-  cut; one behind another when the previous one ends (`Pool.assign`). Batch time: `ServiceModel`
-  (by batch size where it has measured times by size, e.g. from a bench run).
-- Requests cost tokens (`floodway.sim.costs`) where the endpoint takes text
-  (`SimConfig.max_seq_len`), the trace has a ``ContextTokens`` column and the service fit a
-  per-token term: then `decide()` sees each request's tokens and the containers' and the
-  queue's, as the local router counts them, and batch times are the fit at padded tokens.
-- The router's queue is FIFO: whenever a container becomes ready or ends a batch, queued
-  requests fill its free slots in order (at most max_batch_rows rows per batch); a queued
-  request whose deadline has passed is dropped (`expired`), as the batcher drops it.
-- Every arrival is decided by `decide(Snapshot, Request)` with the request's deadline
-  (arrival + ``route.timeout_s``): dispatch to the warm container `decide` picks (least backlog
-  among those with a free slot, first in start order), queue, spill_cold (start a container, the
-  request then waits in the queue), spill_async (a job that runs later on an idle container:
-  `floodway.sim.pool`) or shed. The snapshot is built as the local runtime builds it, with
-  `floodway.core.snapshot.build_snapshot`: each live container's batches in flight (rows) and slots,
-  a starting one's time since its start was asked for (its remaining start is
-  estimated from `cold_start_s`, the slowest measured start, not known), the queue at
-  normal priority (every request is priority 1, served in order) for one tenant, the fitted
-  service time, the batcher's wait, and the arrival rate: the rows of the requests admitted
-  (dispatched, queued or spilled to a cold container) at times ``t >= now - RATE_WINDOW_S``
-  before this one, divided by `RATE_WINDOW_S` (`floodway.core.estimators.ArrivalRate`).
-- Every minute, on the minute, the policy gets the per-minute arrival counts of the minutes
-  that have *ended* (no look-ahead) and returns a `WarmTarget`. The pool obeys it with Modal's
-  semantics, as the local pool: `WarmTarget.keep(containers working, cap)` containers are
-  kept, and `floodway.core.reconcile.reconcile` says what to start (at once, ahead of demand,
-  while fewer are live) and stop (idle ones whose ``scaledown_window_s`` has run out while
-  more are live, the longest idle first), at the tick, at an idle container's check when its
-  window runs out, and whenever a container gets busy (the buffer is only nonzero while the
-  policy saw the endpoint active, in the minutes that ended); a request that arrives while no
-  warm container can take it waits for a start (a cold start).
-- At the start of the trace the pool holds the config's ``min_containers``, already warm (as
-  a deployed endpoint would); the simulated span is the trace's whole minutes, plus the time
-  the last batch needs to end.
-
-Speed (exact: `fast=True`, the default, gives the same `SimResult` as `fast=False`, which
-calls `decide` on every arrival; tests/unit/sim/test_fastpath.py compares every field; the
-shortcuts cost rows only, so with token costs every arrival calls `decide`, and with batch
-times by size no bulk segment runs):
-
-- The dispatch test (`floodway.sim.fastpath.dispatch_box`): with the router's queue empty,
-  `decide` can only dispatch or not by its steps 2 and 4 (budget > 0; an idle warm container;
-  else alone, and least backlog + the batch it would ride in (with the arrival rate), within
-  budget x HEADROOM), which the engine evaluates on its own state with the same float
-  expressions; any other case builds the `Snapshot` (tens of us in CPython) and calls
-  `decide`. The arrival rate comes from cumulative admitted rows per arrival (`cum`) and a
-  window pointer that only moves forward; with ``fast=False`` from the runtime's own
-  `ArrivalRate`, so comparing the modes checks one against the other.
-- Bulk segments (`floodway.sim.fastpath.Segments`): from an arrival that finds the queue empty,
-  no batch in flight and no job waiting, up to the next heap event, arrivals that are all
-  dispatched (or queued and drained into a batch at once) are replayed by a compiled kernel
-  (`floodway.sim.kernel`, numba) instead of heap events and objects, on any number of warm
-  containers, and backed off to the last instant the pool was idle again if one would be
-  neither. The kernel sets their latencies; their busy intervals are spliced among the event
-  loop's at the end, in the order it would have recorded them (`floodway.sim.collect`).
-- The policy sees the minutes that have ended as an O(1) view of the trace's counts
-  (`History.view_of`), checked once.
-
-Containers, batches, the queue, the async jobs and the policy's ticks are in
-`floodway.sim.pool.Pool`, which `Simulator` extends with the decisions and the run.
-
-`check=True` runs `decide` on every arrival as well (no bulk segments) and raises
-`DecisionMismatch` if the dispatch test ever disagrees.
+Times in seconds on the trace's clock. `fast=True` (the default) takes exact shortcuts
+(`floodway.sim.fastpath`) and gives the same `SimResult` as `fast=False`, which calls
+`decide` on every arrival; `check=True` runs both and raises `DecisionMismatch` where the
+dispatch test disagrees. The model and the shortcuts: docs/design/simulator.md.
 """
 
 from __future__ import annotations

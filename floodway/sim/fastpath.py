@@ -1,62 +1,8 @@
-"""Exact shortcuts for `floodway.sim.engine`: a dispatch test equal to `decide`'s, and bulk
-segments of traffic that is dispatched (or queued and drained at once) simulated without the
-event heap.
-
-**The dispatch test** (`dispatch_box`). With the router's queue empty, `decide` returns
-dispatch exactly when (its steps 2 and 4, with the snapshot the engine builds with
-`floodway.core.snapshot.build_snapshot`) ``budget = deadline - now > 0`` and either a warm
-container with a free slot has no backlog (an idle one), or ``alone = fit.seconds(min(rows,
-max_batch_rows))`` fits ``budget * HEADROOM`` and so does the least backlog among warm
-containers with a free slot plus the batch the request would ride in: ``backlog +
-fit.seconds(min(max_batch_rows, rows + ceil(rate * (backlog + batch_wait_s)))) <= budget``,
-`rate` the arrival rate (rows admitted over the last `RATE_WINDOW_S`, as
-`floodway.core.estimators.ArrivalRate`). A container's backlog is the sum of its batches'
-fitted times, oldest first, as the snapshot builder sums them. The test evaluates the same
-float expressions in the same order, so it agrees with `decide` bit for bit; the engine sends
-the request to the same container either way (least backlog, first in start order on a tie).
-The rate is asked for only where it matters (no idle container), as cumulative admitted rows
-(`cum`, one entry per arrival) over a window whose first arrival only moves forward.
-
-**Segments** (`Segments.run`). From an arrival that finds the queue empty and no batch in
-flight, and up to the next heap event (a policy tick, an idle check, a container becoming
-ready: `bound`), the pool changes only through arrivals and batch ends, and while every
-arrival is dispatched, or queued and drained into a batch at once, the router's queue stays
-empty. A segment replays exactly that, in a compiled kernel over arrays
-(`floodway.sim.kernel.run_segment`): the warm containers' batches (rows, start, end, fitted
-time), batch ends processed before an arrival at the same instant (as the heap does), each
-arrival decided by the dispatch test on the segment's own backlogs (summed as the engine and
-the snapshot builder sum them) and the arrival rate (the segment's arrivals are all admitted:
-it adds their rows to `cum` as it goes), joined to the router's forming batch (the newest unstarted
-batch not yet cut, of its container or else of any, if its rows fit), else given a new batch (cut
-``wait_s`` later and started then on an idle container, or when the batch ahead ends). An
-arrival that finds no free slot is queued
-where `decide` would queue it (the earliest container's availability plus its batch
-within the budget, room in the queue) and joins, as the engine's drain does at once, the
-first container whose newest batch has not started nor been cut and has room. Batch ends
-between two arrivals are recorded in the heap's order: by time, equal times by push
-order: by when each was last pushed (when an arrival opened it, when it began behind
-another, or at its old end, re-pushed after it grew), at one instant events before
-arrivals (the heap runs first) and arrivals by index.
-It stops at the first arrival that would be neither dispatched nor so queued (budget,
-deadline, backlog, or left in the queue) or would make one container too many busy for the
-buffer (it would start one), at `bound`, or where that order is not known (equal ends both
-pushed by events at one instant; with sampled batch times, the next batches of two
-containers beginning in one gap, whose times the heap would draw in time order), and backs
-off to the last *clean cut*: an arrival that found every batch ended. Everything before the
-cut is committed (decisions, latencies, busy intervals in the heap's order, each container's
-idle-since, and its first idle check, pushed as `went_idle` would have: the bound is at most
-``t_first + scaledown_window``, so such a check falls after the segment); everything after
-it is left to the event loop, which redoes it. So a segment never changes the outcome, only
-the cost: a few machine operations per arrival instead of heap events, objects and method
-calls. The busy intervals of all segments go to one pair of arrays (`out_s`, `out_e`: at
-most one interval per arrival), in run order, which `floodway.sim.collect` splices among the
-event loop's.
-
-With sampled batch times (`ServiceModel.samples_s`) the engine draws a block of samples ahead
-with ``rng.integers(k, size=m)``, which yields the same numbers as m single draws (numpy
-takes bounded integers one after another from the bit generator's stream, however many are
-asked for at once), then restores the generator and draws again exactly as many as the
-committed part used, so the stream stays the event loop's.
+"""Exact shortcuts for `floodway.sim.engine`: a dispatch test equal to `decide`'s bit for bit
+(`dispatch_box`), and bulk segments of traffic that is dispatched (or queued and drained at
+once) replayed without the event heap (`Segments`, over `floodway.sim.kernel`), committed
+up to their last clean cut, so they change the cost, never the outcome. Why each is exact:
+docs/design/simulator.md ("The dispatch test and bulk segments").
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The containers of one simulated streaming endpoint (`GenPool`, the base of
-`floodway.sim.generation`'s simulator; the model is described there): sequences, iterations
-of prefill + one decode step, the router's FIFO queue of sequences, and the event heap.
+`floodway.sim.generation`'s simulator): sequences, iterations of prefill + one decode step,
+the router's FIFO queue of sequences, and the event heap.
 
 Events are heap entries ``(time, kind, seq, obj)``: at equal times a container that becomes
 ready or ends an iteration does so before a policy tick (`kind`), and events of one kind in

@@ -1,36 +1,13 @@
 """A discrete-event simulator of one streaming (generative) endpoint, driven by the real
 `floodway.routers.decide_stream.decide_stream` for every arrival and the real warm-pool
 policy (`floodway.warmers.desired`) every minute, on the same service model
-(`floodway.core.generation`).
+(`floodway.core.generation`); `floodway.sim.gen_pool` holds the containers.
 
     simulate_generation(trace, GenSimConfig(...)) -> GenSimResult
     scale_trace(trace, time_scale=, token_scale=) -> Trace
 
-The model (seconds on the trace's clock; `floodway.sim.gen_pool` holds the containers):
-
-- A request is one sequence: its prompt and generated tokens come from the trace
-  (`Trace.prompt_tokens`, `Trace.generated_tokens`, e.g. the Azure LLM trace's
-  ``ContextTokens`` / ``GeneratedTokens``), else from the config. It asks for
-  `max_new_tokens` (the config's cap) and generates min(its tokens, the cap), at least one.
-  Its deadline, arrival + ``route.timeout_s``, bounds its first token.
-- A warm container runs iterations (Orca's iteration-level scheduling): each prefills the
-  prompts that joined since the last one (``model.prefill_s``) and then decodes one token for
-  every sequence (``model.step_s(active)``); a sequence's first token comes at the end of its
-  first iteration; finished sequences leave at the end of an iteration and free their slot
-  and KV reservation (prompt + max_new_tokens) at once, and the router's queue fills freed
-  slots in arrival order. A start takes a cold start drawn from `ColdStartModel`.
-- Every arrival is decided by `decide_stream` on a snapshot built as the runtimes build it
-  (`build_stream_snapshot` from each container's `SequenceLoad`: what each sequence asked
-  for and streamed, as the router knows them, not its true length; the lengths of the
-  sequences finished so far, updated every minute, as the runtimes' estimators measure
-  them, unless `GenSimConfig.model` gives its own); dispatch goes
-  where `place` says, queue and spill_cold wait in the queue (spill_cold starts a container),
-  spill_async and shed are counted. A queued sequence whose deadline passes before it gets a
-  slot is dropped (`expired`).
-- Every minute the policy (`desired`) sees the minutes that ended and the measured numbers as
-  the warmers get them (`Measured.from_tokens`: the model's tokens/s at max_sequences and the
-  mean tokens of the requests finished so far); `reconcile` then starts and stops containers
-  (idle ones are stopped at these ticks only, so at most a minute past their window).
+The model (iteration-level containers after Orca): docs/design/simulator.md
+("Streaming endpoints").
 """
 
 from __future__ import annotations

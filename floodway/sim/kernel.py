@@ -1,59 +1,11 @@
-"""The bulk-segment kernel, compiled with numba, for `floodway.sim.fastpath.Segments`.
+"""The bulk-segment kernel, compiled with numba, for `floodway.sim.fastpath.Segments`:
+`run_segment` replays one segment arrival by arrival with the event loop's float operations.
 
-`run_segment` replays one segment (see `floodway.sim.fastpath`: from an arrival that finds
-the queue empty and no batch in flight, up to `bound`, the next heap event, while every
-arrival is dispatched, or queued and drained into a batch at once) arrival by arrival, on
-any number of warm containers, with the event loop's float operations:
-
-- Each container's batches in flight are a ring buffer of ``slots`` entries (arrays
-  ``[width, slots]``): rows, start, end, fitted time, the arrival that opened it, and the
-  (time, arrival) of the last push of its end event. A batch joined before it starts runs
-  longer (fitted times); its event then fires at the old end and is pushed again there, as
-  `Pool.on_done` does.
-- Each arrival gets the dispatch test of `decide` (least backlog among containers with a free slot,
-  the first on a tie; an idle one takes it; else alone, and backlog + the batch it would ride in,
-  within budget x HEADROOM), then joins the router's forming batch (the newest unstarted batch
-  there, else any container's, if its rows fit and it is not cut: sent ``wait_s`` after it opened,
-  at once if full), else opens one (started when it is cut on an idle container, or when the one
-  before it ends). The batch it would ride in holds its rows plus those arriving while it waits
-  (``min(mbr, rows + ceil(rate * (backlog + batch_wait)))``, `decide`'s `_batch_rows`), at the
-  arrival rate of `floodway.core.estimators.ArrivalRate`: the rows admitted at ``t >= now -
-  window``, over the window. Every arrival the kernel sees is admitted: ``cum[j + 1] = cum[j] +
-  rows[j]`` (cumulative admitted rows, which the engine fills for the arrivals it decides), and the
-  window's first arrival is a pointer that only moves forward.
-- An arrival that finds no free slot is queued by `decide` (its step 5, nothing queued) when
-  the earliest container to be available (`water_fill` of no work: the least backlog, or a
-  starting container's remaining start) plus the batch it would ride in fits the budget, and
-  the queue has room; the engine then drains the queue at once, into the first container
-  whose newest batch has not started and has room for its rows. The kernel does the same
-  (code `qcode`), and stops where the request would stay queued.
-- A container's backlog is the sum of its batches' fitted times, oldest first, from 0.0, as
-  `floodway.core.snapshot.build_snapshot` computes it (not a running total: its float
-  rounding would differ).
-- Before an arrival (or at `bound`), the batches that end by then are popped in the heap's
-  order: by end, equal ends by their last push (an event before an arrival at one instant,
-  arrivals by index). Two events pushed at one instant have an unknown order: the kernel stops
-  there, as it does where an arrival would not be dispatched, at `bound`, where one more busy
-  container would start a buffer container (`Pool.assign`: a start is a heap event), or,
-  with sampled batch times, where the draws run out or the next batches of two containers
-  begin in one step (the heap draws their times in time order, the kernel container by
-  container).
-
-The run commits up to its last *clean cut* (an arrival that finds every container idle): the
-arrivals before it were all dispatched and their batches ended. Each batch records its end
-under its opener's index (`bend`) and each arrival its batch's opener (`opener`), so the
-committed arrivals' batch ends are set in `lat_end` once, at the end. Busy intervals go to
-`out_s` / `out_e` from `w0` on, in the heap's order; containers' first idle instants (in event
-order) and last idle-since are returned for the engine's idle checks.
-
-Sizes (compiled code does not check bounds): a container holds at most `slots` batches (a new
-one needs a free slot), so one step ends at most ``width * slots``; every batch has an opener
-of its own, so the intervals of all runs, committed or not, fit in one slot per arrival.
-
-Compiled on first use with ``cache=True``: the first call in a checkout compiles (seconds), and
-later processes load the machine code from the cache next to this module. Every argument has
-one type (the caller passes contiguous float64 / int64 arrays and plain floats and ints), so
-there is one compiled version.
+One compiled loop by design (exempt from the function-size rule), compiled on first use with
+``cache=True`` (the cache lies next to this module); every argument has one type (contiguous
+float64 / int64 arrays, plain floats and ints), so there is one compiled version. Compiled
+code checks no bounds: the sizes that keep it in range, and what it replays, are in
+docs/design/simulator.md ("The kernel").
 """
 
 from __future__ import annotations

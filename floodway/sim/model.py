@@ -1,20 +1,8 @@
-"""What the simulator assumes about an endpoint's containers: cold start and service time.
-
-Both come from measurements, not constants baked into the engine:
-
-- `ColdStartModel`: seconds from asking for a container to its being ready, sampled from a
-  list of measured cold starts (e.g. the cold-start benchmark's or ``floodway serve``'s
-  recorded starts) with the simulation's seeded numpy Generator. The router's estimate
-  (`estimate_s`, what `decide()` is told) is the slowest sample, as the router's estimator
-  uses the slowest recorded start (`floodway.core.estimators.ColdStartEstimator`).
-- `ServiceModel`: seconds one batch of `rows` rows runs, either the router's linear fit
-  (`floodway.routers.decide.ServiceTime`, with a per-token term where measured), per-batch
-  samples, or batch times measured by size (`by_rows`, e.g. from the ``batch_times.json`` a
-  ``floodway bench`` run writes: `ServiceModel.from_batch_times`). `decide()` is always told
-  the linear fit (with samples: per_batch_s = their mean), as the router only knows a fit.
-
-Without measurements both default to the priors every runtime starts from
-(`floodway.core.priors`: a 30 s cold start; 20 ms + 5 ms per row per batch).
+"""What the simulator assumes about an endpoint's containers, from measurements:
+`ColdStartModel` (sampled cold starts; the router's estimate is the slowest) and
+`ServiceModel` (the router's linear fit, samples, or batch times by size from a
+``floodway bench`` run's ``batch_times.json``); without measurements, the priors of
+`floodway.core.priors`. docs/design/simulator.md ("Cold start and service time").
 """
 
 from __future__ import annotations

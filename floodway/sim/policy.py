@@ -2,24 +2,9 @@
 
     policy(now_s, history, measured, state) -> (WarmTarget, state)
 
-Both are warm-pool sources (`floodway.warmers.sources`) composed by the same wrapper as
-`floodway.warmers.desired` (`floodway.warmers.target.compose`: the cap, the buffer while
-active and the scaledown clamping applied once):
-
-- `DesiredPolicy(config)`: floodway's own `floodway.warmers.desired` on the endpoint's
-  `WarmPool` (fixed floor, buffer, windows, and the predictive policy when enabled): the code
-  that runs in the local runtime and the Modal warmers.
-- `HistogramPolicy(config)`: the hybrid histogram policy of Shahrad et al. 2020 alone
-  (`floodway.warmers.sources.HistogramFloor`: one container warm while it says so, its
-  keep-alive as the scaledown window) on top of the config's floor, without buffer, windows
-  or the Little's-law sizing of `floodway.warmers.predictive.predictive`: the baseline the
-  predictive policy is compared against.
-
-Both run with ``tick_s`` = 60 s, the period at which the simulator (like the Modal warmer
-cron) runs them: `DesiredPolicy` with `SIM_PARAMS` (floodway's defaults: the break-even
-keep-alive), `HistogramPolicy` with `HISTOGRAM_PARAMS` (the paper's policy and constants).
-`history` holds whole past minutes only (the simulator never shows a policy the future).
-Each builds its sources once, not at every call.
+`DesiredPolicy` (floodway's own `floodway.warmers.desired`) and `HistogramPolicy` (the
+hybrid histogram policy of Shahrad et al., "Serverless in the Wild", USENIX ATC 2020,
+alone: the baseline). `history` holds whole past minutes only. docs/design/simulator.md.
 """
 
 from __future__ import annotations

@@ -1,39 +1,9 @@
 """The pool of one simulated endpoint: containers, their batches, the router's queue, the
-async jobs, the warm-pool policy every minute and the events that drive them (`Pool`, which
-`floodway.sim.engine.Simulator` extends with the router's decisions; the model is described
-there).
-
-The pool decides nothing about its size itself: the policy's `WarmTarget` says how many
-containers to keep (`WarmTarget.keep(busy, cap)`) and `floodway.core.reconcile.reconcile`
-which to start and stop, as in the local runtime; the pool carries out the plan (`reconcile`)
-at each policy tick, at each idle check whose container's scaledown window has run out, and
-when a container gets busy while fewer are live than the target keeps (Modal's buffer).
-
-The deadline hand-off (`floodway.http.handoff`): where the route spills to async, a request
-still queued `handoff_margin_s` before its deadline is withdrawn from the queue and becomes
-an async job (`handed_off`), as the router's hand-off does; one whose batch ends after that
-instant is answered 202 too (its job adopts the work, which runs on), which
-`floodway.sim.collect` counts. Without an async spill a queued request is dropped at its
-deadline (`expired`).
-
-The job backlog: every request spilled to async (`decide()`'s spill_async) or handed off
-becomes a job, in arrival order. As the local pool feeds jobs (`floodway.jobs.feed`, the
-batcher's low priority and top-up rule), a job batch goes only to a warm container with
-nothing in flight while no sync request is queued, is sent at once (its jobs have waited),
-and holds jobs in order while its rows fit ``max_batch_rows``, its padded tokens the
-batcher's token budget, and its time by the router's fit `JOB_BATCH_SHARE` x the route's
-timeout (its first job always goes). A sync request that comes meanwhile waits behind it, as
-in the runtime (measured: with 427 jobs spilled in a 30 s replay, job batches of 7 long texts
-filled both containers for seconds between bursts and the sync requests behind them took up
-to 1.5 s). A job batch holds containers busy (the busy time, the buffer) but records no
-latency: its requests were answered 202 when they spilled. `jobs_run` counts the jobs run,
-`jobs_end_s` when the last one ended (NaN: none ran). Not modelled: the backlog as demand
-for the warm-pool policy (the runtime counts queued jobs towards its warm target; the
-simulated policy sees arrivals only), and job retries.
-
-Events are heap entries ``(time, kind, seq, obj, extra)``: at equal times a container that
-becomes ready or frees a slot does so before a policy tick or idle check (`kind`), and events
-of one kind in the order they were pushed (`seq`).
+warm-pool policy every minute and the events that drive them (`Pool`, the base of
+`floodway.sim.engine.Simulator`), the deadline hand-off and the async jobs, run in batches
+of their own on idle containers. It carries out `floodway.core.reconcile`'s plans and decides
+nothing about its size itself. Events are heap entries ``(time, kind, seq, obj, extra)``,
+ordered as docs/design/simulator.md ("The pool") says.
 """
 
 from __future__ import annotations

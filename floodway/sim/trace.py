@@ -1,22 +1,12 @@
-"""Traces for the simulator: per-request arrival times, or per-minute counts expanded into
-arrivals.
+"""Traces for the simulator: per-request arrival times (a timestamp column, optional
+``ContextTokens`` / ``GeneratedTokens``), or per-minute counts (the Azure Functions 2019
+layout) expanded into arrivals: ``uniform`` spaces a minute's n arrivals at
+(i + 0.5) * 60 / n s, ``poisson`` draws them uniformly at random within the minute.
 
     Trace.from_counts(counts, start_minute, spread="uniform"|"poisson", seed)
     read_trace(path, function=None, column=None, spread, seed) -> Trace
 
-Two CSV shapes are read (both as in the project's shared traces):
-
-- per request: one row per request with a timestamp column (default ``TIMESTAMP``, e.g.
-  ``2023-11-16 18:17:03.9799600``, or plain unix seconds), and with ``ContextTokens`` and
-  ``GeneratedTokens`` columns their token counts (`Trace.prompt_tokens`,
-  `Trace.generated_tokens`, for the generation simulator);
-- per minute: one row per function, ``HashFunction,...,minute_1..minute_N`` (the Azure
-  Functions 2019 layout); the row is chosen by its ``HashFunction`` or by its 0-based index.
-
-Per-minute counts carry no sub-minute timing, so they are expanded: ``uniform`` spaces a
-minute's n arrivals evenly (at (i + 0.5) * 60 / n s), ``poisson`` draws them uniformly at
-random within the minute (a Poisson process conditioned on its count), from a seeded numpy
-Generator.
+The CSV shapes: docs/design/simulator.md ("Traces").
 """
 
 from __future__ import annotations

@@ -23,9 +23,9 @@ import floodway as fw
 from floodway.build.hardware import detect
 from floodway.build.pipeline import compile_skip_reason
 from floodway.build.store import LATEST
-from floodway.modal.extra import NO_MODAL_ENV
 from floodway.errors import BuildError, FloodwayError
 from floodway.modal.app import build, images
+from floodway.modal.extra import NO_MODAL_ENV
 
 REPO = Path(__file__).resolve().parents[4]
 # Any builder version renders the same commands for the pip/run steps used here.
